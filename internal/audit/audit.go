@@ -1,0 +1,293 @@
+// Package audit holds the hash-chained audit log shared by the platform
+// catalog and every org database: the event type, appends serialized per
+// database so the chain never forks, verification, and review queries.
+package audit
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Table names of the two logs; both have the same columns.
+const (
+	PlatformTable = "platform_audit_events"
+	OrgTable      = "audit_events"
+)
+
+// Actor types.
+const (
+	ActorUser          = "user"
+	ActorAPIKey        = "api_key"
+	ActorPlatformAdmin = "platform_admin"
+	ActorSystem        = "system"
+	ActorAnonymous     = "anonymous"
+)
+
+// Decisions.
+const (
+	Allow = "allow"
+	Deny  = "deny"
+)
+
+// Actor is who did something.
+type Actor struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Target is what it was done to.
+type Target struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+}
+
+// Event is one audit record. Seq, PrevHash and Hash are assigned on append.
+type Event struct {
+	Seq       int64           `json:"seq"`
+	Time      time.Time       `json:"time"`
+	Actor     Actor           `json:"actor"`
+	SourceIP  string          `json:"source_ip"`
+	UserAgent string          `json:"user_agent"`
+	Action    string          `json:"action"`
+	Target    Target          `json:"target"`
+	Decision  string          `json:"decision"`
+	Details   json.RawMessage `json:"details"`
+	PrevHash  string          `json:"prev_hash"`
+	Hash      string          `json:"hash"`
+}
+
+// row is the table shape; kept private so the JSON shape of Event is a
+// decision rather than a side effect of the schema.
+type row struct {
+	Seq        int64     `gorm:"column:seq;primaryKey;autoIncrement:false"`
+	OccurredAt time.Time `gorm:"column:occurred_at"`
+	ActorType  string    `gorm:"column:actor_type"`
+	ActorID    string    `gorm:"column:actor_id"`
+	ActorName  string    `gorm:"column:actor_name"`
+	SourceIP   string    `gorm:"column:source_ip"`
+	UserAgent  string    `gorm:"column:user_agent"`
+	Action     string    `gorm:"column:action"`
+	TargetType string    `gorm:"column:target_type"`
+	TargetID   string    `gorm:"column:target_id"`
+	TargetName string    `gorm:"column:target_name"`
+	Decision   string    `gorm:"column:decision"`
+	Details    string    `gorm:"column:details"`
+	PrevHash   string    `gorm:"column:prev_hash"`
+	Hash       string    `gorm:"column:hash"`
+}
+
+func toRow(e Event) row {
+	return row{
+		Seq: e.Seq, OccurredAt: e.Time, ActorType: e.Actor.Type, ActorID: e.Actor.ID, ActorName: e.Actor.Name,
+		SourceIP: e.SourceIP, UserAgent: e.UserAgent, Action: e.Action,
+		TargetType: e.Target.Type, TargetID: e.Target.ID, TargetName: e.Target.Name,
+		Decision: e.Decision, Details: string(e.Details), PrevHash: e.PrevHash, Hash: e.Hash,
+	}
+}
+
+func fromRow(r row) Event {
+	return Event{
+		Seq: r.Seq, Time: r.OccurredAt.UTC(), Actor: Actor{r.ActorType, r.ActorID, r.ActorName},
+		SourceIP: r.SourceIP, UserAgent: r.UserAgent, Action: r.Action,
+		Target: Target{r.TargetType, r.TargetID, r.TargetName}, Decision: r.Decision,
+		Details: json.RawMessage(r.Details), PrevHash: r.PrevHash, Hash: r.Hash,
+	}
+}
+
+// Log appends to and reads one database's audit table.
+type Log struct {
+	db    *gorm.DB
+	table string
+	now   func() time.Time
+	// mu serializes appends within this process; the database lock does it
+	// across replicas. Holding both keeps SQLite from queueing on busy
+	// timeouts under heavy concurrency.
+	mu sync.Mutex
+}
+
+// NewLog returns the log stored in table of db. now may be nil.
+func NewLog(db *gorm.DB, table string, now func() time.Time) *Log {
+	if now == nil {
+		now = time.Now
+	}
+	return &Log{db: db, table: table, now: now}
+}
+
+// chainLockKey is the per-database advisory lock serializing appends on
+// Postgres (advisory locks are scoped to the current database).
+const chainLockKey = 7_470_117_032_002
+
+// Append assigns the next sequence number, links the event to the previous
+// hash and stores it. Callers treat an error as "do not proceed": an action
+// that cannot be audited is not performed.
+func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
+	if e.Action == "" || e.Actor.Type == "" {
+		return Event{}, fmt.Errorf("audit event needs an action and an actor type")
+	}
+	if e.Decision == "" {
+		e.Decision = Allow
+	}
+	if len(e.Details) == 0 {
+		e.Details = json.RawMessage("{}")
+	}
+	canon, err := canonicalJSON(e.Details)
+	if err != nil {
+		return Event{}, fmt.Errorf("audit details: %w", err)
+	}
+	e.Details = canon
+	// Postgres keeps microseconds; hash what the database will give back.
+	e.Time = l.now().UTC().Truncate(time.Microsecond)
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if store.DialectOfDB(tx) == store.Postgres {
+			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", chainLockKey).Error; err != nil {
+				return fmt.Errorf("lock audit chain: %w", err)
+			}
+		}
+		var last row
+		res := tx.Table(l.table).Order("seq DESC").Limit(1).Find(&last)
+		if res.Error != nil {
+			return fmt.Errorf("read chain head: %w", res.Error)
+		}
+		e.Seq = last.Seq + 1
+		e.PrevHash = last.Hash
+		e.Hash = Hash(e)
+		r := toRow(e)
+		if err := tx.Table(l.table).Create(&r).Error; err != nil {
+			return fmt.Errorf("insert audit event: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// hashed is the canonical form an event's hash covers: every field but the
+// hash itself, in a fixed order.
+type hashed struct {
+	Seq       int64           `json:"seq"`
+	Time      string          `json:"time"`
+	Actor     Actor           `json:"actor"`
+	SourceIP  string          `json:"source_ip"`
+	UserAgent string          `json:"user_agent"`
+	Action    string          `json:"action"`
+	Target    Target          `json:"target"`
+	Decision  string          `json:"decision"`
+	Details   json.RawMessage `json:"details"`
+}
+
+// Hash computes sha256(prev_hash || canonical JSON of the event) in hex.
+func Hash(e Event) string {
+	details, err := canonicalJSON(e.Details)
+	if err != nil {
+		details = e.Details
+	}
+	b, _ := json.Marshal(hashed{
+		Seq: e.Seq, Time: e.Time.UTC().Format(time.RFC3339Nano), Actor: e.Actor, SourceIP: e.SourceIP,
+		UserAgent: e.UserAgent, Action: e.Action, Target: e.Target, Decision: e.Decision, Details: details,
+	})
+	h := sha256.New()
+	h.Write([]byte(e.PrevHash))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// canonicalJSON re-encodes JSON with sorted object keys and no spaces.
+func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
+	if len(raw) == 0 {
+		return json.RawMessage("{}"), nil
+	}
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return nil, err
+	}
+	return json.Marshal(v)
+}
+
+// Details marshals v for Event.Details; a value that cannot be marshalled
+// is recorded as an error string rather than dropped.
+func Details(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
+	}
+	return b
+}
+
+// VerifyResult says whether the chain is intact and where it first breaks.
+type VerifyResult struct {
+	OK       bool   `json:"ok"`
+	Checked  int64  `json:"checked"`
+	BrokenAt int64  `json:"broken_at,omitempty"`
+	Reason   string `json:"reason,omitempty"`
+}
+
+// Verify walks the whole chain in sequence order, in batches, and reports
+// the first row whose sequence, link or hash does not match.
+func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
+	const batch = 2000
+	var res VerifyResult
+	prevHash := ""
+	prevSeq := int64(0)
+	for {
+		var rows []row
+		if err := l.db.WithContext(ctx).Table(l.table).Where("seq > ?", prevSeq).Order("seq").Limit(batch).Find(&rows).Error; err != nil {
+			return res, fmt.Errorf("read audit events: %w", err)
+		}
+		for _, r := range rows {
+			e := fromRow(r)
+			switch {
+			case e.Seq != prevSeq+1:
+				return broken(res, prevSeq+1, fmt.Sprintf("sequence %d is missing (next present is %d)", prevSeq+1, e.Seq)), nil
+			case e.PrevHash != prevHash:
+				return broken(res, e.Seq, "previous-hash link does not match the event before it"), nil
+			case Hash(e) != e.Hash:
+				return broken(res, e.Seq, "event content does not match its hash"), nil
+			}
+			prevHash, prevSeq = e.Hash, e.Seq
+			res.Checked++
+		}
+		if len(rows) < batch {
+			res.OK = true
+			return res, nil
+		}
+	}
+}
+
+func broken(res VerifyResult, at int64, reason string) VerifyResult {
+	res.OK, res.BrokenAt, res.Reason = false, at, reason
+	return res
+}
+
+// Recent returns up to limit events, newest first, with seq below before
+// (0 = from the newest): keyset pagination stable under inserts.
+func (l *Log) Recent(ctx context.Context, before int64, limit int) ([]Event, error) {
+	q := l.db.WithContext(ctx).Table(l.table).Order("seq DESC").Limit(limit)
+	if before > 0 {
+		q = q.Where("seq < ?", before)
+	}
+	var rows []row
+	if err := q.Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read audit events: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}

@@ -1,0 +1,212 @@
+package orgs_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+type fixture struct {
+	svc     *orgs.Service
+	d       store.Dialect
+	dataDir string
+	prefix  string
+}
+
+func newFixture(t *testing.T, d store.Dialect) *fixture {
+	t.Helper()
+	box, err := sealed.New([]byte(strings.Repeat("m", 32)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &fixture{d: d, dataDir: t.TempDir(), prefix: storetest.NewName("gh_test_org_") + "_"}
+	cfg := orgs.Config{Catalog: storetest.Open(t, d, store.CatalogSet), Box: box, DataDir: f.dataDir, DBPrefix: f.prefix}
+	if d == store.Postgres {
+		cfg.ServerDSN = storetest.AdminDSN()
+		t.Cleanup(func() {
+			admin := storetest.Admin(t)
+			var names []string
+			admin.Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", f.prefix+"%").Scan(&names)
+			for _, n := range names {
+				storetest.DropPostgresDB(t, n)
+			}
+		})
+	}
+	f.svc = orgs.New(cfg)
+	t.Cleanup(f.svc.Close)
+	return f
+}
+
+// exists reports whether org slug's database (file or Postgres db) exists.
+func (f *fixture) exists(t *testing.T, slug string) bool {
+	t.Helper()
+	if f.d == store.Postgres {
+		return storetest.PostgresDatabaseExists(t, f.prefix+strings.ReplaceAll(slug, "-", "_"))
+	}
+	_, err := os.Stat(filepath.Join(f.dataDir, "orgs", slug+".db"))
+	return err == nil
+}
+
+func TestIsolationAndDelete(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		ctx := context.Background()
+		for _, slug := range []string{"acme", "globex"} {
+			if _, err := f.svc.Create(ctx, orgs.CreateInput{Slug: slug, Name: strings.ToUpper(slug)}); err != nil {
+				t.Fatalf("create %s: %v", slug, err)
+			}
+		}
+		a, err := f.svc.Open(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := a.DB.Exec("INSERT INTO org_settings (key, value) VALUES ('secret-plan', 'acme only')").Error; err != nil {
+			t.Fatal(err)
+		}
+		a.Release()
+		b, err := f.svc.Open(ctx, "globex")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var n int64
+		if err := b.DB.Raw("SELECT count(*) FROM org_settings WHERE key = 'secret-plan'").Scan(&n).Error; err != nil || n != 0 {
+			t.Fatalf("globex sees %d of acme's rows (err %v)", n, err)
+		}
+		b.Release()
+
+		if !f.exists(t, "acme") {
+			t.Fatal("acme database missing before delete")
+		}
+		if _, err := f.svc.Delete(ctx, "acme", "wrong"); !errors.Is(err, apperr.ErrInvalid) {
+			t.Fatalf("delete with wrong confirmation: %v", err)
+		}
+		if _, err := f.svc.Delete(ctx, "acme", "acme"); err != nil {
+			t.Fatal(err)
+		}
+		if f.exists(t, "acme") {
+			t.Fatal("acme database still exists after delete")
+		}
+		if _, err := f.svc.Get(ctx, "acme"); !errors.Is(err, apperr.ErrNotFound) {
+			t.Fatalf("get deleted org: %v", err)
+		}
+		if !f.exists(t, "globex") {
+			t.Fatal("deleting acme removed globex")
+		}
+	})
+}
+
+func TestCreateFailsCleanly(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		ctx := context.Background()
+		if _, err := f.svc.Create(ctx, orgs.CreateInput{Slug: "taken"}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			slug  string
+			field string
+		}{
+			{"taken", "slug"},
+			{"ab", "slug"},
+			{"Upper", "slug"},
+			{"-dash", "slug"},
+			{"has space", "slug"},
+			{strings.Repeat("a", 41), "slug"},
+			{"new", "slug"},
+		}
+		for _, tc := range cases {
+			_, err := f.svc.Create(ctx, orgs.CreateInput{Slug: tc.slug})
+			var ve *apperr.ValidationError
+			if !errors.As(err, &ve) || ve.Fields[tc.field] == "" {
+				t.Errorf("create %q: err = %v, want a validation error on %s", tc.slug, err, tc.field)
+			}
+		}
+		list, err := f.svc.List(ctx)
+		if err != nil || len(list) != 1 {
+			t.Fatalf("catalog has %d orgs after failed creates (err %v), want 1", len(list), err)
+		}
+		for _, slug := range []string{"ab", "new"} {
+			if f.exists(t, slug) {
+				t.Errorf("a database for rejected slug %q exists", slug)
+			}
+		}
+		if !f.exists(t, "taken") {
+			t.Error("the original org's database vanished after a duplicate create")
+		}
+	})
+}
+
+func TestSuspendBlocksOpen(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		ctx := context.Background()
+		if _, err := f.svc.Create(ctx, orgs.CreateInput{Slug: "sleepy"}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := f.svc.Open(ctx, "sleepy")
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.Release()
+		if _, err := f.svc.SetStatus(ctx, "sleepy", orgs.StatusSuspended); err != nil {
+			t.Fatal(err)
+		}
+		if f.svc.OpenPools() != 0 {
+			t.Fatal("suspend left the pool open")
+		}
+		if _, err := f.svc.Open(ctx, "sleepy"); !errors.Is(err, apperr.ErrSuspended) {
+			t.Fatalf("open suspended: %v", err)
+		}
+		if _, err := f.svc.SetStatus(ctx, "sleepy", orgs.StatusSuspended); !errors.Is(err, apperr.ErrConflict) {
+			t.Fatalf("suspend twice: %v", err)
+		}
+		if _, err := f.svc.SetStatus(ctx, "sleepy", orgs.StatusActive); err != nil {
+			t.Fatal(err)
+		}
+		h, err = f.svc.Open(ctx, "sleepy")
+		if err != nil {
+			t.Fatalf("open after resume: %v", err)
+		}
+		h.Release()
+	})
+}
+
+func TestIdlePoolsClose(t *testing.T) {
+	t.Parallel()
+	box, _ := sealed.New([]byte(strings.Repeat("m", 32)))
+	now := time.Now()
+	clock := func() time.Time { return now }
+	svc := orgs.New(orgs.Config{Catalog: storetest.Open(t, store.SQLite, store.CatalogSet), Box: box,
+		DataDir: t.TempDir(), IdleClose: time.Minute, Now: clock})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	if _, err := svc.Create(ctx, orgs.CreateInput{Slug: "idle"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := svc.Open(ctx, "idle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(2 * time.Minute)
+	if n := svc.CloseIdle(); n != 0 {
+		t.Fatal("closed a pool that is in use")
+	}
+	h.Release()
+	now = now.Add(2 * time.Minute)
+	if n := svc.CloseIdle(); n != 1 || svc.OpenPools() != 0 {
+		t.Fatalf("CloseIdle closed %d, %d still open", n, svc.OpenPools())
+	}
+}

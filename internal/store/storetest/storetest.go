@@ -1,0 +1,128 @@
+// Package storetest gives each test its own real databases: a SQLite file in
+// a temp dir, or a fresh Postgres database dropped when the test ends. Tests
+// therefore run in parallel and leave nothing behind.
+package storetest
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// DefaultAdminDSN is where tests expect Postgres unless
+// GATEHOUSE_TEST_POSTGRES says otherwise.
+const DefaultAdminDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
+
+// StartHint is printed when Postgres cannot be reached: the tests never skip.
+const StartHint = "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start (or set GATEHOUSE_TEST_POSTGRES to a reachable server's admin DSN)"
+
+// AdminDSN is the Postgres maintenance DSN tests create databases through.
+func AdminDSN() string {
+	if v := os.Getenv("GATEHOUSE_TEST_POSTGRES"); v != "" {
+		return v
+	}
+	return DefaultAdminDSN
+}
+
+// Dialects lists both engines; store tests loop over it.
+var Dialects = []store.Dialect{store.SQLite, store.Postgres}
+
+// Each runs fn as a parallel subtest per dialect.
+func Each(t *testing.T, fn func(t *testing.T, d store.Dialect)) {
+	t.Helper()
+	for _, d := range Dialects {
+		t.Run(string(d), func(t *testing.T) {
+			t.Parallel()
+			fn(t, d)
+		})
+	}
+}
+
+// NewName returns a unique lowercase name with prefix.
+func NewName(prefix string) string {
+	b := make([]byte, 6)
+	_, _ = rand.Read(b)
+	return prefix + hex.EncodeToString(b)
+}
+
+// DSN returns a DSN for a brand-new empty database of dialect d, removed at
+// test cleanup.
+func DSN(t testing.TB, d store.Dialect) string {
+	t.Helper()
+	if d == store.SQLite {
+		return filepath.Join(t.TempDir(), "test.db")
+	}
+	name := NewName("gh_test_")
+	CreatePostgresDB(t, name)
+	dsn, err := store.WithDatabase(AdminDSN(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
+// CreatePostgresDB creates database name and drops it at cleanup.
+func CreatePostgresDB(t testing.TB, name string) {
+	t.Helper()
+	admin := Admin(t)
+	if err := admin.Exec("CREATE DATABASE " + store.QuoteIdent(name)).Error; err != nil {
+		t.Fatalf("create test database: %v", err)
+	}
+	t.Cleanup(func() { DropPostgresDB(t, name) })
+}
+
+// DropPostgresDB drops name if it still exists, disconnecting its users.
+func DropPostgresDB(t testing.TB, name string) {
+	t.Helper()
+	admin := Admin(t)
+	if err := admin.Exec("DROP DATABASE IF EXISTS " + store.QuoteIdent(name) + " WITH (FORCE)").Error; err != nil {
+		t.Errorf("drop test database %s: %v", name, err)
+	}
+}
+
+// Admin opens the Postgres maintenance database or fails the test with a
+// message saying how to start Postgres.
+func Admin(t testing.TB) *gorm.DB {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	db, err := store.Open(ctx, AdminDSN(), store.Options{MaxOpenConns: 2})
+	if err != nil {
+		t.Fatalf("Postgres is not reachable at %s: %v\n%s", AdminDSN(), err, StartHint)
+	}
+	t.Cleanup(func() { _ = store.Close(db) })
+	return db
+}
+
+// Open opens a fresh migrated database of dialect d for set.
+func Open(t testing.TB, d store.Dialect, set store.Set) *gorm.DB {
+	t.Helper()
+	db, err := store.Open(context.Background(), DSN(t, d), store.Options{})
+	if err != nil {
+		t.Fatalf("open %s: %v", d, err)
+	}
+	t.Cleanup(func() { _ = store.Close(db) })
+	if _, err := store.Migrate(context.Background(), db, set); err != nil {
+		t.Fatalf("migrate %s %s: %v", d, set, err)
+	}
+	return db
+}
+
+// PostgresDatabaseExists reports whether name exists on the test server.
+func PostgresDatabaseExists(t testing.TB, name string) bool {
+	t.Helper()
+	var n int64
+	if err := Admin(t).Raw("SELECT count(*) FROM pg_database WHERE datname = ?", name).Scan(&n).Error; err != nil {
+		t.Fatal(fmt.Errorf("query pg_database: %w", err))
+	}
+	return n > 0
+}
