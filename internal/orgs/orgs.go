@@ -160,7 +160,9 @@ type CreateInput struct {
 	AttachDSN string
 }
 
-func (s *Service) locatorAD(slug string) string { return sealed.AD("catalog", "organization/"+slug+"/db_locator") }
+func (s *Service) locatorAD(slug string) string {
+	return sealed.AD("catalog", "organization/"+slug+"/db_locator")
+}
 
 // Create validates, provisions the org's database, migrates it and only
 // then records the org in the catalog. Any failure undoes what was done,
@@ -332,10 +334,18 @@ func (s *Service) dropPostgres(ctx context.Context, dsn string) error {
 	return nil
 }
 
-// List returns every org ordered by slug.
-func (s *Service) List(ctx context.Context) ([]Org, error) {
+// List returns orgs ordered by slug, after the given slug (keyset paging),
+// at most limit (0 = all).
+func (s *Service) List(ctx context.Context, after string, limit int) ([]Org, error) {
 	var rows []orgRow
-	if err := s.cfg.Catalog.WithContext(ctx).Order("slug").Find(&rows).Error; err != nil {
+	q := s.cfg.Catalog.WithContext(ctx).Order("slug")
+	if after != "" {
+		q = q.Where("slug > ?", after)
+	}
+	if limit > 0 {
+		q = q.Limit(limit)
+	}
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("list orgs: %w", err)
 	}
 	out := make([]Org, len(rows))
@@ -483,17 +493,9 @@ func (s *Service) Open(ctx context.Context, slug string) (*Handle, error) {
 	}
 	s.mu.Unlock()
 
-	loc, err := s.cfg.Box.Open(r.DBLocator, s.locatorAD(slug))
+	db, err := s.openRow(ctx, r)
 	if err != nil {
-		return nil, fmt.Errorf("open org locator: %w", err)
-	}
-	dsn := string(loc)
-	if o.Dialect == store.SQLite {
-		dsn = filepath.Join(s.cfg.DataDir, dsn)
-	}
-	db, err := store.Open(ctx, dsn, store.Options{})
-	if err != nil {
-		return nil, fmt.Errorf("open org %s database: %w", slug, err)
+		return nil, err
 	}
 	// Upgrades bring new org migrations; apply them on first open.
 	if _, err := store.Migrate(ctx, db, store.OrgSet); err != nil {
@@ -558,4 +560,37 @@ func (s *Service) CloseIdle() int {
 		_ = store.Close(p.db)
 	}
 	return len(idle)
+}
+
+// MigrateOrg applies pending org migrations to one org's database, whether
+// or not it is suspended (used by `console migrate`).
+func (s *Service) MigrateOrg(ctx context.Context, slug string) error {
+	r, err := s.getRow(ctx, slug)
+	if err != nil {
+		return err
+	}
+	db, err := s.openRow(ctx, r)
+	if err != nil {
+		return err
+	}
+	defer store.Close(db)
+	_, err = store.Migrate(ctx, db, store.OrgSet)
+	return err
+}
+
+// openRow opens a fresh (unpooled) handle on an org's database.
+func (s *Service) openRow(ctx context.Context, r orgRow) (*gorm.DB, error) {
+	loc, err := s.cfg.Box.Open(r.DBLocator, s.locatorAD(r.Slug))
+	if err != nil {
+		return nil, fmt.Errorf("open org locator: %w", err)
+	}
+	dsn := string(loc)
+	if store.Dialect(r.DBDialect) == store.SQLite {
+		dsn = filepath.Join(s.cfg.DataDir, dsn)
+	}
+	db, err := store.Open(ctx, dsn, store.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("open org %s database: %w", r.Slug, err)
+	}
+	return db, nil
 }

@@ -133,7 +133,7 @@ func TestCreateFailsCleanly(t *testing.T) {
 				t.Errorf("create %q: err = %v, want a validation error on %s", tc.slug, err, tc.field)
 			}
 		}
-		list, err := f.svc.List(ctx)
+		list, err := f.svc.List(ctx, "", 0)
 		if err != nil || len(list) != 1 {
 			t.Fatalf("catalog has %d orgs after failed creates (err %v), want 1", len(list), err)
 		}

@@ -1,0 +1,86 @@
+// Package config reads the console's configuration from flags and the
+// environment. Flags win over the environment; defaults give the embedded
+// zero-configuration mode.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// Config is the console's configuration.
+type Config struct {
+	Listen        string
+	DataDir       string
+	DatabaseURL   string
+	MasterKey     string
+	AdminEmail    string
+	AdminPassword string
+	// BaseURL is where people reach the console; printed at start.
+	BaseURL string
+	// SecureCookies marks cookies Secure; on by default unless listening
+	// on loopback over plain HTTP.
+	SecureCookies bool
+	// TrustProxy takes the client address from X-Forwarded-For / X-Real-IP.
+	TrustProxy bool
+	// OrgDBPrefix names created Postgres org databases.
+	OrgDBPrefix string
+	// TokenTTL is how long a sign-in lasts.
+	TokenTTL time.Duration
+}
+
+// Load parses args (without the program name) with getenv for defaults.
+func Load(name string, args []string, getenv func(string) string, out io.Writer) (Config, []string, error) {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
+	}
+	var c Config
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(out)
+	fs.StringVar(&c.Listen, "listen", env("GATEHOUSE_LISTEN", "127.0.0.1:8080"), "address to serve on (GATEHOUSE_LISTEN)")
+	fs.StringVar(&c.DataDir, "data-dir", env("GATEHOUSE_DATA_DIR", "data"), "directory for SQLite databases and the generated master key (GATEHOUSE_DATA_DIR)")
+	fs.StringVar(&c.BaseURL, "base-url", env("GATEHOUSE_BASE_URL", ""), "public URL of the console (GATEHOUSE_BASE_URL)")
+	fs.StringVar(&c.OrgDBPrefix, "org-db-prefix", env("GATEHOUSE_ORG_DB_PREFIX", "gatehouse_org_"), "name prefix of per-org Postgres databases (GATEHOUSE_ORG_DB_PREFIX)")
+	trust, _ := strconv.ParseBool(env("GATEHOUSE_TRUST_PROXY", "false"))
+	fs.BoolVar(&c.TrustProxy, "trust-proxy", trust, "take client addresses from X-Forwarded-For (GATEHOUSE_TRUST_PROXY)")
+	ttl, err := time.ParseDuration(env("GATEHOUSE_TOKEN_TTL", "12h"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_TOKEN_TTL: %w", err)
+	}
+	fs.DurationVar(&c.TokenTTL, "token-ttl", ttl, "how long a sign-in lasts (GATEHOUSE_TOKEN_TTL)")
+	if err := fs.Parse(args); err != nil {
+		return c, nil, err
+	}
+	// Secrets come only from the environment: flag values show in ps.
+	c.DatabaseURL = getenv("DATABASE_URL")
+	c.MasterKey = getenv("GATEHOUSE_MASTER_KEY")
+	c.AdminEmail = getenv("GATEHOUSE_ADMIN_EMAIL")
+	c.AdminPassword = getenv("GATEHOUSE_ADMIN_PASSWORD")
+	host, _, err := net.SplitHostPort(c.Listen)
+	if err != nil {
+		return c, nil, fmt.Errorf("--listen %q: %w", c.Listen, err)
+	}
+	if c.BaseURL == "" {
+		h := host
+		if h == "" || h == "0.0.0.0" || h == "::" {
+			h = "127.0.0.1"
+		}
+		_, port, _ := net.SplitHostPort(c.Listen)
+		c.BaseURL = "http://" + net.JoinHostPort(h, port)
+	}
+	secureDefault := "true"
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		secureDefault = "false"
+	}
+	c.SecureCookies, _ = strconv.ParseBool(env("GATEHOUSE_SECURE_COOKIES", secureDefault))
+	c.DataDir = filepath.Clean(c.DataDir)
+	return c, fs.Args(), nil
+}

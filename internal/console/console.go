@@ -1,0 +1,164 @@
+// Package console assembles the running console from its configuration:
+// catalog database, master key, signing key, domain services and the HTTP
+// server. main and the end-to-end tests build it the same way.
+package console
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/handlers"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Console is the assembled application.
+type Console struct {
+	Config   config.Config
+	Catalog  *gorm.DB
+	Box      *sealed.Box
+	Orgs     *orgs.Service
+	Platform *platform.Service
+	Audit    *audit.Log
+	Server   *handlers.Server
+	Logger   *slog.Logger
+	// OneTimePassword is set when this start created the first admin with
+	// a generated password; main prints it once.
+	OneTimePassword string
+	AdminEmail      string
+	AdminCreated    bool
+}
+
+// OpenCatalog opens and migrates the catalog database named by cfg.
+func OpenCatalog(ctx context.Context, cfg config.Config) (*gorm.DB, error) {
+	dsn := cfg.DatabaseURL
+	if dsn == "" {
+		if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+			return nil, fmt.Errorf("create data dir: %w", err)
+		}
+		dsn = filepath.Join(cfg.DataDir, "catalog.db")
+		// Create it private before SQLite does with the umask's mode.
+		if f, err := os.OpenFile(dsn, os.O_CREATE|os.O_WRONLY, 0o600); err == nil {
+			_ = f.Close()
+		}
+	}
+	db, err := store.Open(ctx, dsn, store.Options{MaxOpenConns: 20, MaxIdleConns: 5})
+	if err != nil {
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	if _, err := store.Migrate(ctx, db, store.CatalogSet); err != nil {
+		_ = store.Close(db)
+		return nil, fmt.Errorf("catalog: %w", err)
+	}
+	return db, nil
+}
+
+// LoadMasterKey takes GATEHOUSE_MASTER_KEY or, in the embedded default only,
+// the key file in the data dir (created on first start). With Postgres a
+// key must be given: a generated one on one replica's disk would strand
+// every other replica.
+func LoadMasterKey(cfg config.Config) (*sealed.Box, error) {
+	var key []byte
+	var err error
+	switch {
+	case cfg.MasterKey != "":
+		key, err = sealed.ParseKey(cfg.MasterKey)
+	case cfg.DatabaseURL != "":
+		return nil, fmt.Errorf("GATEHOUSE_MASTER_KEY is required with DATABASE_URL (generate one with: openssl rand -hex 32)")
+	default:
+		key, err = sealed.LoadOrCreateKeyFile(filepath.Join(cfg.DataDir, "master.key"))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("master key: %w", err)
+	}
+	return sealed.New(key)
+}
+
+// New builds the console. Close it when done.
+func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console, error) {
+	if logger == nil {
+		logger = slog.Default()
+	}
+	box, err := LoadMasterKey(cfg)
+	if err != nil {
+		return nil, err
+	}
+	cat, err := OpenCatalog(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	kid, key, err := auth.LoadOrCreateSigningKey(ctx, cat, box, "catalog")
+	if err != nil {
+		_ = store.Close(cat)
+		return nil, err
+	}
+	c := &Console{Config: cfg, Catalog: cat, Box: box, Logger: logger}
+	c.Audit = audit.NewLog(cat, audit.PlatformTable, nil)
+	c.Platform = &platform.Service{
+		DB:       cat,
+		Signer:   auth.NewSigner(kid, key, "platform", cfg.TokenTTL, nil),
+		Throttle: auth.NewThrottle(nil),
+		Sleep:    sleepCtx,
+	}
+	orgCfg := orgs.Config{Catalog: cat, Box: box, DataDir: cfg.DataDir, DBPrefix: cfg.OrgDBPrefix, Logger: logger}
+	if cfg.DatabaseURL != "" {
+		orgCfg.ServerDSN = cfg.DatabaseURL
+	}
+	c.Orgs = orgs.New(orgCfg)
+	created, otp, err := c.Platform.Bootstrap(ctx, cfg.AdminEmail, cfg.AdminPassword)
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	c.AdminCreated, c.OneTimePassword = created, otp
+	c.AdminEmail = platform.NormalizeEmail(cfg.AdminEmail)
+	if c.AdminEmail == "" {
+		c.AdminEmail = "admin@localhost.localdomain"
+	}
+	if created {
+		if _, err := c.Audit.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem, Name: "bootstrap"},
+			Action: "platform.admin_create", Target: audit.Target{Type: "platform_admin", Name: c.AdminEmail}}); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	c.Server = handlers.New(handlers.Deps{
+		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Logger: logger,
+		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy,
+	})
+	return c, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+// Handler is the HTTP handler to serve.
+func (c *Console) Handler() http.Handler { return c.Server }
+
+// Close releases databases and background loops.
+func (c *Console) Close() {
+	if c.Orgs != nil {
+		c.Orgs.Close()
+	}
+	if c.Catalog != nil {
+		_ = store.Close(c.Catalog)
+	}
+}

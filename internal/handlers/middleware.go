@@ -1,0 +1,323 @@
+package handlers
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+)
+
+const maxBodyBytes = 1 << 20
+
+// Cookie names.
+const (
+	platformCookie = "gh_session"
+	// orgCookiePrefix + slug holds an org user's session.
+	orgCookiePrefix = "gh_org_"
+	csrfCookie      = "gh_csrf"
+	flashCookie     = "gh_flash"
+)
+
+// Context keys.
+const (
+	ctxPrincipal = "gh.principal"
+	ctxCSRF      = "gh.csrf"
+)
+
+// Principal is who is making a request.
+type Principal struct {
+	// Kind is an audit actor type: platform_admin, user or api_key.
+	Kind string
+	ID   string
+	Name string
+	// SessionID is the server-side session behind a cookie or token.
+	SessionID string
+	// MustChangePassword restricts the principal to changing it.
+	MustChangePassword bool
+	// ViaCookie is true when the browser's cookie carried the credentials.
+	ViaCookie bool
+}
+
+func principalOf(c echo.Context) *Principal {
+	p, _ := c.Get(ctxPrincipal).(*Principal)
+	return p
+}
+
+func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				s.Logger.Error("panic", "path", c.Path(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
+				err = fmt.Errorf("panic: %v", r)
+			}
+		}()
+		return next(c)
+	}
+}
+
+// accessLog logs method, route pattern and status; never query strings,
+// bodies or headers, which may carry secrets.
+func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		start := time.Now()
+		err := next(c)
+		status := c.Response().Status
+		if err != nil {
+			status, _ = classify(err)
+		}
+		s.Logger.Debug("http", "method", c.Request().Method, "route", c.Path(), "status", status,
+			"duration_ms", time.Since(start).Milliseconds(), "remote_ip", c.RealIP())
+		return err
+	}
+}
+
+func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("X-Frame-Options", "DENY")
+		h.Set("Referrer-Policy", "same-origin")
+		h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; form-action 'self'")
+		return next(c)
+	}
+}
+
+// limitBody caps every request body; decodeJSON turns the overflow into a
+// 400 that says so.
+func limitBody(n int64) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			r := c.Request()
+			if r.ContentLength > n {
+				return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than the 1 MiB limit.")
+			}
+			r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
+			return next(c)
+		}
+	}
+}
+
+// csrf implements the double-submit cookie pattern for cookie-authenticated
+// requests: every unsafe request that could carry the session cookie must
+// echo the CSRF cookie in a form field or header. Requests that carry their
+// own Authorization header cannot be forged by another site, and cookies
+// are then ignored for authentication.
+func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		r := c.Request()
+		token := ""
+		if ck, err := r.Cookie(csrfCookie); err == nil && len(ck.Value) >= 20 {
+			token = ck.Value
+		} else {
+			token = auth.RandomToken(24)
+			c.SetCookie(&http.Cookie{Name: csrfCookie, Value: token, Path: "/", HttpOnly: true,
+				Secure: s.SecureCookies, SameSite: http.SameSiteStrictMode})
+		}
+		c.Set(ctxCSRF, token)
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodOptions:
+			return next(c)
+		}
+		if r.Header.Get(echo.HeaderAuthorization) != "" {
+			return next(c)
+		}
+		// An API call without a session cookie carries no ambient authority
+		// a forged request could borrow; its own credentials are checked by
+		// the route.
+		if strings.HasPrefix(r.URL.Path, "/api/") && !hasSessionCookie(r) {
+			return next(c)
+		}
+		sent := r.Header.Get("X-CSRF-Token")
+		if sent == "" && isForm(r) {
+			sent = c.FormValue("_csrf")
+		}
+		if sent == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(token)) != 1 {
+			return apperr.New(apperr.ErrForbidden, "csrf_failed",
+				"This form has expired or did not come from Gatehouse. Reload the page and try again.")
+		}
+		return next(c)
+	}
+}
+
+// hasSessionCookie reports whether the browser sent any sign-in cookie.
+func hasSessionCookie(r *http.Request) bool {
+	for _, ck := range r.Cookies() {
+		if ck.Name == platformCookie || strings.HasPrefix(ck.Name, orgCookiePrefix) {
+			return true
+		}
+	}
+	return false
+}
+
+func isForm(r *http.Request) bool {
+	ct := r.Header.Get(echo.HeaderContentType)
+	return strings.HasPrefix(ct, echo.MIMEApplicationForm) || strings.HasPrefix(ct, echo.MIMEMultipartForm)
+}
+
+// bearer returns the Authorization bearer credential, if any.
+func bearer(r *http.Request) (string, bool) {
+	h := r.Header.Get(echo.HeaderAuthorization)
+	if h == "" {
+		return "", false
+	}
+	tok, ok := strings.CutPrefix(h, "Bearer ")
+	return strings.TrimSpace(tok), ok
+}
+
+// authorize is attached to every route with the route's declared
+// permission. Deny is the default: only a matching rule lets a request on.
+func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
+	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		return func(c echo.Context) error {
+			if perm.Scope == rbac.ScopePublic {
+				return next(c)
+			}
+			if sf == orgSurface {
+				return s.authorizeOrg(c, perm, next)
+			}
+			p, err := s.platformPrincipal(c)
+			if err != nil {
+				return err
+			}
+			c.Set(ctxPrincipal, p)
+			if p.MustChangePassword && perm.Scope != rbac.ScopeAuthenticated {
+				if !wantsJSON(c) && c.Request().Method == http.MethodGet {
+					return c.Redirect(http.StatusSeeOther, "/admin/password")
+				}
+				return apperr.New(apperr.ErrForbidden, "password_change_required",
+					"You signed in with a one-time password; change it (POST /api/v1/auth/password) before doing anything else.")
+			}
+			// Every platform admin holds every platform permission; the
+			// declaration still names the object for audit and review.
+			return next(c)
+		}
+	}
+}
+
+// platformPrincipal authenticates a platform admin from a bearer token or,
+// when none is sent, the session cookie.
+func (s *Server) platformPrincipal(c echo.Context) (*Principal, error) {
+	r := c.Request()
+	tok, hasBearer := bearer(r)
+	viaCookie := false
+	if !hasBearer {
+		ck, err := r.Cookie(platformCookie)
+		if err != nil || ck.Value == "" {
+			return nil, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "Sign in to continue.")
+		}
+		tok, viaCookie = ck.Value, true
+	}
+	a, claims, err := s.Platform.Authenticate(r.Context(), tok)
+	if err != nil {
+		if errors.Is(err, auth.ErrInvalidToken) {
+			return nil, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "Your sign-in is invalid or has expired; sign in again.")
+		}
+		return nil, err
+	}
+	return &Principal{Kind: "platform_admin", ID: fmt.Sprint(a.ID), Name: a.Email, SessionID: claims.SessionID,
+		MustChangePassword: a.MustChangePassword, ViaCookie: viaCookie}, nil
+}
+
+func (s *Server) loginURLFor(c echo.Context) string {
+	next := c.Request().URL.RequestURI()
+	if org := c.Param("org"); org != "" && strings.HasPrefix(c.Path(), "/o/") {
+		return "/o/" + org + "/login?next=" + url.QueryEscape(next)
+	}
+	return "/login?next=" + url.QueryEscape(next)
+}
+
+// safeNext keeps post-login redirects on this site.
+func safeNext(next, fallback string) string {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+		return fallback
+	}
+	return next
+}
+
+// decodeJSON reads exactly one JSON object into v, refusing unknown fields,
+// trailing data and oversize bodies with messages that say which.
+func decodeJSON(c echo.Context, v any) error {
+	r := c.Request()
+	if ct := r.Header.Get(echo.HeaderContentType); ct != "" && !strings.HasPrefix(ct, echo.MIMEApplicationJSON) {
+		return apperr.New(apperr.ErrInvalid, "unsupported_content_type", "Send the request body as application/json.")
+	}
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return jsonError(err)
+		}
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body must hold a single JSON object with nothing after it.")
+	}
+	return nil
+}
+
+func jsonError(err error) error {
+	var mbe *http.MaxBytesError
+	var se *json.SyntaxError
+	var te *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &mbe):
+		return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than the 1 MiB limit.")
+	case errors.Is(err, io.EOF):
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body is empty; send a JSON object.")
+	case errors.As(err, &se):
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body is not valid JSON (at byte %d).", se.Offset)
+	case errors.As(err, &te):
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "Field %q must be of type %s.", te.Field, te.Type)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return apperr.New(apperr.ErrInvalid, "unknown_field", "The request has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	case errors.Is(err, io.ErrUnexpectedEOF):
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body is truncated JSON.")
+	}
+	return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body could not be read as JSON.")
+}
+
+func render(c echo.Context, status int, comp templ.Component) error {
+	c.Response().Header().Set(echo.HeaderContentType, echo.MIMETextHTMLCharsetUTF8)
+	c.Response().WriteHeader(status)
+	return comp.Render(c.Request().Context(), c.Response())
+}
+
+// setFlash stores a one-shot message shown on the next page.
+func (s *Server) setFlash(c echo.Context, msg string) {
+	c.SetCookie(&http.Cookie{Name: flashCookie, Value: url.QueryEscape(msg), Path: "/", HttpOnly: true,
+		Secure: s.SecureCookies, SameSite: http.SameSiteLaxMode, MaxAge: 60})
+}
+
+func (s *Server) takeFlash(c echo.Context) string {
+	ck, err := c.Cookie(flashCookie)
+	if err != nil {
+		return ""
+	}
+	c.SetCookie(&http.Cookie{Name: flashCookie, Value: "", Path: "/", MaxAge: -1, HttpOnly: true, Secure: s.SecureCookies})
+	msg, _ := url.QueryUnescape(ck.Value)
+	return msg
+}
+
+func sorted(xs []string) []string { sort.Strings(xs); return xs }
+
+// detached gives work that must finish even if the client goes away (the
+// audit record of an action already taken) its own deadline.
+func detached(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+}

@@ -1,0 +1,176 @@
+// Package handlers is the HTTP surface: one route table per surface (pages,
+// JSON API), each route declaring the permission it needs next to its
+// registration, and thin handlers that decode, call a domain package and
+// write.
+package handlers
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/labstack/echo/v4/middleware"
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/web"
+)
+
+// Deps are what the handlers need, built in main.
+type Deps struct {
+	Catalog       *gorm.DB
+	Orgs          *orgs.Service
+	Platform      *platform.Service
+	PlatformAudit *audit.Log
+	Logger        *slog.Logger
+	SecureCookies bool
+	TrustProxy    bool
+	Now           func() time.Time
+}
+
+// Server holds the echo instance and the declared route table.
+type Server struct {
+	Deps
+	e      *echo.Echo
+	routes []Route
+}
+
+// Route is one registered route and what it requires.
+type Route struct {
+	Method string
+	Path   string
+	Perm   rbac.Perm
+}
+
+// New builds the server and registers every surface.
+func New(d Deps) *Server {
+	if d.Now == nil {
+		d.Now = time.Now
+	}
+	if d.Logger == nil {
+		d.Logger = slog.Default()
+	}
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	if d.TrustProxy {
+		e.IPExtractor = echo.ExtractIPFromXFFHeader()
+	} else {
+		e.IPExtractor = echo.ExtractIPDirect()
+	}
+	s := &Server{Deps: d, e: e}
+	e.HTTPErrorHandler = s.handleError
+	e.Use(middleware.RequestID())
+	e.Use(s.recoverer)
+	e.Use(s.accessLog)
+	e.Use(securityHeaders)
+	e.Use(limitBody(maxBodyBytes))
+	e.Use(s.csrf)
+
+	s.registerPublic()
+	s.registerPlatformAPI()
+	s.registerPlatformPages()
+	s.registerOrgSurface()
+	// Unknown paths answer 404 through the same error handler.
+	e.RouteNotFound("/*", func(c echo.Context) error {
+		return echo.NewHTTPError(http.StatusNotFound, "There is nothing at this address.")
+	})
+	return s
+}
+
+// ServeHTTP makes Server an http.Handler.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.e.ServeHTTP(w, r) }
+
+// Routes lists every registered route with its permission, for the route
+// matrix test and the docs.
+func (s *Server) Routes() []Route { return append([]Route(nil), s.routes...) }
+
+// group is a path prefix with its middleware; routes are added through
+// handle so each declares a permission.
+type group struct {
+	s       *Server
+	g       *echo.Group
+	prefix  string
+	surface surface
+}
+
+// surface says whose principals a group's routes authenticate: platform
+// admins, or the principals of the org named in the path.
+type surface int
+
+const (
+	platformSurface surface = iota
+	orgSurface
+)
+
+func (s *Server) group(prefix string, sf surface, mw ...echo.MiddlewareFunc) *group {
+	return &group{s: s, g: s.e.Group(prefix, mw...), prefix: prefix, surface: sf}
+}
+
+// handle registers a route. A route without a valid permission cannot be
+// registered: the program refuses to start.
+func (g *group) handle(method, path string, perm rbac.Perm, h echo.HandlerFunc) {
+	if !perm.Valid() {
+		panic(fmt.Sprintf("route %s %s%s registered without a permission", method, g.prefix, path))
+	}
+	g.s.routes = append(g.s.routes, Route{Method: method, Path: g.prefix + path, Perm: perm})
+	g.g.Add(method, path, h, g.s.authorize(g.surface, perm))
+}
+
+func (s *Server) registerPublic() {
+	pub := s.group("", platformSurface)
+	pub.handle(http.MethodGet, "/healthz", rbac.Public(), s.healthz)
+	pub.handle(http.MethodGet, "/readyz", rbac.Public(), s.readyz)
+	pub.handle(http.MethodGet, "/static/*", rbac.Public(), echo.WrapHandler(staticHandler()))
+	pub.handle(http.MethodGet, "/", rbac.Public(), func(c echo.Context) error {
+		return c.Redirect(http.StatusSeeOther, "/admin/orgs")
+	})
+}
+
+func staticHandler() http.Handler {
+	fs := http.StripPrefix("/static/", http.FileServer(http.FS(web.Static)))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "public, max-age=3600")
+		fs.ServeHTTP(w, r)
+	})
+}
+
+// registerPlatformAPI is the platform JSON API.
+func (s *Server) registerPlatformAPI() {
+	api := s.group("/api/v1", platformSurface)
+	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiLogin)
+	api.handle(http.MethodPost, "/auth/logout", rbac.Authenticated(), s.apiLogout)
+	api.handle(http.MethodPost, "/auth/password", rbac.Authenticated(), s.apiChangePassword)
+	api.handle(http.MethodGet, "/orgs", rbac.Platform("orgs", "read"), s.apiListOrgs)
+	api.handle(http.MethodPost, "/orgs", rbac.Platform("orgs", "create"), s.apiCreateOrg)
+	api.handle(http.MethodGet, "/orgs/:org", rbac.Platform("orgs/:org", "read"), s.apiGetOrg)
+	api.handle(http.MethodPatch, "/orgs/:org", rbac.Platform("orgs/:org", "update"), s.apiUpdateOrg)
+	api.handle(http.MethodDelete, "/orgs/:org", rbac.Platform("orgs/:org", "delete"), s.apiDeleteOrg)
+	api.handle(http.MethodPost, "/orgs/:org/suspend", rbac.Platform("orgs/:org", "suspend"), s.apiSuspendOrg)
+	api.handle(http.MethodPost, "/orgs/:org/resume", rbac.Platform("orgs/:org", "resume"), s.apiResumeOrg)
+	api.handle(http.MethodGet, "/audit", rbac.Platform("audit", "read"), s.apiPlatformAudit)
+}
+
+// registerPlatformPages is the platform admin console.
+func (s *Server) registerPlatformPages() {
+	pg := s.group("", platformSurface)
+	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageLogin)
+	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageLoginSubmit)
+	pg.handle(http.MethodPost, "/logout", rbac.Authenticated(), s.pageLogout)
+	pg.handle(http.MethodGet, "/admin/password", rbac.Authenticated(), s.pagePassword)
+	pg.handle(http.MethodPost, "/admin/password", rbac.Authenticated(), s.pagePasswordSubmit)
+	pg.handle(http.MethodGet, "/admin/orgs", rbac.Platform("orgs", "read"), s.pageOrgs)
+	pg.handle(http.MethodGet, "/admin/orgs/new", rbac.Platform("orgs", "create"), s.pageOrgNew)
+	pg.handle(http.MethodPost, "/admin/orgs", rbac.Platform("orgs", "create"), s.pageOrgCreate)
+	pg.handle(http.MethodGet, "/admin/orgs/:org", rbac.Platform("orgs/:org", "read"), s.pageOrgDetail)
+	pg.handle(http.MethodPost, "/admin/orgs/:org/suspend", rbac.Platform("orgs/:org", "suspend"), s.pageOrgSuspend)
+	pg.handle(http.MethodPost, "/admin/orgs/:org/resume", rbac.Platform("orgs/:org", "resume"), s.pageOrgResume)
+	pg.handle(http.MethodGet, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDeleteConfirm)
+	pg.handle(http.MethodPost, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDelete)
+	pg.handle(http.MethodGet, "/admin/audit", rbac.Platform("audit", "read"), s.pagePlatformAudit)
+}
