@@ -146,8 +146,6 @@ func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
 		return Event{}, fmt.Errorf("audit details: %w", err)
 	}
 	e.Details = canon
-	// Postgres keeps microseconds; hash what the database will give back.
-	e.Time = l.now().UTC().Truncate(time.Microsecond)
 
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -161,6 +159,15 @@ func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
 		res := tx.Table(l.table).Order("seq DESC").Limit(1).Find(&last)
 		if res.Error != nil {
 			return fmt.Errorf("read chain head: %w", res.Error)
+		}
+		// Taken under the lock and never earlier than the event before, so
+		// occurred_at does not decrease along the chain even across
+		// replicas with skewed clocks: Query relies on it to turn a time
+		// range into a seq range. Postgres keeps microseconds; hash what
+		// the database will give back.
+		e.Time = l.now().UTC().Truncate(time.Microsecond)
+		if res.RowsAffected > 0 && e.Time.Before(last.OccurredAt) {
+			e.Time = last.OccurredAt.UTC()
 		}
 		e.Seq = last.Seq + 1
 		e.PrevHash = last.Hash
@@ -222,6 +229,9 @@ func canonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 // Details marshals v for Event.Details; a value that cannot be marshalled
 // is recorded as an error string rather than dropped.
 func Details(v any) json.RawMessage {
+	if v == nil {
+		return json.RawMessage("{}")
+	}
 	b, err := json.Marshal(v)
 	if err != nil {
 		b, _ = json.Marshal(map[string]string{"marshal_error": err.Error()})
@@ -231,14 +241,26 @@ func Details(v any) json.RawMessage {
 
 // VerifyResult says whether the chain is intact and where it first breaks.
 type VerifyResult struct {
-	OK       bool   `json:"ok"`
-	Checked  int64  `json:"checked"`
+	OK bool `json:"ok"`
+	// Checked counts the events verified before the first break.
+	Checked int64 `json:"checked"`
+	// BrokenAt is the first sequence number that fails: a missing one, one
+	// whose link to the event before does not match, or one whose content
+	// no longer matches its hash.
 	BrokenAt int64  `json:"broken_at,omitempty"`
 	Reason   string `json:"reason,omitempty"`
+	// HeadSeq and HeadHash are the last verified event. The chain cannot
+	// show that events were cut off its end; recording the head elsewhere
+	// (a ticket, another system's log) and comparing later can.
+	HeadSeq  int64  `json:"head_seq,omitempty"`
+	HeadHash string `json:"head_hash,omitempty"`
 }
 
 // Verify walks the whole chain in sequence order, in batches, and reports
-// the first row whose sequence, link or hash does not match.
+// the first row whose sequence, link or hash does not match. An edited row
+// breaks at its own sequence (its hash), a deleted row at its sequence (the
+// gap), and rows whose seq values were swapped at the lower of the two (the
+// link to the previous hash).
 func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
 	const batch = 2000
 	var res VerifyResult
@@ -261,6 +283,7 @@ func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
 			}
 			prevHash, prevSeq = e.Hash, e.Seq
 			res.Checked++
+			res.HeadSeq, res.HeadHash = e.Seq, e.Hash
 		}
 		if len(rows) < batch {
 			res.OK = true

@@ -1,6 +1,8 @@
 package auth
 
 import (
+	"context"
+	"errors"
 	"sync"
 	"time"
 )
@@ -96,4 +98,52 @@ func (t *Throttle) gcLocked(now time.Time) {
 			delete(t.entries, k)
 		}
 	}
+}
+
+// ErrThrottled is returned by Attempt when a key is locked; ErrBadCredentials
+// when the check failed. Both say nothing about whether the account exists.
+var (
+	ErrThrottled      = errors.New("too many failed attempts")
+	ErrBadCredentials = errors.New("bad credentials")
+)
+
+// LockedError carries when the lock ends.
+type LockedError struct{ Until time.Time }
+
+func (e *LockedError) Error() string {
+	return "too many failed attempts until " + e.Until.Format(time.RFC3339)
+}
+
+// Unwrap makes errors.Is(err, ErrThrottled) true.
+func (e *LockedError) Unwrap() error { return ErrThrottled }
+
+// Attempt runs check unless one of keys is locked. On failure it records
+// the failure for every key and waits the growing delay (via sleep) before
+// returning ErrBadCredentials; on success it clears the keys.
+func (t *Throttle) Attempt(ctx context.Context, keys []string, sleep func(context.Context, time.Duration), check func() (bool, error)) error {
+	for _, k := range keys {
+		if locked, until := t.Locked(k); locked {
+			return &LockedError{Until: until}
+		}
+	}
+	ok, err := check()
+	if err != nil {
+		return err
+	}
+	if !ok {
+		var delay time.Duration
+		for _, k := range keys {
+			if d := t.Fail(k); d > delay {
+				delay = d
+			}
+		}
+		if delay > 0 && sleep != nil {
+			sleep(ctx, delay)
+		}
+		return ErrBadCredentials
+	}
+	for _, k := range keys {
+		t.Succeed(k)
+	}
+	return nil
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // Console is the assembled application.
@@ -33,6 +34,7 @@ type Console struct {
 	Platform *platform.Service
 	Audit    *audit.Log
 	Server   *handlers.Server
+	Tenants  *tenant.Registry
 	Logger   *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
@@ -134,8 +136,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 			return nil, err
 		}
 	}
+	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL}
 	c.Server = handlers.New(handlers.Deps{
-		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Logger: logger,
+		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
+		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy,
 	})
 	return c, nil

@@ -51,6 +51,13 @@ type Principal struct {
 	MustChangePassword bool
 	// ViaCookie is true when the browser's cookie carried the credentials.
 	ViaCookie bool
+	// Subject is the casbin subject inside an org (user:<id>, key:<id> or
+	// the platform-admin subject).
+	Subject string
+	// UserID is the org user acting (directly or through a personal key).
+	UserID int64
+	// KeyID is set when an API key authenticated the request.
+	KeyID int64
 }
 
 func principalOf(c echo.Context) *Principal {
@@ -184,11 +191,11 @@ func bearer(r *http.Request) (string, bool) {
 func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
-			if perm.Scope == rbac.ScopePublic {
-				return next(c)
-			}
 			if sf == orgSurface {
 				return s.authorizeOrg(c, perm, next)
+			}
+			if perm.Scope == rbac.ScopePublic {
+				return next(c)
 			}
 			p, err := s.platformPrincipal(c)
 			if err != nil {

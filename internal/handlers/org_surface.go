@@ -1,14 +1,266 @@
 package handlers
 
 import (
+	"net/http"
+	"strconv"
+	"strings"
+
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
-func (s *Server) registerOrgSurface() {}
+const ctxTenant = "gh.tenant"
 
+func tenantOf(c echo.Context) *tenant.Tenant {
+	t, _ := c.Get(ctxTenant).(*tenant.Tenant)
+	return t
+}
+
+// registerOrgSurface is every route inside an organization: its pages under
+// /o/:org and its JSON API under /api/v1/orgs/:org.
+func (s *Server) registerOrgSurface() {
+	api := s.group("/api/v1/orgs/:org", orgSurface)
+	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiOrgLogin)
+	api.handle(http.MethodPost, "/auth/logout", rbac.Authenticated(), s.apiOrgLogout)
+	api.handle(http.MethodPost, "/auth/password", rbac.Authenticated(), s.apiOrgChangePassword)
+	api.handle(http.MethodGet, "/me", rbac.Authenticated(), s.apiOrgMe)
+
+	api.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.apiListUsers)
+	api.handle(http.MethodPost, "/users", rbac.Org("users", "create"), s.apiCreateUser)
+	api.handle(http.MethodGet, "/users/:id", rbac.Org("users/:id", "read"), s.apiGetUser)
+	api.handle(http.MethodPatch, "/users/:id", rbac.Org("users/:id", "update"), s.apiUpdateUser)
+	api.handle(http.MethodPost, "/users/:id/reset-password", rbac.Org("users/:id", "update"), s.apiResetPassword)
+
+	api.handle(http.MethodGet, "/departments", rbac.Org("departments", "read"), s.apiListDepartments)
+	api.handle(http.MethodPost, "/departments", rbac.Org("departments", "create"), s.apiCreateDepartment)
+	api.handle(http.MethodGet, "/departments/:dept", rbac.Org("departments/:dept", "read"), s.apiGetDepartment)
+	api.handle(http.MethodPatch, "/departments/:dept", rbac.Org("departments/:dept", "update"), s.apiUpdateDepartment)
+	api.handle(http.MethodDelete, "/departments/:dept", rbac.Org("departments/:dept", "delete"), s.apiDeleteDepartment)
+	api.handle(http.MethodGet, "/departments/:dept/members", rbac.Org("members", "read"), s.apiListMembers)
+	api.handle(http.MethodPut, "/departments/:dept/members/:uid", rbac.Org("members", "update"), s.apiPutMember)
+	api.handle(http.MethodDelete, "/departments/:dept/members/:uid", rbac.Org("members", "update"), s.apiDeleteMember)
+
+	api.handle(http.MethodGet, "/roles", rbac.Org("roles", "read"), s.apiListRoles)
+	api.handle(http.MethodPost, "/roles", rbac.Org("roles", "update"), s.apiAssignRole)
+	api.handle(http.MethodDelete, "/roles", rbac.Org("roles", "update"), s.apiUnassignRole)
+	api.handle(http.MethodGet, "/policies", rbac.Org("policies", "read"), s.apiListRules)
+	api.handle(http.MethodPost, "/policies", rbac.Org("policies", "update"), s.apiAddRule)
+	api.handle(http.MethodDelete, "/policies", rbac.Org("policies", "update"), s.apiRemoveRule)
+
+	api.handle(http.MethodGet, "/api-keys", rbac.Authenticated(), s.apiListKeys)
+	api.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.apiCreateKey)
+	api.handle(http.MethodDelete, "/api-keys/:id", rbac.Authenticated(), s.apiRevokeKey)
+
+	api.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.apiOrgAudit)
+	api.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
+	api.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.apiOrgAuditVerify)
+
+	pg := s.group("/o/:org", orgSurface)
+	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)
+	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageOrgLoginSubmit)
+	pg.handle(http.MethodPost, "/logout", rbac.Authenticated(), s.pageOrgLogout)
+	pg.handle(http.MethodGet, "/password", rbac.Authenticated(), s.pageOrgPassword)
+	pg.handle(http.MethodPost, "/password", rbac.Authenticated(), s.pageOrgPasswordSubmit)
+	pg.handle(http.MethodGet, "", rbac.Authenticated(), s.pageOrgHome)
+	pg.handle(http.MethodGet, "/", rbac.Authenticated(), s.pageOrgHome)
+	pg.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.pageUsers)
+	pg.handle(http.MethodPost, "/users", rbac.Org("users", "create"), s.pageCreateUser)
+	pg.handle(http.MethodGet, "/users/:id", rbac.Org("users/:id", "read"), s.pageUser)
+	pg.handle(http.MethodPost, "/users/:id/status", rbac.Org("users/:id", "update"), s.pageUserStatus)
+	pg.handle(http.MethodPost, "/users/:id/reset-password", rbac.Org("users/:id", "update"), s.pageUserReset)
+	pg.handle(http.MethodPost, "/users/:id/roles", rbac.Org("roles", "update"), s.pageUserRole)
+	pg.handle(http.MethodGet, "/departments", rbac.Org("departments", "read"), s.pageDepartments)
+	pg.handle(http.MethodPost, "/departments", rbac.Org("departments", "create"), s.pageCreateDepartment)
+	pg.handle(http.MethodGet, "/departments/:dept", rbac.Org("departments/:dept", "read"), s.pageDepartment)
+	pg.handle(http.MethodPost, "/departments/:dept/members", rbac.Org("members", "update"), s.pageAddMember)
+	pg.handle(http.MethodPost, "/departments/:dept/members/:uid/remove", rbac.Org("members", "update"), s.pageRemoveMember)
+	pg.handle(http.MethodPost, "/departments/:dept/delete", rbac.Org("departments/:dept", "delete"), s.pageDeleteDepartment)
+	pg.handle(http.MethodGet, "/api-keys", rbac.Authenticated(), s.pageKeys)
+	pg.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.pageCreateKey)
+	pg.handle(http.MethodPost, "/api-keys/:id/revoke", rbac.Authenticated(), s.pageRevokeKey)
+	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
+	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
+	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)
+
+	// A platform admin enters an org explicitly; it is audited in both logs.
+	plat := s.group("/api/v1/orgs/:org", platformSurface)
+	plat.handle(http.MethodPost, "/enter", rbac.Platform("orgs/:org", "enter"), s.apiEnterOrg)
+	pp := s.group("/admin/orgs/:org", platformSurface)
+	pp.handle(http.MethodPost, "/enter", rbac.Platform("orgs/:org", "enter"), s.pageEnterOrg)
+}
+
+func orgCookieName(slug string) string { return orgCookiePrefix + slug }
+
+// authorizeOrg opens the org named in the path, authenticates its
+// principal with the org's own keys and checks casbin. Deny is the
+// default; denials are audited; objects the caller may not see answer 404.
 func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerFunc) error {
-	return apperr.New(apperr.ErrForbidden, "forbidden", "Not allowed.")
+	t, err := s.Tenants.Open(c.Request().Context(), c.Param("org"))
+	if err != nil {
+		return err
+	}
+	defer t.Release()
+	c.Set(ctxTenant, t)
+	if perm.Scope == rbac.ScopePublic {
+		return next(c)
+	}
+	p, err := s.orgPrincipal(c, t)
+	if err != nil {
+		return err
+	}
+	c.Set(ctxPrincipal, p)
+	if p.MustChangePassword && perm.Scope != rbac.ScopeAuthenticated {
+		if !wantsJSON(c) && c.Request().Method == http.MethodGet {
+			return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
+		}
+		return apperr.New(apperr.ErrForbidden, "password_change_required",
+			"Change your one-time password (POST /api/v1/orgs/%s/auth/password) before doing anything else.", t.Org.Slug)
+	}
+	if perm.Scope == rbac.ScopeAuthenticated {
+		return next(c)
+	}
+	obj := perm.Resolve(c.Param)
+	var allowed bool
+	if dept := c.Param("dept"); dept != "" {
+		id, perr := strconv.ParseInt(dept, 10, 64)
+		if perr != nil {
+			return notFoundErr()
+		}
+		allowed, err = t.Enforcer.Allowed(c.Request().Context(), p.Subject, rbac.DeptDomain(id), obj, perm.Action)
+	} else {
+		allowed, err = t.Enforcer.AllowedAnywhere(c.Request().Context(), p.Subject, obj, perm.Action)
+	}
+	if err != nil {
+		return err
+	}
+	if !allowed {
+		return s.deny(c, t, perm, obj)
+	}
+	return next(c)
+}
+
+func notFoundErr() error {
+	return apperr.New(apperr.ErrNotFound, "not_found", "There is nothing at this address, or you may not see it.")
+}
+
+// deny audits a refusal and answers 404 for specific objects (so their
+// existence does not leak) and 403 for collections.
+func (s *Server) deny(c echo.Context, t *tenant.Tenant, perm rbac.Perm, obj string) error {
+	if err := s.orgEvent(c, t, "authz.deny", audit.Target{Type: "route", ID: obj, Name: c.Request().Method + " " + c.Path()}, audit.Deny,
+		map[string]string{"object": obj, "action": perm.Action}); err != nil {
+		return err
+	}
+	for _, name := range c.ParamNames() {
+		if name != "org" {
+			return notFoundErr()
+		}
+	}
+	return apperr.New(apperr.ErrForbidden, "forbidden", "You do not have permission to %s %s.", perm.Action, obj)
+}
+
+// allowedOn is the object-level check handlers make once they know which
+// department an object belongs to.
+func (s *Server) allowedOn(c echo.Context, dom, obj, act string) (bool, error) {
+	t, p := tenantOf(c), principalOf(c)
+	return t.Enforcer.Allowed(c.Request().Context(), p.Subject, dom, obj, act)
+}
+
+// orgPrincipal authenticates a bearer JWT or API key, or the org's session
+// cookie. Sessions, users and keys are checked live so disabling a user or
+// revoking a key takes effect on the next request.
+func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, error) {
+	r := c.Request()
+	ctx := r.Context()
+	unauth := apperr.New(apperr.ErrUnauthorized, "unauthenticated", "Sign in to this organization to continue.")
+	tok, hasBearer := bearer(r)
+	viaCookie := false
+	if !hasBearer {
+		ck, err := r.Cookie(orgCookieName(t.Org.Slug))
+		if err != nil || ck.Value == "" {
+			return nil, unauth
+		}
+		tok, viaCookie = ck.Value, true
+	}
+	if strings.HasPrefix(tok, "gh_") && !viaCookie {
+		k, owner, err := t.Dir.VerifyKey(ctx, tok)
+		if err != nil {
+			return nil, err
+		}
+		p := &Principal{Kind: audit.ActorAPIKey, ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")", Subject: k.Subject()}
+		if owner != nil {
+			p.Name = k.Name + " (gh_" + k.Prefix + ", key of " + owner.Email + ")"
+			p.UserID = owner.ID
+		}
+		p.KeyID = k.ID
+		return p, nil
+	}
+	claims, err := t.Signer.Verify(tok)
+	if err != nil {
+		return nil, unauth
+	}
+	ok, err := t.Dir.SessionValid(ctx, claims.SessionID, claims.Subject)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, unauth
+	}
+	p := &Principal{SessionID: claims.SessionID, ViaCookie: viaCookie}
+	switch {
+	case strings.HasPrefix(claims.Subject, "user:"):
+		id, _ := strconv.ParseInt(strings.TrimPrefix(claims.Subject, "user:"), 10, 64)
+		u, err := t.Dir.GetUser(ctx, id)
+		if err != nil || u.Status != directory.StatusActive {
+			return nil, unauth
+		}
+		p.Kind, p.ID, p.Name, p.Subject, p.UserID, p.MustChangePassword = audit.ActorUser, itoa(u.ID), u.Email, claims.Subject, u.ID, u.MustChangePassword
+	case strings.HasPrefix(claims.Subject, "platform:"):
+		p.Kind, p.ID, p.Name, p.Subject = audit.ActorPlatformAdmin, strings.TrimPrefix(claims.Subject, "platform:"), claims.Name, rbac.PlatformSubject
+	default:
+		return nil, unauth
+	}
+	return p, nil
+}
+
+// orgEvent appends to the org's audit log for the current request.
+func (s *Server) orgEvent(c echo.Context, t *tenant.Tenant, action string, target audit.Target, decision string, details any) error {
+	ctx, cancel := detached(c.Request().Context())
+	defer cancel()
+	_, err := t.Audit.Append(ctx, audit.Event{
+		Actor: actorOf(principalOf(c)), SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(), Action: action,
+		Target: target, Decision: decision, Details: audit.Details(details),
+	})
+	if err != nil {
+		s.Logger.Error("org audit append failed", "org", t.Org.Slug, "action", action, "error", err)
+	}
+	return err
+}
+
+// audited runs a mutation's audit record; callers return its error so a
+// change that cannot be recorded is reported, never silently accepted.
+func (s *Server) audited(c echo.Context, action string, target audit.Target, details any) error {
+	return s.orgEvent(c, tenantOf(c), action, target, audit.Allow, details)
+}
+
+func idParam(c echo.Context, name string) (int64, error) {
+	id, err := strconv.ParseInt(c.Param(name), 10, 64)
+	if err != nil || id < 1 {
+		return 0, notFoundErr()
+	}
+	return id, nil
+}
+
+// issueOrgToken opens a session for subject and signs a token for it.
+func (s *Server) issueOrgToken(c echo.Context, t *tenant.Tenant, subject, name string) (string, error) {
+	sid, err := t.Dir.CreateSession(c.Request().Context(), subject, t.Signer.TTL())
+	if err != nil {
+		return "", err
+	}
+	tok, _, err := t.Signer.Issue(subject, sid, name)
+	return tok, err
 }

@@ -153,6 +153,7 @@ func (s *Server) setStatus(c echo.Context, status, action string) (orgs.Org, err
 	if err != nil {
 		return o, err
 	}
+	s.Tenants.Forget(o.Slug)
 	return o, s.platformEvent(c, actorOf(principalOf(c)), action, orgTarget(o), audit.Allow, map[string]any{"after": map[string]any{"status": status}})
 }
 
@@ -178,6 +179,7 @@ func (s *Server) deleteOrg(c echo.Context, confirm string) error {
 	if err != nil {
 		return err
 	}
+	s.Tenants.Forget(o.Slug)
 	return s.platformEvent(c, actorOf(principalOf(c)), "org.delete", orgTarget(o), audit.Allow,
 		map[string]any{"before": map[string]any{"slug": o.Slug, "name": o.Name, "status": o.Status}})
 }

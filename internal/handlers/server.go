@@ -5,6 +5,7 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -15,9 +16,11 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/web"
 )
 
@@ -27,6 +30,10 @@ type Deps struct {
 	Orgs          *orgs.Service
 	Platform      *platform.Service
 	PlatformAudit *audit.Log
+	Tenants       *tenant.Registry
+	// Throttle slows repeated org sign-in failures per address and account.
+	Throttle      *auth.Throttle
+	Sleep         func(context.Context, time.Duration)
 	Logger        *slog.Logger
 	SecureCookies bool
 	TrustProxy    bool

@@ -119,32 +119,16 @@ type Login struct {
 // caller audits either outcome.
 func (s *Service) Login(ctx context.Context, email, password, ip string) (Login, error) {
 	email = NormalizeEmail(email)
-	keys := []string{"ip:" + ip, "acct:" + email}
-	for _, k := range keys {
-		if locked, until := s.Throttle.Locked(k); locked {
-			return Login{}, apperr.New(apperr.ErrTooMany, "login_locked",
-				"Too many failed sign-in attempts. Try again after %s.", until.UTC().Format(time.RFC3339))
-		}
-	}
 	var a Admin
-	res := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&a)
-	if res.Error != nil {
-		return Login{}, fmt.Errorf("read admin: %w", res.Error)
-	}
-	if !auth.CheckPassword(a.PasswordHash, password) {
-		var delay time.Duration
-		for _, k := range keys {
-			if d := s.Throttle.Fail(k); d > delay {
-				delay = d
-			}
+	err := s.Throttle.Attempt(ctx, []string{"platform-ip:" + ip, "platform-acct:" + email}, s.Sleep, func() (bool, error) {
+		res := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&a)
+		if res.Error != nil {
+			return false, fmt.Errorf("read admin: %w", res.Error)
 		}
-		if delay > 0 && s.Sleep != nil {
-			s.Sleep(ctx, delay)
-		}
-		return Login{}, ErrBadCredentials
-	}
-	for _, k := range keys {
-		s.Throttle.Succeed(k)
+		return auth.CheckPassword(a.PasswordHash, password), nil
+	})
+	if err != nil {
+		return Login{}, LoginError(err)
 	}
 	now := s.now()
 	sess := sessionRow{ID: auth.RandomToken(18), AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(s.Signer.TTL())}
@@ -157,6 +141,19 @@ func (s *Service) Login(ctx context.Context, email, password, ip string) (Login,
 		return Login{}, err
 	}
 	return Login{Admin: a, Token: tok, ExpiresAt: exp}, nil
+}
+
+// LoginError maps throttle outcomes to the messages people see.
+func LoginError(err error) error {
+	var le *auth.LockedError
+	switch {
+	case errors.As(err, &le):
+		return apperr.New(apperr.ErrTooMany, "login_locked",
+			"Too many failed sign-in attempts. Try again after %s.", le.Until.UTC().Format(time.RFC3339))
+	case errors.Is(err, auth.ErrBadCredentials):
+		return ErrBadCredentials
+	}
+	return err
 }
 
 // Authenticate verifies a token and its live session and returns the admin.

@@ -1,0 +1,140 @@
+package agentd
+
+import (
+	"bufio"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"net/http"
+	"strconv"
+)
+
+// ChunksMediaType is the binary alternative to the JSON poll response that
+// a client may ask for with an Accept header. It carries the same fields
+// without base64 and JSON string scanning, which dominate the cost of
+// moving bulk output:
+//
+//	header line: the SessionResponse as JSON with "chunks":[] and a '\n'
+//	then per chunk: id (8 bytes, big endian), stream (1 byte: 0 stdout,
+//	1 stderr, 2 pty), length (4 bytes, big endian), data
+const ChunksMediaType = "application/x-agentd-chunks"
+
+const frameHeaderLen = 8 + 1 + 4
+
+// wantsBinary reports whether the request accepts ChunksMediaType.
+func wantsBinary(r *http.Request) bool {
+	for _, v := range r.Header.Values("Accept") {
+		for len(v) > 0 {
+			var part string
+			part, v, _ = cut(v, ',')
+			if mt, _, err := mime.ParseMediaType(part); err == nil && mt == ChunksMediaType {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func cut(s string, sep byte) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == sep {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return s, "", false
+}
+
+func streamNumber(name string) uint8 {
+	switch name {
+	case StreamStderr:
+		return streamStderr
+	case StreamPTY:
+		return streamPTY
+	default:
+		return streamStdout
+	}
+}
+
+// writeBinary answers a poll in ChunksMediaType.
+func writeBinary(w http.ResponseWriter, resp SessionResponse) {
+	chunks := resp.Chunks
+	resp.Chunks = []Chunk{}
+	head, err := json.Marshal(resp)
+	if err != nil {
+		writeError(w, nil, err)
+		return
+	}
+	head = append(head, '\n')
+	size := len(head)
+	for _, c := range chunks {
+		size += frameHeaderLen + len(c.Data)
+	}
+	h := w.Header()
+	h.Set("Content-Type", ChunksMediaType)
+	h.Set("Content-Length", strconv.Itoa(size))
+	w.WriteHeader(http.StatusOK)
+	if _, err := w.Write(head); err != nil {
+		return
+	}
+	var frame [frameHeaderLen]byte
+	for _, c := range chunks {
+		binary.BigEndian.PutUint64(frame[0:8], c.ID)
+		frame[8] = streamNumber(c.Stream)
+		binary.BigEndian.PutUint32(frame[9:13], uint32(len(c.Data)))
+		if _, err := w.Write(frame[:]); err != nil {
+			return
+		}
+		if _, err := w.Write(c.Data); err != nil {
+			return
+		}
+	}
+}
+
+// maxBinaryBody bounds what the client accepts in one binary response.
+const maxBinaryBody = 1 << 30
+
+// readBinary decodes a ChunksMediaType body. All chunk data shares one
+// allocation.
+func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
+	br := bufio.NewReaderSize(body, 64<<10)
+	line, err := br.ReadSlice('\n')
+	if err != nil {
+		return nil, fmt.Errorf("agentd: binary response header: %w", err)
+	}
+	var resp SessionResponse
+	if err := json.Unmarshal(line, &resp); err != nil {
+		return nil, fmt.Errorf("agentd: binary response header: %w", err)
+	}
+	var rest []byte
+	if contentLength >= 0 {
+		n := contentLength - int64(len(line))
+		if n < 0 || n > maxBinaryBody {
+			return nil, errors.New("agentd: binary response has a bad length")
+		}
+		rest = make([]byte, n)
+		if _, err := io.ReadFull(br, rest); err != nil {
+			return nil, fmt.Errorf("agentd: binary response: %w", err)
+		}
+	} else if rest, err = io.ReadAll(io.LimitReader(br, maxBinaryBody)); err != nil {
+		return nil, fmt.Errorf("agentd: binary response: %w", err)
+	}
+	resp.Chunks = resp.Chunks[:0]
+	for len(rest) > 0 {
+		if len(rest) < frameHeaderLen {
+			return nil, errors.New("agentd: binary response ends inside a frame")
+		}
+		id := binary.BigEndian.Uint64(rest[0:8])
+		stream := streamName(rest[8])
+		n := int(binary.BigEndian.Uint32(rest[9:13]))
+		rest = rest[frameHeaderLen:]
+		if n > len(rest) {
+			return nil, errors.New("agentd: binary response ends inside a frame")
+		}
+		resp.Chunks = append(resp.Chunks, Chunk{ID: id, Stream: stream, Data: rest[:n:n]})
+		rest = rest[n:]
+	}
+	return &resp, nil
+}

@@ -1,0 +1,303 @@
+package agentd
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Client is a typed client of one agentd. It is safe for concurrent use and
+// reuses connections through its http.Client.
+type Client struct {
+	base    string
+	token   string
+	http    *http.Client
+	headers http.Header
+}
+
+// ClientOption configures a Client.
+type ClientOption func(*Client)
+
+// WithHeader adds a header to every request, e.g. a sandbox proxy's access
+// token.
+func WithHeader(key, value string) ClientOption {
+	return func(c *Client) { c.headers.Add(key, value) }
+}
+
+// NewClient returns a client of the agentd at baseURL (e.g.
+// "http://10.0.0.5:49984"). httpClient may carry a custom transport, such as
+// one routing through a sandbox proxy; nil uses a client with a pooled
+// transport. The http.Client should have no Timeout: long-polls and
+// downloads are bounded by contexts instead.
+func NewClient(baseURL, token string, httpClient *http.Client, opts ...ClientOption) *Client {
+	if httpClient == nil {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = 32
+		httpClient = &http.Client{Transport: t}
+	}
+	c := &Client{
+		base:    strings.TrimRight(baseURL, "/"),
+		token:   token,
+		http:    httpClient,
+		headers: make(http.Header),
+	}
+	for _, o := range opts {
+		o(c)
+	}
+	return c
+}
+
+// Health calls GET /healthz.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var h Health
+	if err := c.do(ctx, http.MethodGet, "/healthz", nil, &h); err != nil {
+		return nil, err
+	}
+	return &h, nil
+}
+
+// CreateSession starts a command. With WaitMS set, a short command's final
+// state and output arrive in the response.
+func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionResponse, error) {
+	var resp SessionResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/sessions", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Poll returns the output after cursor, waiting up to wait for some.
+func (c *Client) Poll(ctx context.Context, id string, cursor uint64, wait time.Duration) (*SessionResponse, error) {
+	q := url.Values{}
+	q.Set("cursor", strconv.FormatUint(cursor, 10))
+	q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
+	// The binary form saves base64 and JSON scanning on bulk output.
+	httpResp, err := c.send(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"?"+q.Encode(), nil, ChunksMediaType)
+	if err != nil {
+		return nil, err
+	}
+	defer httpResp.Body.Close()
+	if ct := httpResp.Header.Get("Content-Type"); ct != ChunksMediaType {
+		var resp SessionResponse
+		if err := json.NewDecoder(httpResp.Body).Decode(&resp); err != nil {
+			return nil, fmt.Errorf("agentd: decode poll response: %w", err)
+		}
+		return &resp, nil
+	}
+	return readBinary(httpResp.Body, httpResp.ContentLength)
+}
+
+// followWait is the long-poll duration Follow asks for.
+const followWait = 30 * time.Second
+
+// Follow polls session id from cursor until it ends, calling fn with every
+// poll response that carries output or truncation (in order), and returns
+// the final response (whose chunks were already passed to fn). It returns
+// fn's error if fn fails, or ctx's error.
+func (c *Client) Follow(ctx context.Context, id string, cursor uint64, fn func(*SessionResponse) error) (*SessionResponse, error) {
+	for {
+		resp, err := c.Poll(ctx, id, cursor, followWait)
+		if err != nil {
+			return nil, err
+		}
+		if fn != nil && (len(resp.Chunks) > 0 || resp.Truncated) {
+			if err := fn(resp); err != nil {
+				return nil, err
+			}
+		}
+		cursor = resp.NextCursor
+		if resp.State != StateRunning {
+			return resp, nil
+		}
+	}
+}
+
+// Result is the collected outcome of Run.
+type Result struct {
+	SessionID    string
+	State        string
+	ExitCode     int
+	Stdout       []byte // with a TTY: the terminal output
+	Stderr       []byte
+	DroppedBytes uint64 // output lost to buffer overflow
+}
+
+// Run starts a command, follows it to its end and collects its output.
+func (c *Client) Run(ctx context.Context, req CreateSessionRequest) (*Result, error) {
+	resp, err := c.CreateSession(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	var res Result
+	res.SessionID = resp.SessionID
+	collect := func(r *SessionResponse) error {
+		res.DroppedBytes += r.DroppedBytes
+		for _, ch := range r.Chunks {
+			if ch.Stream == StreamStderr {
+				res.Stderr = append(res.Stderr, ch.Data...)
+			} else {
+				res.Stdout = append(res.Stdout, ch.Data...)
+			}
+		}
+		return nil
+	}
+	collect(resp)
+	final := resp
+	if resp.State == StateRunning {
+		if final, err = c.Follow(ctx, resp.SessionID, resp.NextCursor, collect); err != nil {
+			return nil, err
+		}
+	}
+	res.State = final.State
+	if final.ExitCode != nil {
+		res.ExitCode = *final.ExitCode
+	}
+	return &res, nil
+}
+
+// WriteStdin sends data (and, with eof, closes stdin).
+func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/stdin", StdinRequest{Data: data, EOF: eof}, nil)
+}
+
+// Resize changes a TTY session's window size.
+func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/resize", ResizeRequest{Rows: rows, Cols: cols}, nil)
+}
+
+// Kill kills the session's process group and returns its final state.
+func (c *Client) Kill(ctx context.Context, id string) (*SessionResponse, error) {
+	var resp SessionResponse
+	if err := c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Stat examines a batch of paths.
+func (c *Client) Stat(ctx context.Context, paths ...string) ([]FileStat, error) {
+	var resp StatResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/files/stat", StatRequest{Paths: paths}, &resp); err != nil {
+		return nil, err
+	}
+	return resp.Results, nil
+}
+
+// Fetch makes agentd download a URL into path.
+func (c *Client) Fetch(ctx context.Context, req FetchRequest) (*FetchResponse, error) {
+	var resp FetchResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/files/fetch", req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// ReadFile reads up to limit bytes of path from offset (limit 0: the server
+// maximum) and returns them with the file's full size.
+func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64) ([]byte, int64, error) {
+	q := url.Values{}
+	q.Set("path", path)
+	if offset > 0 {
+		q.Set("offset", strconv.FormatInt(offset, 10))
+	}
+	if limit > 0 {
+		q.Set("limit", strconv.FormatInt(limit, 10))
+	}
+	resp, err := c.send(ctx, http.MethodGet, "/v1/files?"+q.Encode(), nil, "")
+	if err != nil {
+		return nil, 0, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, 0, err
+	}
+	size, _ := strconv.ParseInt(resp.Header.Get(FileHeaderSize), 10, 64)
+	return data, size, nil
+}
+
+// do sends a JSON request and decodes a JSON response into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	resp, err := c.send(ctx, method, path, in, "")
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("agentd: decode %s %s response: %w", method, path, err)
+	}
+	return nil
+}
+
+// send performs a request and turns error statuses into *Error.
+func (c *Client) send(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return nil, err
+	}
+	for k, v := range c.headers {
+		req.Header[k] = v
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if accept != "" {
+		req.Header.Set("Accept", accept)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode < 400 {
+		return resp, nil
+	}
+	defer resp.Body.Close()
+	var env ErrorEnvelope
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
+		status, _ := codeInfoByStatus(resp.StatusCode)
+		return nil, &Error{Status: resp.StatusCode, Code: status, Message: strings.TrimSpace(string(raw))}
+	}
+	return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
+}
+
+// codeInfoByStatus guesses a code for error responses without an envelope,
+// e.g. from a proxy in front of agentd.
+func codeInfoByStatus(status int) (string, bool) {
+	switch status {
+	case http.StatusBadRequest:
+		return CodeBadRequest, true
+	case http.StatusUnauthorized, http.StatusForbidden:
+		return CodeUnauthorized, true
+	case http.StatusNotFound:
+		return CodeNotFound, true
+	case http.StatusRequestEntityTooLarge:
+		return CodeTooLarge, true
+	case http.StatusTooManyRequests:
+		return CodeTooManySessions, true
+	case http.StatusServiceUnavailable:
+		return CodeShuttingDown, true
+	default:
+		return CodeInternal, false
+	}
+}

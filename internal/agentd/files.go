@@ -1,0 +1,319 @@
+package agentd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// fileSystem performs file operations, confined to a root directory when one
+// is configured. Confinement uses os.Root, which resolves every path
+// component itself, so neither "..", absolute symlinks nor a symlink swapped
+// in mid-request can lead outside.
+type fileSystem struct {
+	rootDir string   // absolute, symlinks resolved; "" without confinement
+	root    *os.Root // nil without confinement
+}
+
+func newFileSystem(dir string) (*fileSystem, error) {
+	if dir == "" {
+		return &fileSystem{}, nil
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: root: %w", err)
+	}
+	real, err := filepath.EvalSymlinks(abs)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: root: %w", err)
+	}
+	root, err := os.OpenRoot(real)
+	if err != nil {
+		return nil, fmt.Errorf("agentd: root: %w", err)
+	}
+	return &fileSystem{rootDir: real, root: root}, nil
+}
+
+// within reports whether path is dir or below it (both cleaned, absolute).
+func within(dir, path string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) && !filepath.IsAbs(rel)
+}
+
+// rel turns a request path into one relative to the root. Absolute paths
+// must lie inside the root; relative ones are taken from it.
+func (f *fileSystem) rel(p string) (string, error) {
+	if p == "" {
+		return "", newError(CodeBadRequest, "A path is required.")
+	}
+	if strings.IndexByte(p, 0) >= 0 {
+		return "", newError(CodeBadRequest, "The path contains a NUL byte.")
+	}
+	if filepath.IsAbs(p) {
+		clean := filepath.Clean(p)
+		if !within(f.rootDir, clean) {
+			return "", newError(CodePathOutsideRoot, "The path %q is outside the root directory.", p)
+		}
+		r, _ := filepath.Rel(f.rootDir, clean)
+		return r, nil
+	}
+	clean := filepath.Clean(p)
+	if !filepath.IsLocal(clean) && clean != "." {
+		return "", newError(CodePathOutsideRoot, "The path %q is outside the root directory.", p)
+	}
+	return clean, nil
+}
+
+// pathError translates an os error on p into a protocol error.
+func (f *fileSystem) pathError(p string, err error) error {
+	var pathErr *os.PathError
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return newError(CodeNotFound, "The path %q does not exist.", p)
+	case errors.Is(err, fs.ErrPermission):
+		return newError(CodePathOutsideRoot, "The path %q is not accessible.", p)
+	case errors.As(err, &pathErr) && strings.Contains(pathErr.Err.Error(), "escapes"):
+		return newError(CodePathOutsideRoot, "The path %q leads outside the root directory.", p)
+	case isNotDir(err):
+		return newError(CodeNotFound, "The path %q does not exist.", p)
+	default:
+		return newError(CodeBadRequest, "The path %q cannot be used.", p)
+	}
+}
+
+func isNotDir(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "not a directory")
+}
+
+func (f *fileSystem) open(p string) (*os.File, error) {
+	if f.root == nil {
+		if p == "" {
+			return nil, newError(CodeBadRequest, "A path is required.")
+		}
+		file, err := os.Open(p)
+		if err != nil {
+			return nil, f.pathError(p, err)
+		}
+		return file, nil
+	}
+	rel, err := f.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	file, err := f.root.Open(rel)
+	if err != nil {
+		return nil, f.pathError(p, err)
+	}
+	return file, nil
+}
+
+func (f *fileSystem) stat(p string) (os.FileInfo, error) {
+	if f.root == nil {
+		if p == "" {
+			return nil, newError(CodeBadRequest, "A path is required.")
+		}
+		fi, err := os.Stat(p)
+		if err != nil {
+			return nil, f.pathError(p, err)
+		}
+		return fi, nil
+	}
+	rel, err := f.rel(p)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := f.root.Stat(rel)
+	if err != nil {
+		return nil, f.pathError(p, err)
+	}
+	return fi, nil
+}
+
+// readFile opens p for reading limit bytes at offset and reports its size.
+func (f *fileSystem) readFile(p string, offset, limit int64) (io.ReadCloser, int64, int64, error) {
+	file, err := f.open(p)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	fi, err := file.Stat()
+	if err != nil {
+		file.Close()
+		return nil, 0, 0, f.pathError(p, err)
+	}
+	if fi.IsDir() {
+		file.Close()
+		return nil, 0, 0, newError(CodeIsDirectory, "The path %q is a directory; use POST /v1/files/stat to inspect it.", p)
+	}
+	if !fi.Mode().IsRegular() {
+		file.Close()
+		return nil, 0, 0, newError(CodeBadRequest, "The path %q is not a regular file.", p)
+	}
+	size := fi.Size()
+	n := max(min(limit, size-offset), 0)
+	sr := io.NewSectionReader(file, offset, n)
+	return struct {
+		io.Reader
+		io.Closer
+	}{sr, file}, size, n, nil
+}
+
+// statAll examines each path, following symlinks (inside the root).
+func (f *fileSystem) statAll(paths []string) []FileStat {
+	out := make([]FileStat, len(paths))
+	for i, p := range paths {
+		out[i].Path = p
+		fi, err := f.stat(p)
+		if err != nil {
+			var e *Error
+			if errors.As(err, &e) && e.Code != CodeNotFound {
+				out[i].Error = &ErrorBody{Code: e.Code, Message: e.Message}
+			}
+			continue
+		}
+		mtime := fi.ModTime().UTC()
+		out[i].Exists = true
+		out[i].Type = fileType(fi.Mode())
+		out[i].Size = fi.Size()
+		out[i].Mode = fmt.Sprintf("%04o", fi.Mode().Perm())
+		out[i].MTime = &mtime
+	}
+	return out
+}
+
+func fileType(m fs.FileMode) string {
+	switch {
+	case m.IsRegular():
+		return "file"
+	case m.IsDir():
+		return "dir"
+	case m&fs.ModeSymlink != 0:
+		return "symlink"
+	default:
+		return "other"
+	}
+}
+
+// createTemp creates a temporary file next to p (inside the root) and returns
+// it with the relative names needed to rename it into place.
+func (f *fileSystem) createTemp(p string) (file *os.File, tmp, final string, err error) {
+	if f.root == nil {
+		if p == "" {
+			return nil, "", "", newError(CodeBadRequest, "A path is required.")
+		}
+		final = filepath.Clean(p)
+		file, err = os.CreateTemp(filepath.Dir(final), "."+filepath.Base(final)+".agentd-*")
+		if err != nil {
+			return nil, "", "", f.pathError(p, err)
+		}
+		return file, file.Name(), final, nil
+	}
+	final, err = f.rel(p)
+	if err != nil {
+		return nil, "", "", err
+	}
+	if final == "." {
+		return nil, "", "", newError(CodeIsDirectory, "The path %q is a directory.", p)
+	}
+	tmp = filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".agentd-"+newSessionID()[:12])
+	file, err = f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, "", "", f.pathError(p, err)
+	}
+	return file, tmp, final, nil
+}
+
+func (f *fileSystem) rename(tmp, final string) error {
+	if f.root == nil {
+		return os.Rename(tmp, final)
+	}
+	return f.root.Rename(tmp, final)
+}
+
+func (f *fileSystem) remove(tmp string) {
+	if f.root == nil {
+		os.Remove(tmp)
+		return
+	}
+	f.root.Remove(tmp)
+}
+
+// fetch downloads rawURL into p atomically: the body goes to a temporary file
+// next to p that is renamed over p only once complete.
+func (f *fileSystem) fetch(ctx context.Context, client *http.Client, rawURL, p string, maxBytes int64) (int64, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return 0, newError(CodeBadRequest, "The url must be an absolute http or https URL.")
+	}
+	if fi, err := f.stat(p); err == nil && fi.IsDir() {
+		return 0, newError(CodeIsDirectory, "The path %q is a directory.", p)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+	if err != nil {
+		return 0, newError(CodeBadRequest, "The url cannot be requested.")
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0, newError(CodeTimeout, "The download did not finish in time.")
+		}
+		return 0, newError(CodeFetchFailed, "The download failed: %s.", redactURLError(err))
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return 0, newError(CodeFetchFailed, "The download source answered %s.", resp.Status)
+	}
+	if resp.ContentLength > maxBytes {
+		return 0, newError(CodeTooLarge, "The download is %d bytes, over the limit of %d.", resp.ContentLength, maxBytes)
+	}
+	file, tmp, final, err := f.createTemp(p)
+	if err != nil {
+		return 0, err
+	}
+	n, copyErr := io.Copy(file, io.LimitReader(resp.Body, maxBytes+1))
+	closeErr := file.Close()
+	switch {
+	case copyErr != nil:
+		f.remove(tmp)
+		if ctx.Err() != nil {
+			return 0, newError(CodeTimeout, "The download did not finish in time.")
+		}
+		return 0, newError(CodeFetchFailed, "The download broke off after %d bytes.", n)
+	case n > maxBytes:
+		f.remove(tmp)
+		return 0, newError(CodeTooLarge, "The download exceeds the limit of %d bytes.", maxBytes)
+	case closeErr != nil:
+		f.remove(tmp)
+		return 0, closeErr
+	}
+	if err := f.rename(tmp, final); err != nil {
+		f.remove(tmp)
+		return 0, f.pathError(p, err)
+	}
+	return n, nil
+}
+
+// redactURLError keeps the failure reason but not the URL, which may carry
+// credentials in its query.
+func redactURLError(err error) string {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		err = ue.Err
+	}
+	return strings.TrimSuffix(err.Error(), ".")
+}
+
+// fetchDeadline bounds a download's duration.
+func fetchDeadline(requested int64, limit time.Duration) time.Duration {
+	if requested <= 0 {
+		return limit
+	}
+	return min(time.Duration(requested)*time.Millisecond, limit)
+}

@@ -1,0 +1,20 @@
+package agentd
+
+import (
+	"net/http"
+	"time"
+)
+
+// handleHealth answers GET /healthz without authentication.
+func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
+	s.mu.Lock()
+	active := s.running
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, Health{
+		Status:         "ok",
+		Version:        Version,
+		ActiveSessions: active,
+		UptimeSeconds:  time.Since(s.started).Seconds(),
+	})
+	return nil
+}

@@ -1,0 +1,261 @@
+package agentd
+
+import (
+	"errors"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// handleCreateSession starts a command and, with wait_ms, waits for it.
+func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) error {
+	var req CreateSessionRequest
+	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
+		return err
+	}
+	spec, err := s.sessionSpec(req)
+	if err != nil {
+		return err
+	}
+	sess, err := s.startSession(spec, req)
+	if err != nil {
+		return err
+	}
+	if req.WaitMS > 0 {
+		wait := time.NewTimer(min(time.Duration(req.WaitMS)*time.Millisecond, maxWait))
+		select {
+		case <-sess.done:
+		case <-wait.C:
+		case <-r.Context().Done():
+		case <-s.closing:
+		}
+		wait.Stop()
+	}
+	resp, err := sess.snapshot(0, false)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusCreated, resp)
+	return nil
+}
+
+// sessionSpec validates a create request and turns it into a procSpec.
+func (s *Server) sessionSpec(req CreateSessionRequest) (procSpec, error) {
+	switch {
+	case strings.TrimSpace(req.Command) == "":
+		return procSpec{}, newError(CodeBadRequest, "The command is required.")
+	case len(req.Command) > maxCommandLen:
+		return procSpec{}, newError(CodeBadRequest, "The command exceeds %d bytes.", maxCommandLen)
+	case strings.IndexByte(req.Command, 0) >= 0:
+		return procSpec{}, newError(CodeBadRequest, "The command contains a NUL byte.")
+	case len(req.Env) > maxEnvVars:
+		return procSpec{}, newError(CodeBadRequest, "At most %d environment variables are allowed.", maxEnvVars)
+	case req.TimeoutMS < 0 || req.TimeoutMS > maxTimeout.Milliseconds():
+		return procSpec{}, newError(CodeBadRequest, "The timeout_ms must be between 0 and %d.", maxTimeout.Milliseconds())
+	case req.WaitMS < 0:
+		return procSpec{}, newError(CodeBadRequest, "The wait_ms must not be negative.")
+	case req.Rows > maxTTYDimension || req.Cols > maxTTYDimension:
+		return procSpec{}, newError(CodeBadRequest, "The rows and cols must be at most %d.", maxTTYDimension)
+	case req.Overflow != "" && req.Overflow != OverflowDrop && req.Overflow != OverflowBlock:
+		return procSpec{}, newError(CodeBadRequest, "The overflow must be %q or %q.", OverflowDrop, OverflowBlock)
+	case req.TTY && !ttySupported:
+		return procSpec{}, newError(CodeTTYUnsupported, "This platform cannot run tty sessions.")
+	}
+	env := slices.Clip(s.baseEnv)
+	if req.TTY {
+		env = append(env, "TERM=xterm-256color")
+	}
+	keys := make([]string, 0, len(req.Env))
+	for k, v := range req.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.IndexByte(v, 0) >= 0 {
+			return procSpec{}, newError(CodeBadRequest, "The environment variable %q is not valid.", k)
+		}
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		env = append(env, k+"="+req.Env[k]) // later entries win
+	}
+	dir, err := s.resolveCwd(req.Cwd)
+	if err != nil {
+		return procSpec{}, err
+	}
+	spec := procSpec{
+		shell:   s.cfg.Shell,
+		command: req.Command,
+		dir:     dir,
+		env:     env,
+		tty:     req.TTY,
+		rows:    req.Rows,
+		cols:    req.Cols,
+		stdin:   req.Stdin,
+	}
+	if spec.tty {
+		if spec.rows == 0 {
+			spec.rows = defaultRows
+		}
+		if spec.cols == 0 {
+			spec.cols = defaultCols
+		}
+	}
+	return spec, nil
+}
+
+// startSession reserves a slot under the session cap and starts the command.
+func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session, error) {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil, newError(CodeShuttingDown, "The server is shutting down.")
+	}
+	if s.running >= s.cfg.MaxSessions {
+		s.mu.Unlock()
+		return nil, newError(CodeTooManySessions, "At most %d sessions may run at once.", s.cfg.MaxSessions)
+	}
+	s.running++
+	s.mu.Unlock()
+
+	proc, err := startProcess(spec)
+	if err != nil {
+		s.mu.Lock()
+		s.running--
+		s.mu.Unlock()
+		if errors.Is(err, errTTYUnsupported) {
+			return nil, newError(CodeTTYUnsupported, "This platform cannot run tty sessions.")
+		}
+		s.cfg.Logger.Error("start command", "error", err)
+		return nil, newError(CodeBadRequest, "The command could not be started.")
+	}
+	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace}
+	sess := newSession(newSessionID(), proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
+
+	s.mu.Lock()
+	closed := s.closed
+	s.sessions[sess.id] = sess
+	s.mu.Unlock()
+	sess.start(time.Duration(req.TimeoutMS) * time.Millisecond)
+	if closed { // Close ran while we were starting: it did not see us.
+		sess.kill(StateKilled)
+	}
+	return sess, nil
+}
+
+func (s *Server) sessionEnded(*session) {
+	s.mu.Lock()
+	s.running--
+	s.mu.Unlock()
+}
+
+func (s *Server) session(id string) (*session, error) {
+	s.mu.Lock()
+	sess := s.sessions[id]
+	s.mu.Unlock()
+	if sess == nil {
+		return nil, newError(CodeNotFound, "There is no session %q.", id)
+	}
+	return sess, nil
+}
+
+// handlePollSession long-polls for output after a cursor.
+func (s *Server) handlePollSession(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.session(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	q := r.URL.Query()
+	cursor, err := queryUint(q.Get("cursor"), "cursor")
+	if err != nil {
+		return err
+	}
+	waitMS, err := queryUint(q.Get("wait_ms"), "wait_ms")
+	if err != nil {
+		return err
+	}
+	wait := min(time.Duration(min(waitMS, uint64(maxWait.Milliseconds())))*time.Millisecond, maxWait)
+	resp, err := sess.poll(cursor, wait, s.closing, r.Context().Done())
+	if err != nil {
+		return err
+	}
+	if wantsBinary(r) {
+		writeBinary(w, resp)
+		return nil
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+func queryUint(v, name string) (uint64, error) {
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, newError(CodeBadRequest, "The %s must be a non-negative integer.", name)
+	}
+	return n, nil
+}
+
+// handleDeleteSession kills the session's process group and waits for it to
+// end; for an ended session it only reports the final state.
+func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.session(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	sess.kill(StateKilled)
+	wait := time.NewTimer(s.cfg.KillGrace + s.cfg.DrainGrace + time.Second)
+	defer wait.Stop()
+	select {
+	case <-sess.done:
+	case <-wait.C:
+	case <-r.Context().Done():
+	}
+	writeJSON(w, http.StatusOK, sess.status())
+	return nil
+}
+
+// handleStdin writes to the session's stdin.
+func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.session(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var req StdinRequest
+	if err := decodeJSON(w, r, &req, maxStdinBody); err != nil {
+		return err
+	}
+	if len(req.Data) > 0 && req.Text != "" {
+		return newError(CodeBadRequest, "Set either data or text, not both.")
+	}
+	data := req.Data
+	if req.Text != "" {
+		data = []byte(req.Text)
+	}
+	if err := sess.writeStdin(data, req.EOF); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess.status())
+	return nil
+}
+
+// handleResize changes the PTY window size.
+func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
+	sess, err := s.session(r.PathValue("id"))
+	if err != nil {
+		return err
+	}
+	var req ResizeRequest
+	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
+		return err
+	}
+	if req.Rows == 0 || req.Cols == 0 || req.Rows > maxTTYDimension || req.Cols > maxTTYDimension {
+		return newError(CodeBadRequest, "The rows and cols must be between 1 and %d.", maxTTYDimension)
+	}
+	if err := sess.resize(req.Rows, req.Cols); err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sess.status())
+	return nil
+}

@@ -1,0 +1,90 @@
+//go:build !unix
+
+package agentd
+
+import (
+	"os"
+	"os/exec"
+)
+
+// defaultShell runs commands where there is no /bin/sh.
+const defaultShell = "cmd.exe"
+
+func shellArgs(command string) []string { return []string{"/C", command} }
+
+// process is a started command. Without unix process groups only the
+// command itself can be signalled; its children may outlive it.
+type process struct {
+	cmd     *exec.Cmd
+	pty     *os.File
+	outputs []outputPipe
+	stdin   *os.File
+}
+
+type outputPipe struct {
+	f      *os.File
+	stream uint8
+}
+
+func startProcess(spec procSpec) (*process, error) {
+	if spec.tty {
+		return nil, errTTYUnsupported
+	}
+	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
+	cmd.Dir = spec.dir
+	cmd.Env = spec.env
+	p := &process{cmd: cmd}
+	var toClose []*os.File
+	closeAll := func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}
+	for _, stream := range []uint8{streamStdout, streamStderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		toClose = append(toClose, r, w)
+		p.outputs = append(p.outputs, outputPipe{f: r, stream: stream})
+		if stream == streamStdout {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+	}
+	if spec.stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		toClose = append(toClose, r, w)
+		cmd.Stdin = r
+		p.stdin = w
+	}
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, err
+	}
+	cmd.Stdout.(*os.File).Close()
+	cmd.Stderr.(*os.File).Close()
+	if spec.stdin {
+		cmd.Stdin.(*os.File).Close()
+	}
+	return p, nil
+}
+
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+func (p *process) terminateGroup() { p.cmd.Process.Kill() }
+
+func (p *process) killGroup() { p.cmd.Process.Kill() }
+
+func (p *process) resize(rows, cols uint16) error { return errNoTTY }
+
+func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
+
+// ttySupported reports whether this platform can run TTY sessions.
+const ttySupported = false

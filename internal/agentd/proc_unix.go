@@ -1,0 +1,191 @@
+//go:build unix
+
+package agentd
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"syscall"
+	"unsafe"
+
+	"github.com/creack/pty"
+)
+
+// defaultShell runs commands on unix.
+const defaultShell = "/bin/sh"
+
+func shellArgs(command string) []string { return []string{"-c", command} }
+
+// process is a started command in its own process group.
+type process struct {
+	cmd     *exec.Cmd
+	pty     *os.File // master side; nil without a TTY
+	outputs []outputPipe
+	stdin   *os.File // write side of stdin: a pipe or the PTY master
+}
+
+type outputPipe struct {
+	f      *os.File
+	stream uint8
+}
+
+// startProcess starts spec in a new process group: a new session with the
+// PTY as controlling terminal for TTY commands, a plain group otherwise.
+func startProcess(spec procSpec) (*process, error) {
+	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
+	cmd.Dir = spec.dir
+	cmd.Env = spec.env
+	if spec.tty {
+		return startPTY(cmd, spec)
+	}
+	p := &process{cmd: cmd}
+	var toClose []*os.File
+	closeAll := func() {
+		for _, f := range toClose {
+			f.Close()
+		}
+	}
+	for _, stream := range []uint8{streamStdout, streamStderr} {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		toClose = append(toClose, r, w)
+		p.outputs = append(p.outputs, outputPipe{f: r, stream: stream})
+		if stream == streamStdout {
+			cmd.Stdout = w
+		} else {
+			cmd.Stderr = w
+		}
+	}
+	if spec.stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			closeAll()
+			return nil, err
+		}
+		toClose = append(toClose, r, w)
+		cmd.Stdin = r
+		p.stdin = w
+	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		closeAll()
+		return nil, err
+	}
+	// The child holds its own copies; ours would keep the pipes open.
+	cmd.Stdout.(*os.File).Close()
+	cmd.Stderr.(*os.File).Close()
+	if spec.stdin {
+		cmd.Stdin.(*os.File).Close()
+	}
+	return p, nil
+}
+
+func startPTY(cmd *exec.Cmd, spec procSpec) (*process, error) {
+	ws := &pty.Winsize{Rows: spec.rows, Cols: spec.cols}
+	master, err := pty.StartWithAttrs(cmd, ws, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+	if err != nil {
+		return nil, err
+	}
+	// pty leaves the master in blocking mode (it calls Fd), where Close
+	// cannot interrupt a pending Read. Re-open a non-blocking duplicate so
+	// reads go through the runtime poller.
+	nb, err := nonblockingDup(master)
+	master.Close()
+	if err != nil {
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, err
+	}
+	return &process{
+		cmd:     cmd,
+		pty:     nb,
+		outputs: []outputPipe{{f: nb, stream: streamPTY}},
+		stdin:   nb,
+	}, nil
+}
+
+func nonblockingDup(f *os.File) (*os.File, error) {
+	sc, err := f.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var fd int
+	var dupErr error
+	if err := sc.Control(func(raw uintptr) {
+		syscall.ForkLock.RLock()
+		fd, dupErr = syscall.Dup(int(raw))
+		if dupErr == nil {
+			syscall.CloseOnExec(fd)
+		}
+		syscall.ForkLock.RUnlock()
+	}); err != nil {
+		return nil, err
+	}
+	if dupErr != nil {
+		return nil, dupErr
+	}
+	if err := syscall.SetNonblock(fd, true); err != nil {
+		syscall.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// pid is the process id of the group leader, which is also the group id.
+func (p *process) pid() int { return p.cmd.Process.Pid }
+
+// terminateGroup asks every process of the group to stop.
+func (p *process) terminateGroup() { p.signalGroup(syscall.SIGTERM) }
+
+// killGroup forcibly stops every process of the group.
+func (p *process) killGroup() { p.signalGroup(syscall.SIGKILL) }
+
+func (p *process) signalGroup(sig syscall.Signal) {
+	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
+		p.cmd.Process.Signal(sig) // fall back to the leader alone
+	}
+}
+
+// winsize mirrors struct winsize for TIOCSWINSZ.
+type winsize struct {
+	rows, cols, x, y uint16
+}
+
+// resize sets the PTY window size without pty.Setsize, which would put the
+// master back into blocking mode.
+func (p *process) resize(rows, cols uint16) error {
+	if p.pty == nil {
+		return errNoTTY
+	}
+	sc, err := p.pty.SyscallConn()
+	if err != nil {
+		return err
+	}
+	ws := winsize{rows: rows, cols: cols}
+	var errno syscall.Errno
+	if err := sc.Control(func(fd uintptr) {
+		_, _, errno = syscall.Syscall(syscall.SYS_IOCTL, fd, uintptr(syscall.TIOCSWINSZ), uintptr(unsafe.Pointer(&ws)))
+	}); err != nil {
+		return err
+	}
+	if errno != 0 {
+		return errno
+	}
+	return nil
+}
+
+// exitCode follows the shell convention: the exit status, or 128 plus the
+// signal number for a process killed by a signal.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// ttySupported reports whether this platform can run TTY sessions.
+const ttySupported = true

@@ -1,0 +1,175 @@
+// Package agentd holds the terminal daemon that runs in every execution
+// environment (its HTTP server, wire types and limits) and the typed Go client
+// the gateway uses to talk to it. The wire protocol is documented in
+// docs/agentd-protocol.md.
+package agentd
+
+import "time"
+
+// Version is the agentd build version. It is set at link time with
+// -ldflags "-X github.com/gatehouse/gatehouse/internal/agentd.Version=...".
+var Version = "dev"
+
+// DefaultPort is the TCP port agentd listens on unless told otherwise.
+const DefaultPort = 49984
+
+// Session states. A session starts in StateRunning and ends in exactly one of
+// the other three.
+const (
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateTimedOut = "timed_out"
+	StateKilled   = "killed"
+)
+
+// Output streams of a chunk. TTY sessions only produce StreamPTY.
+const (
+	StreamStdout = "stdout"
+	StreamStderr = "stderr"
+	StreamPTY    = "pty"
+)
+
+// Protocol limits that are not configurable.
+const (
+	maxJSONBody       = 1 << 20  // JSON request bodies
+	maxStdinBody      = 8 << 20  // stdin request bodies (base64 inflates)
+	maxCommandLen     = 64 << 10 // command string length
+	maxEnvVars        = 1024
+	maxStatPaths      = 1024
+	maxWait           = 60 * time.Second
+	maxTimeout        = 7 * 24 * time.Hour
+	maxTTYDimension   = 4096
+	defaultRows       = 24
+	defaultCols       = 80
+	maxFileReadLimit  = 64 << 20
+	stdinWriteTimeout = 10 * time.Second
+)
+
+// Health is the body of GET /healthz.
+type Health struct {
+	Status         string  `json:"status"`
+	Version        string  `json:"version"`
+	ActiveSessions int     `json:"active_sessions"`
+	UptimeSeconds  float64 `json:"uptime_seconds"`
+}
+
+// CreateSessionRequest is the body of POST /v1/sessions.
+type CreateSessionRequest struct {
+	// Command is run through the shell (/bin/sh -c on unix).
+	Command string `json:"command"`
+	// Cwd is the working directory; relative paths resolve against the
+	// server root (or agentd's own working directory without one).
+	Cwd string `json:"cwd,omitempty"`
+	// Env is added to agentd's environment (minus AGENTD_TOKEN).
+	Env map[string]string `json:"env,omitempty"`
+	// TTY runs the command on a pseudo-terminal of Rows x Cols.
+	TTY  bool   `json:"tty,omitempty"`
+	Rows uint16 `json:"rows,omitempty"`
+	Cols uint16 `json:"cols,omitempty"`
+	// Stdin keeps a pipe to the command's stdin open for POST .../stdin.
+	// Without it a non-TTY command reads from /dev/null. TTY sessions always
+	// accept stdin.
+	Stdin bool `json:"stdin,omitempty"`
+	// TimeoutMS kills the process group after that many milliseconds (0: none).
+	TimeoutMS int64 `json:"timeout_ms,omitempty"`
+	// WaitMS waits up to that long for the command to end before answering.
+	WaitMS int64 `json:"wait_ms,omitempty"`
+	// Overflow chooses what happens when the output buffer is full:
+	// OverflowDrop (default) drops the oldest output; OverflowBlock stops
+	// reading the command's output (so it blocks writing) until a poller
+	// has asked past the oldest buffered chunk.
+	Overflow string `json:"overflow,omitempty"`
+}
+
+// Output overflow policies of CreateSessionRequest.Overflow.
+const (
+	OverflowDrop  = "drop"
+	OverflowBlock = "block"
+)
+
+// Chunk is one piece of output. IDs are consecutive per session, starting at 1.
+type Chunk struct {
+	ID     uint64 `json:"id"`
+	Stream string `json:"stream"`
+	Data   []byte `json:"data"`
+}
+
+// SessionResponse is the answer to POST /v1/sessions and
+// GET /v1/sessions/{id}. When State is not running, Chunks holds all output
+// that remained after the requested cursor.
+type SessionResponse struct {
+	SessionID    string  `json:"session_id"`
+	PID          int     `json:"pid,omitempty"`
+	TTY          bool    `json:"tty"`
+	State        string  `json:"state"`
+	ExitCode     *int    `json:"exit_code"`
+	Chunks       []Chunk `json:"chunks"`
+	NextCursor   uint64  `json:"next_cursor"`
+	Truncated    bool    `json:"truncated"`
+	DroppedBytes uint64  `json:"dropped_bytes"`
+}
+
+// StdinRequest is the body of POST /v1/sessions/{id}/stdin. Exactly one of
+// Data (base64) and Text may be set; EOF closes stdin after writing (on a TTY
+// it sends Ctrl-D).
+type StdinRequest struct {
+	Data []byte `json:"data,omitempty"`
+	Text string `json:"text,omitempty"`
+	EOF  bool   `json:"eof,omitempty"`
+}
+
+// ResizeRequest is the body of POST /v1/sessions/{id}/resize.
+type ResizeRequest struct {
+	Rows uint16 `json:"rows"`
+	Cols uint16 `json:"cols"`
+}
+
+// StatRequest is the body of POST /v1/files/stat.
+type StatRequest struct {
+	Paths []string `json:"paths"`
+}
+
+// FileStat describes one path of a stat batch. Error is set (and Exists
+// false) when the path could not be examined, e.g. it escapes the root.
+type FileStat struct {
+	Path   string     `json:"path"`
+	Exists bool       `json:"exists"`
+	Type   string     `json:"type,omitempty"` // file, dir, symlink, other
+	Size   int64      `json:"size"`
+	Mode   string     `json:"mode,omitempty"` // octal permission bits, e.g. "0644"
+	MTime  *time.Time `json:"mtime,omitempty"`
+	Error  *ErrorBody `json:"error,omitempty"`
+}
+
+// StatResponse is the answer to POST /v1/files/stat, in request order.
+type StatResponse struct {
+	Results []FileStat `json:"results"`
+}
+
+// FetchRequest is the body of POST /v1/files/fetch.
+type FetchRequest struct {
+	URL       string `json:"url"`
+	Path      string `json:"path"`
+	MaxBytes  int64  `json:"max_bytes,omitempty"`
+	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+}
+
+// FetchResponse is the answer to POST /v1/files/fetch.
+type FetchResponse struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// FileHeaderSize carries the full size of a file read by GET /v1/files.
+const FileHeaderSize = "X-Agentd-File-Size"
+
+// ErrorBody is the inner object of the error envelope.
+type ErrorBody struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// ErrorEnvelope is the body of every error response: {"error":{...}}.
+type ErrorEnvelope struct {
+	Error ErrorBody `json:"error"`
+}

@@ -1,0 +1,392 @@
+package agentd
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config holds everything a Server needs. Zero fields take the defaults
+// documented on each.
+type Config struct {
+	// Token is the bearer token every request but /healthz must carry.
+	// Required.
+	Token string
+	// Root, when set, confines file operations to this directory (symlinks
+	// and ".." cannot leave it) and is the default cwd of commands.
+	Root string
+	// Shell runs commands as Shell -c COMMAND. Default /bin/sh.
+	Shell string
+	// MaxSessions caps concurrently running sessions. Default 256.
+	MaxSessions int
+	// RingBytes bounds each session's buffered output. Default 4 MiB.
+	RingBytes int
+	// SessionTTL is how long ended sessions stay readable. Default 5m.
+	SessionTTL time.Duration
+	// KillGrace is the wait between SIGTERM and SIGKILL. Default 3s.
+	KillGrace time.Duration
+	// DrainGrace is how long output may keep draining after the command
+	// exits (background children can hold the pipes). Default 250ms.
+	DrainGrace time.Duration
+	// FetchMaxBytes caps POST /v1/files/fetch downloads. Default 1 GiB.
+	FetchMaxBytes int64
+	// FetchTimeout caps a download's duration. Default 10m.
+	FetchTimeout time.Duration
+	// FetchClient performs downloads. Default: a client without timeout
+	// (the fetch timeout applies through the request context).
+	FetchClient *http.Client
+	// Logger receives operational logs. Default: discarded.
+	Logger *slog.Logger
+}
+
+// Defaults of Config.
+const (
+	DefaultMaxSessions   = 256
+	DefaultRingBytes     = 4 << 20
+	DefaultSessionTTL    = 5 * time.Minute
+	DefaultKillGrace     = 3 * time.Second
+	DefaultDrainGrace    = 250 * time.Millisecond
+	DefaultFetchMaxBytes = 1 << 30
+	DefaultFetchTimeout  = 10 * time.Minute
+)
+
+func (c *Config) setDefaults() {
+	if c.Shell == "" {
+		c.Shell = defaultShell
+	}
+	if c.MaxSessions <= 0 {
+		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.RingBytes <= 0 {
+		c.RingBytes = DefaultRingBytes
+	}
+	if c.SessionTTL <= 0 {
+		c.SessionTTL = DefaultSessionTTL
+	}
+	if c.KillGrace <= 0 {
+		c.KillGrace = DefaultKillGrace
+	}
+	if c.DrainGrace <= 0 {
+		c.DrainGrace = DefaultDrainGrace
+	}
+	if c.FetchMaxBytes <= 0 {
+		c.FetchMaxBytes = DefaultFetchMaxBytes
+	}
+	if c.FetchTimeout <= 0 {
+		c.FetchTimeout = DefaultFetchTimeout
+	}
+	if c.FetchClient == nil {
+		c.FetchClient = &http.Client{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Server is the agentd HTTP service: sessions, files and health.
+type Server struct {
+	cfg       Config
+	tokenHash [sha256.Size]byte
+	files     *fileSystem
+	baseEnv   []string
+	started   time.Time
+	handler   http.Handler
+
+	mu       sync.Mutex
+	sessions map[string]*session
+	running  int
+	closed   bool
+
+	closing     chan struct{} // closed by Close; wakes long-polls
+	janitorDone chan struct{}
+	closeOnce   sync.Once
+}
+
+// NewServer validates cfg and starts the janitor that reclaims ended
+// sessions. Call Close to stop it and kill every running command.
+func NewServer(cfg Config) (*Server, error) {
+	if cfg.Token == "" {
+		return nil, errors.New("agentd: a token is required")
+	}
+	cfg.setDefaults()
+	fsys, err := newFileSystem(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	if fsys.rootDir != "" {
+		cfg.Root = fsys.rootDir
+	}
+	s := &Server{
+		cfg:         cfg,
+		tokenHash:   sha256.Sum256([]byte(cfg.Token)),
+		files:       fsys,
+		baseEnv:     childEnv(os.Environ()),
+		started:     time.Now(),
+		sessions:    make(map[string]*session),
+		closing:     make(chan struct{}),
+		janitorDone: make(chan struct{}),
+	}
+	s.handler = s.routes()
+	go s.janitor()
+	return s, nil
+}
+
+// childEnv strips agentd's own secrets from the environment commands inherit.
+func childEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if strings.HasPrefix(kv, "AGENTD_TOKEN=") {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// Handler serves the agentd protocol.
+func (s *Server) Handler() http.Handler { return s.handler }
+
+// routes is the whole HTTP surface in one table. Everything but /healthz
+// requires the bearer token.
+func (s *Server) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", methods{http.MethodGet: s.handleHealth})
+	mux.Handle("/v1/sessions", s.auth(methods{http.MethodPost: s.handleCreateSession}))
+	mux.Handle("/v1/sessions/{id}", s.auth(methods{
+		http.MethodGet:    s.handlePollSession,
+		http.MethodDelete: s.handleDeleteSession,
+	}))
+	mux.Handle("/v1/sessions/{id}/stdin", s.auth(methods{http.MethodPost: s.handleStdin}))
+	mux.Handle("/v1/sessions/{id}/resize", s.auth(methods{http.MethodPost: s.handleResize}))
+	mux.Handle("/v1/files", s.auth(methods{http.MethodGet: s.handleReadFile}))
+	mux.Handle("/v1/files/stat", s.auth(methods{http.MethodPost: s.handleStat}))
+	mux.Handle("/v1/files/fetch", s.auth(methods{http.MethodPost: s.handleFetch}))
+	mux.Handle("/", s.auth(apiFunc(func(w http.ResponseWriter, r *http.Request) error {
+		return newError(CodeNotFound, "There is no such endpoint.")
+	})))
+	return s.recoverer(mux)
+}
+
+// apiFunc is a handler that returns its error instead of writing it, so each
+// error is turned into a response in one place.
+type apiFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (f apiFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if err := f(w, r); err != nil {
+		writeError(w, r, err)
+	}
+}
+
+// methods dispatches on the request method and answers others with a JSON 405.
+type methods map[string]apiFunc
+
+func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h, ok := m[r.Method]
+	if !ok {
+		allowed := make([]string, 0, len(m))
+		for k := range m {
+			allowed = append(allowed, k)
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, r, newError(CodeMethodNotAllowed, "The method %s is not allowed here.", r.Method))
+		return
+	}
+	h.ServeHTTP(w, r)
+}
+
+// auth rejects requests without the right bearer token. Comparing digests
+// in constant time hides both content and length of the token.
+func (s *Server) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		sum := sha256.Sum256([]byte(got))
+		if !ok || subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
+			writeError(w, r, newError(CodeUnauthorized, "A valid bearer token is required."))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// recoverer turns a handler panic into a logged 500 instead of a dropped
+// connection.
+func (s *Server) recoverer(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.cfg.Logger.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
+				writeError(w, r, fmt.Errorf("panic: %v", v))
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// writeError answers with the JSON error envelope. Errors that are not
+// protocol errors become a 500 whose details stay out of the response.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var e *Error
+	if !errors.As(err, &e) {
+		e = newError(CodeInternal, "An internal error occurred.")
+	}
+	writeJSON(w, e.Status, ErrorEnvelope{Error: ErrorBody{Code: e.Code, Message: e.Message}})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		status = http.StatusInternalServerError
+		body = []byte(`{"error":{"code":"internal","message":"The response could not be encoded."}}`)
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", fmt.Sprint(len(body)+1))
+	w.WriteHeader(status)
+	w.Write(append(body, '\n'))
+}
+
+// decodeJSON reads one JSON object of at most limit bytes into v, rejecting
+// unknown fields and trailing data.
+func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return jsonError(err, limit)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		var maxErr *http.MaxBytesError
+		if errors.As(err, &maxErr) {
+			return jsonError(err, limit)
+		}
+		return newError(CodeMalformedJSON, "The body must hold a single JSON object with nothing after it.")
+	}
+	return nil
+}
+
+func jsonError(err error, limit int64) error {
+	var maxErr *http.MaxBytesError
+	var syntaxErr *json.SyntaxError
+	var typeErr *json.UnmarshalTypeError
+	switch {
+	case errors.As(err, &maxErr):
+		return newError(CodeTooLarge, "The body exceeds the limit of %d bytes.", limit)
+	case errors.Is(err, io.EOF):
+		return newError(CodeMalformedJSON, "The body is empty; a JSON object is required.")
+	case errors.As(err, &syntaxErr):
+		return newError(CodeMalformedJSON, "The body is not valid JSON (at byte %d).", syntaxErr.Offset)
+	case errors.As(err, &typeErr):
+		if typeErr.Field == "" {
+			return newError(CodeMalformedJSON, "The body must be a JSON object.")
+		}
+		return newError(CodeMalformedJSON, "The field %q must be of type %s.", typeErr.Field, typeErr.Type)
+	case strings.HasPrefix(err.Error(), "json: unknown field "):
+		return newError(CodeMalformedJSON, "The body has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))
+	default:
+		return newError(CodeMalformedJSON, "The body is not valid JSON.")
+	}
+}
+
+// newSessionID returns an unguessable session id.
+func newSessionID() string { return rand.Text() }
+
+// janitor reclaims sessions that ended more than SessionTTL ago.
+func (s *Server) janitor() {
+	defer close(s.janitorDone)
+	every := min(max(s.cfg.SessionTTL/10, 10*time.Millisecond), 30*time.Second)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.closing:
+			return
+		case now := <-t.C:
+			s.reclaim(now.Add(-s.cfg.SessionTTL))
+		}
+	}
+}
+
+func (s *Server) reclaim(endedBefore time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, sess := range s.sessions {
+		if sess.endedBefore(endedBefore) {
+			delete(s.sessions, id)
+		}
+	}
+}
+
+// Close stops the janitor, refuses new sessions, kills every running process
+// group (SIGTERM, then SIGKILL after the kill grace) and waits for them to
+// end. It is safe to call more than once.
+func (s *Server) Close() error {
+	s.closeOnce.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		all := make([]*session, 0, len(s.sessions))
+		for _, sess := range s.sessions {
+			all = append(all, sess)
+		}
+		s.mu.Unlock()
+		close(s.closing)
+		<-s.janitorDone
+		for _, sess := range all {
+			sess.kill(StateKilled)
+		}
+		deadline := time.NewTimer(s.cfg.KillGrace + s.cfg.DrainGrace + 2*time.Second)
+		defer deadline.Stop()
+		for _, sess := range all {
+			select {
+			case <-sess.done:
+			case <-deadline.C:
+				s.cfg.Logger.Warn("session did not end after kill", "session_id", sess.id)
+				return
+			}
+		}
+	})
+	return nil
+}
+
+// resolveCwd picks a command's working directory: relative to the root (or
+// agentd's cwd), defaulting to the root, and never outside the root.
+func (s *Server) resolveCwd(cwd string) (string, error) {
+	if cwd == "" {
+		return s.cfg.Root, nil
+	}
+	if s.files.rootDir == "" {
+		return filepath.Clean(cwd), nil
+	}
+	rel, err := s.files.rel(cwd)
+	if err != nil {
+		return "", err
+	}
+	fi, err := s.files.root.Stat(rel)
+	if err != nil {
+		return "", s.files.pathError(cwd, err)
+	}
+	if !fi.IsDir() {
+		return "", newError(CodeBadRequest, "The cwd %q is not a directory.", cwd)
+	}
+	// Resolve symlinks inside the root so the command starts where the
+	// confined lookup ended.
+	real, err := filepath.EvalSymlinks(filepath.Join(s.files.rootDir, rel))
+	if err != nil || !within(s.files.rootDir, real) {
+		return "", newError(CodePathOutsideRoot, "The cwd %q is outside the root directory.", cwd)
+	}
+	return real, nil
+}

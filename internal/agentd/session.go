@@ -1,0 +1,393 @@
+package agentd
+
+import (
+	"errors"
+	"os"
+	"sync"
+	"time"
+)
+
+// Internal errors of the process layer, translated into protocol errors by
+// the handlers.
+var (
+	errNoTTY          = errors.New("session has no tty")
+	errTTYUnsupported = errors.New("tty unsupported on this platform")
+)
+
+// procSpec is what startProcess needs to run a command.
+type procSpec struct {
+	shell      string
+	command    string
+	dir        string
+	env        []string
+	tty        bool
+	rows, cols uint16
+	stdin      bool
+}
+
+// sessionTiming holds the durations a session needs from the server config.
+type sessionTiming struct {
+	killGrace  time.Duration
+	drainGrace time.Duration
+}
+
+// session is one command execution and its buffered output.
+type session struct {
+	id     string
+	tty    bool
+	proc   *process
+	timing sessionTiming
+	onEnd  func(*session) // called once, after the state is final
+
+	stdinMu sync.Mutex // serialises stdin writes and close
+
+	mu          sync.Mutex
+	ring        ring
+	room        sync.Cond     // signalled when a blocking ring may have room
+	changed     chan struct{} // closed on new output or state change; nil until a poller waits
+	state       string
+	exitCode    int
+	endReason   string // state to end in when a kill was requested
+	aborted     bool   // producers stop waiting for room
+	roomWaiters int    // producers waiting for room in a blocking ring
+	lastOutput  time.Time
+	stdinOpen   bool
+	finishedAt  time.Time
+	done        chan struct{} // closed once the state is final
+	timer       *time.Timer
+}
+
+// readBufStart and readBufMax bound the per-stream read buffer, which starts
+// small so idle sessions stay cheap and grows while a stream stays busy.
+const (
+	readBufStart = 512
+	readBufMax   = 256 << 10
+)
+
+func newSession(id string, p *process, spec procSpec, ringBytes int, blocking bool, timing sessionTiming, onEnd func(*session)) *session {
+	s := &session{
+		id:        id,
+		tty:       spec.tty,
+		proc:      p,
+		timing:    timing,
+		onEnd:     onEnd,
+		ring:      ring{max: ringBytes, blocking: blocking},
+		state:     StateRunning,
+		stdinOpen: p.stdin != nil,
+		done:      make(chan struct{}),
+	}
+	s.room.L = &s.mu
+	return s
+}
+
+// start launches the output pumps and the reaper. timeout 0 means none.
+func (s *session) start(timeout time.Duration) {
+	if timeout > 0 {
+		s.mu.Lock()
+		s.timer = time.AfterFunc(timeout, func() { s.kill(StateTimedOut) })
+		s.mu.Unlock()
+	}
+	var pumps sync.WaitGroup
+	for _, o := range s.proc.outputs {
+		pumps.Add(1)
+		go func() {
+			defer pumps.Done()
+			s.pump(o)
+		}()
+	}
+	pumpsDone := make(chan struct{})
+	go func() {
+		pumps.Wait()
+		close(pumpsDone)
+	}()
+	go s.reap(pumpsDone)
+}
+
+// pump copies one output stream into the ring until EOF or close.
+func (s *session) pump(o outputPipe) {
+	// No chunk may exceed the ring, or a blocking ring would have to trim it.
+	limit := min(readBufMax, s.ring.max)
+	buf := make([]byte, min(readBufStart, limit))
+	for {
+		n, err := o.f.Read(buf)
+		if n > 0 {
+			data := make([]byte, n)
+			copy(data, buf[:n])
+			s.appendOutput(o.stream, data)
+			if n == len(buf) && len(buf) < limit {
+				buf = make([]byte, min(len(buf)*8, limit))
+				if len(buf) == limit {
+					growPipe(o.f)
+				}
+			}
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+func (s *session) appendOutput(stream uint8, data []byte) {
+	s.mu.Lock()
+	for !s.aborted && !s.ring.fits(len(data)) {
+		s.roomWaiters++
+		s.room.Wait()
+		s.roomWaiters--
+	}
+	s.lastOutput = time.Now()
+	s.ring.add(stream, data)
+	s.wakeLocked()
+	s.mu.Unlock()
+}
+
+// wakeLocked wakes every long-poller. s.mu must be held.
+func (s *session) wakeLocked() {
+	if s.changed != nil {
+		close(s.changed)
+		s.changed = nil
+	}
+}
+
+// reap waits for the command, lets its output drain (a background child may
+// still hold the pipes: once output has been quiet for the drain grace, the
+// pipes are closed), then records the final state.
+func (s *session) reap(pumpsDone chan struct{}) {
+	s.proc.cmd.Wait()
+	code := exitCode(s.proc.cmd.ProcessState)
+	drain := time.NewTimer(s.timing.drainGrace)
+	defer drain.Stop()
+	for draining := true; draining; {
+		select {
+		case <-pumpsDone:
+			draining = false
+		case <-drain.C:
+			s.mu.Lock()
+			// A blocking ring holds output back until pollers catch up:
+			// that is not a stray child, so keep waiting while it is
+			// full or still filling (unless the session was killed).
+			busy := s.roomWaiters > 0 || (s.ring.blocking && time.Since(s.lastOutput) < s.timing.drainGrace)
+			if busy && !s.aborted {
+				s.mu.Unlock()
+				drain.Reset(s.timing.drainGrace)
+				continue
+			}
+			s.aborted = true
+			s.room.Broadcast()
+			s.mu.Unlock()
+			for _, o := range s.proc.outputs {
+				o.f.Close()
+			}
+			<-pumpsDone
+			draining = false
+		}
+	}
+	for _, o := range s.proc.outputs {
+		o.f.Close()
+	}
+	s.closeStdin()
+
+	s.mu.Lock()
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.state = StateExited
+	if s.endReason != "" {
+		s.state = s.endReason
+	}
+	s.exitCode = code
+	s.finishedAt = time.Now()
+	s.aborted = true
+	s.room.Broadcast()
+	s.wakeLocked()
+	close(s.done)
+	s.mu.Unlock()
+	s.onEnd(s)
+}
+
+// kill ends a running session: SIGTERM to its group, SIGKILL after the kill
+// grace. reason is the state the session ends in.
+func (s *session) kill(reason string) {
+	s.mu.Lock()
+	if s.state != StateRunning || s.endReason != "" {
+		s.mu.Unlock()
+		return
+	}
+	s.endReason = reason
+	s.aborted = true
+	s.room.Broadcast()
+	s.mu.Unlock()
+
+	s.proc.terminateGroup()
+	go func() {
+		t := time.NewTimer(s.timing.killGrace)
+		defer t.Stop()
+		select {
+		case <-s.done:
+		case <-t.C:
+		}
+		// Even after the leader is gone, members that ignored SIGTERM may
+		// linger; the group id stays reserved while they exist.
+		s.proc.killGroup()
+	}()
+}
+
+// snapshot reads the session under its lock. In blocking mode reading past
+// cursor frees the chunks up to it.
+func (s *session) snapshot(cursor uint64, ack bool) (SessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked(cursor, ack)
+}
+
+func (s *session) snapshotLocked(cursor uint64, ack bool) (SessionResponse, error) {
+	if cursor > s.ring.lastID {
+		return SessionResponse{}, newError(CodeBadRequest, "The cursor %d is ahead of the newest chunk %d.", cursor, s.ring.lastID)
+	}
+	if ack && s.ring.ack(cursor) {
+		s.room.Broadcast()
+	}
+	resp := SessionResponse{
+		SessionID: s.id,
+		PID:       s.proc.pid(),
+		TTY:       s.tty,
+		State:     s.state,
+	}
+	resp.Chunks, resp.NextCursor, resp.DroppedBytes = s.ring.read(cursor, make([]Chunk, 0, len(s.ring.live())))
+	resp.Truncated = resp.DroppedBytes > 0
+	if s.state != StateRunning {
+		code := s.exitCode
+		resp.ExitCode = &code
+	}
+	return resp, nil
+}
+
+// poll returns the chunks after cursor as soon as there are any or the state
+// is final, or when wait elapses, or when stop or cancel fire.
+func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan struct{}) (SessionResponse, error) {
+	var timer *time.Timer
+	for {
+		s.mu.Lock()
+		if cursor > s.ring.lastID {
+			s.mu.Unlock()
+			return s.snapshot(cursor, true)
+		}
+		if s.ring.ack(cursor) { // the producer may be waiting for room
+			s.room.Broadcast()
+		}
+		if s.ring.lastID > cursor || s.state != StateRunning || wait <= 0 {
+			resp, err := s.snapshotLocked(cursor, true)
+			s.mu.Unlock()
+			return resp, err
+		}
+		if s.changed == nil {
+			s.changed = make(chan struct{})
+		}
+		changed := s.changed
+		s.mu.Unlock()
+
+		if timer == nil {
+			timer = time.NewTimer(wait)
+			defer timer.Stop()
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return s.snapshot(cursor, true)
+		case <-stop:
+			return s.snapshot(cursor, true)
+		case <-cancel:
+			return s.snapshot(cursor, true)
+		}
+	}
+}
+
+// writeStdin writes data and optionally closes stdin (Ctrl-D on a TTY).
+func (s *session) writeStdin(data []byte, eof bool) error {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	s.mu.Lock()
+	open, running := s.stdinOpen, s.state == StateRunning
+	s.mu.Unlock()
+	if !running {
+		return newError(CodeNotRunning, "The session has already ended.")
+	}
+	if !open {
+		return newError(CodeStdinClosed, "The session's stdin is closed; create it with \"stdin\": true to write to it.")
+	}
+	w := s.proc.stdin
+	if len(data) > 0 {
+		w.SetWriteDeadline(time.Now().Add(stdinWriteTimeout))
+		if _, err := w.Write(data); err != nil {
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return newError(CodeTimeout, "The command did not read its stdin in time.")
+			}
+			return newError(CodeStdinClosed, "The command's stdin is closed.")
+		}
+	}
+	if !eof {
+		return nil
+	}
+	if s.tty {
+		_, err := w.Write([]byte{0x04})
+		if err != nil {
+			return newError(CodeStdinClosed, "The terminal is closed.")
+		}
+		return nil
+	}
+	s.mu.Lock()
+	s.stdinOpen = false
+	s.mu.Unlock()
+	return w.Close()
+}
+
+// closeStdin releases the stdin pipe once the command has ended.
+func (s *session) closeStdin() {
+	s.stdinMu.Lock()
+	defer s.stdinMu.Unlock()
+	s.mu.Lock()
+	open := s.stdinOpen
+	s.stdinOpen = false
+	s.mu.Unlock()
+	if open && !s.tty {
+		s.proc.stdin.Close()
+	}
+}
+
+func (s *session) resize(rows, cols uint16) error {
+	if !s.tty {
+		return newError(CodeNotATTY, "The session was not started with a tty.")
+	}
+	s.mu.Lock()
+	running := s.state == StateRunning
+	s.mu.Unlock()
+	if !running {
+		return newError(CodeNotRunning, "The session has already ended.")
+	}
+	return s.proc.resize(rows, cols)
+}
+
+// finished reports whether the session ended before t.
+func (s *session) endedBefore(t time.Time) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state != StateRunning && s.finishedAt.Before(t)
+}
+
+// status is the session's state without output.
+func (s *session) status() SessionResponse {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	resp := SessionResponse{
+		SessionID:  s.id,
+		PID:        s.proc.pid(),
+		TTY:        s.tty,
+		State:      s.state,
+		Chunks:     []Chunk{},
+		NextCursor: s.ring.lastID,
+	}
+	if s.state != StateRunning {
+		code := s.exitCode
+		resp.ExitCode = &code
+	}
+	return resp
+}

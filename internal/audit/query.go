@@ -1,0 +1,375 @@
+package audit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Filter selects audit events. Zero fields do not filter; set fields are
+// combined with AND.
+type Filter struct {
+	// Actor matches the actor's ID or name exactly (case-sensitive). Exact
+	// rather than prefix matching keeps "jane" from also finding
+	// "janet", and lets both lookups walk an index in sequence order.
+	Actor string
+	// Action matches actions starting with it: "agent." finds every agent
+	// action, "user.login" finds user.login and user.login_failed.
+	Action string
+	// Target matches the target's ID or name exactly (case-sensitive).
+	Target string
+	// Decision is Allow, Deny or empty.
+	Decision string
+	// From is the earliest event time included; zero means unbounded.
+	From time.Time
+	// Until is the first event time excluded; zero means unbounded.
+	Until time.Time
+	// Text holds free-text terms; each must occur, case-insensitively, in
+	// the action, actor name, target name or details.
+	Text []string
+}
+
+// IsZero reports whether f filters nothing.
+func (f Filter) IsZero() bool {
+	return f.Actor == "" && f.Action == "" && f.Target == "" && f.Decision == "" &&
+		f.From.IsZero() && f.Until.IsZero() && len(f.Text) == 0
+}
+
+// ParseQuery reads the review search box syntax:
+//
+//	actor:jane@example.com    actor ID or name, exact
+//	action:agent.             action prefix
+//	target:"prod box"         target ID or name, exact
+//	decision:deny             allow or deny
+//	from:2026-01-02           from that day (UTC) or an RFC 3339 instant on
+//	to:2026-01-31             through the whole day (UTC) or up to and including an RFC 3339 instant
+//	rm -rf                    anything else: free-text terms, all required
+//
+// Values and free-text phrases may be double-quoted to include spaces.
+// A word whose prefix before ":" is not one of the keys above is free text,
+// so searching for "http://host" works. Problems are reported as an
+// *apperr.ValidationError on the field "q".
+func ParseQuery(q string) (Filter, error) {
+	var f Filter
+	toks, ok := tokenize(q)
+	if !ok {
+		return Filter{}, invalidQuery("A quote is not closed; add the closing \".")
+	}
+	seen := map[string]bool{}
+	for _, t := range toks {
+		if t.key == "" {
+			f.Text = append(f.Text, t.value)
+			continue
+		}
+		if seen[t.key] {
+			return Filter{}, invalidQuery("The filter %s: is given twice; give it once.", t.key)
+		}
+		seen[t.key] = true
+		if t.value == "" {
+			return Filter{}, invalidQuery("The filter %s: needs a value, like %s.", t.key, example[t.key])
+		}
+		switch t.key {
+		case "actor":
+			f.Actor = t.value
+		case "action":
+			f.Action = t.value
+		case "target":
+			f.Target = t.value
+		case "decision":
+			switch strings.ToLower(t.value) {
+			case Allow:
+				f.Decision = Allow
+			case Deny:
+				f.Decision = Deny
+			default:
+				return Filter{}, invalidQuery("Unknown decision %q; use decision:allow or decision:deny.", t.value)
+			}
+		case "from":
+			from, _, err := parseWhen(t.value)
+			if err != nil {
+				return Filter{}, invalidQuery("from:%s is not a date; use 2026-01-02 or 2026-01-02T15:04:05Z.", t.value)
+			}
+			f.From = from
+		case "to":
+			to, isDate, err := parseWhen(t.value)
+			if err != nil {
+				return Filter{}, invalidQuery("to:%s is not a date; use 2026-01-02 or 2026-01-02T15:04:05Z.", t.value)
+			}
+			if isDate {
+				f.Until = to.AddDate(0, 0, 1)
+			} else {
+				// Inclusive of the instant itself, at the stored precision.
+				f.Until = to.Truncate(time.Microsecond).Add(time.Microsecond)
+			}
+		}
+	}
+	if !f.From.IsZero() && !f.Until.IsZero() && !f.From.Before(f.Until) {
+		return Filter{}, invalidQuery("from: must be before to:.")
+	}
+	return f, nil
+}
+
+var example = map[string]string{
+	"actor": "actor:jane@example.com", "action": "action:agent.", "target": "target:web-1",
+	"decision": "decision:deny", "from": "from:2026-01-02", "to": "to:2026-01-31",
+}
+
+func invalidQuery(format string, args ...any) error {
+	v := apperr.Validation()
+	v.Add("q", format, args...)
+	return v
+}
+
+// parseWhen accepts a date (midnight UTC) or an RFC 3339 instant.
+func parseWhen(s string) (t time.Time, isDate bool, err error) {
+	if t, err := time.Parse(time.DateOnly, s); err == nil {
+		return t.UTC(), true, nil
+	}
+	t, err = time.Parse(time.RFC3339Nano, s)
+	return t.UTC(), false, err
+}
+
+type token struct {
+	key   string // "" for free text
+	value string
+}
+
+// tokenize splits q on spaces outside double quotes; key:value words with
+// a known key become filters. It fails only on an unclosed quote.
+func tokenize(q string) ([]token, bool) {
+	var out []token
+	rs := []rune(q)
+	for i := 0; i < len(rs); {
+		if unicode.IsSpace(rs[i]) {
+			i++
+			continue
+		}
+		var word strings.Builder
+		quotedAt := -1 // where in word the quoted part begins
+		quoted := false
+		for ; i < len(rs) && (quoted || !unicode.IsSpace(rs[i])); i++ {
+			switch {
+			case rs[i] == '"':
+				if !quoted && quotedAt < 0 {
+					quotedAt = word.Len()
+				}
+				quoted = !quoted
+			default:
+				word.WriteRune(rs[i])
+			}
+		}
+		if quoted {
+			return nil, false
+		}
+		w := word.String()
+		if k, v, ok := strings.Cut(w, ":"); ok && isKey(k) && (quotedAt < 0 || quotedAt >= len(k)+1) {
+			out = append(out, token{key: k, value: v})
+			continue
+		}
+		if w != "" {
+			out = append(out, token{value: w})
+		}
+	}
+	return out, true
+}
+
+func isKey(k string) bool {
+	switch k {
+	case "actor", "action", "target", "decision", "from", "to":
+		return true
+	}
+	return false
+}
+
+// Default and maximum page sizes for Query.
+const (
+	DefaultPageSize = 50
+	MaxPageSize     = 500
+)
+
+// Query returns events matching f, newest first, with seq below before
+// (0 = from the newest), at most limit (DefaultPageSize when <= 0, capped
+// at MaxPageSize). Paging by the last seq returned is stable while new
+// events are appended.
+func (l *Log) Query(ctx context.Context, f Filter, before int64, limit int) ([]Event, error) {
+	if limit <= 0 {
+		limit = DefaultPageSize
+	}
+	if limit > MaxPageSize {
+		limit = MaxPageSize
+	}
+	return l.page(ctx, f, page{before: before, limit: limit})
+}
+
+// page is one keyset step: descending below before, or ascending above
+// after (and at most upto, when set).
+type page struct {
+	asc    bool
+	before int64
+	after  int64
+	upto   int64
+	limit  int
+}
+
+func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
+	d := store.DialectOfDB(l.db)
+	sql, args := l.buildSQL(d, f, p)
+	var rows []row
+	run := func(tx *gorm.DB) error { return tx.Raw(sql, args...).Scan(&rows).Error }
+	var err error
+	if d == store.Postgres {
+		// The driver caches prepared statements; after a few runs Postgres
+		// may switch to a generic plan that cannot see the values, which is
+		// what decides between an index and a backwards walk on skewed
+		// columns (a rare actor versus "system"). Plan every run.
+		err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("SET LOCAL plan_cache_mode = force_custom_plan").Error; err != nil {
+				return err
+			}
+			return run(tx)
+		})
+	} else {
+		err = run(l.db.WithContext(ctx))
+	}
+	if err != nil {
+		return nil, fmt.Errorf("query audit events: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}
+
+const columns = "seq, occurred_at, actor_type, actor_id, actor_name, source_ip, user_agent, action, " +
+	"target_type, target_id, target_name, decision, details, prev_hash, hash"
+
+// searchExpr is the text free-text terms are matched in. On Postgres the
+// trigram index of migration 0003 is built on exactly this expression.
+const searchExpr = "(action || ' ' || actor_name || ' ' || target_name || ' ' || details)"
+
+type cond struct {
+	sql  string
+	args []any
+}
+
+// buildSQL turns f into one statement. Actor and target each match one of
+// two indexed columns; rather than OR them (which Postgres answers with a
+// bitmap scan and a sort of every match) each combination becomes its own
+// branch walking its (column, seq) index in order, and the branches are
+// merged with UNION.
+func (l *Log) buildSQL(d store.Dialect, f Filter, p page) (string, []any) {
+	t := store.QuoteIdent(l.table)
+	var common []cond
+	if p.before > 0 {
+		common = append(common, cond{"seq < ?", []any{p.before}})
+	}
+	if p.after > 0 {
+		common = append(common, cond{"seq > ?", []any{p.after}})
+	}
+	if p.upto > 0 {
+		common = append(common, cond{"seq <= ?", []any{p.upto}})
+	}
+	if f.Action != "" {
+		like := "action LIKE ?"
+		if d == store.SQLite {
+			// SQLite's LIKE ignores ASCII case; GLOB is case-sensitive like
+			// Postgres' LIKE and can use the index.
+			like = "action GLOB ?"
+			common = append(common, cond{like, []any{globEscape(f.Action) + "*"}})
+		} else {
+			common = append(common, cond{like, []any{likeEscape(f.Action) + "%"}})
+		}
+	}
+	if f.Decision != "" {
+		common = append(common, cond{"decision = ?", []any{f.Decision}})
+	}
+	// Appends keep occurred_at non-decreasing along the chain, so a time
+	// range is a seq range; bounding seq lets the planner walk the primary
+	// key over just that range instead of from the newest event back.
+	if !f.From.IsZero() {
+		common = append(common,
+			cond{"occurred_at >= ?", []any{f.From}},
+			cond{"seq >= (SELECT seq FROM " + t + " WHERE occurred_at >= ? ORDER BY occurred_at, seq LIMIT 1)", []any{f.From}})
+	}
+	if !f.Until.IsZero() {
+		common = append(common,
+			cond{"occurred_at < ?", []any{f.Until}},
+			cond{"seq <= (SELECT seq FROM " + t + " WHERE occurred_at < ? ORDER BY occurred_at DESC, seq DESC LIMIT 1)", []any{f.Until}})
+	}
+	for _, term := range f.Text {
+		op := "ILIKE"
+		esc := ""
+		if d == store.SQLite {
+			op, esc = "LIKE", ` ESCAPE '\'`
+		}
+		common = append(common, cond{searchExpr + " " + op + " ?" + esc, []any{"%" + likeEscape(term) + "%"}})
+	}
+	var alts [][]cond
+	if f.Actor != "" {
+		alts = append(alts, []cond{{"actor_id = ?", []any{f.Actor}}, {"actor_name = ?", []any{f.Actor}}})
+	}
+	if f.Target != "" {
+		alts = append(alts, []cond{{"target_id = ?", []any{f.Target}}, {"target_name = ?", []any{f.Target}}})
+	}
+	branches := [][]cond{common}
+	for _, alt := range alts {
+		var next [][]cond
+		for _, b := range branches {
+			for _, c := range alt {
+				nb := append(append([]cond{}, b...), c)
+				next = append(next, nb)
+			}
+		}
+		branches = next
+	}
+	order := "seq DESC"
+	if p.asc {
+		order = "seq"
+	}
+	one := func(cs []cond) (string, []any) {
+		var sb strings.Builder
+		var args []any
+		sb.WriteString("SELECT " + columns + " FROM " + t)
+		for i, c := range cs {
+			if i == 0 {
+				sb.WriteString(" WHERE ")
+			} else {
+				sb.WriteString(" AND ")
+			}
+			sb.WriteString(c.sql)
+			args = append(args, c.args...)
+		}
+		fmt.Fprintf(&sb, " ORDER BY %s LIMIT %d", order, p.limit)
+		return sb.String(), args
+	}
+	if len(branches) == 1 {
+		return one(branches[0])
+	}
+	var parts []string
+	var args []any
+	for i, b := range branches {
+		s, a := one(b)
+		parts = append(parts, fmt.Sprintf("SELECT * FROM (%s) AS b%d", s, i))
+		args = append(args, a...)
+	}
+	return fmt.Sprintf("SELECT * FROM (%s) AS u ORDER BY %s LIMIT %d", strings.Join(parts, " UNION "), order, p.limit), args
+}
+
+// likeEscape makes s match literally in a LIKE pattern with the backslash
+// escape (Postgres' default; SQLite is told with ESCAPE).
+func likeEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`).Replace(s)
+}
+
+// globEscape makes s match literally in a SQLite GLOB pattern.
+func globEscape(s string) string {
+	return strings.NewReplacer(`*`, `[*]`, `?`, `[?]`, `[`, `[[]`).Replace(s)
+}

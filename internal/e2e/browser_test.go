@@ -1,0 +1,162 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/console"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+const (
+	adminEmail    = "root@example.com"
+	adminPassword = "correct horse battery staple"
+	// chromiumPath is where Debian's chromium package puts the browser.
+	chromiumPath = "/usr/bin/chromium"
+)
+
+// chromium finds the browser or fails the test saying how to install it.
+func chromium(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv("GATEHOUSE_CHROMIUM"); p != "" {
+		return p
+	}
+	if _, err := os.Stat(chromiumPath); err == nil {
+		return chromiumPath
+	}
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	t.Fatalf("the browser tests need Chromium at %s; install it with: apt-get install -y chromium (or set GATEHOUSE_CHROMIUM to a Chrome binary)", chromiumPath)
+	return ""
+}
+
+// newBrowser starts a private headless Chromium for one test and returns a
+// tab context bounded by a deadline.
+func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 800),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(bcancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start Chromium (%s): %v", chromium(t), err)
+	}
+	return bctx
+}
+
+// server is the console assembled as main does, served over HTTP.
+type server struct {
+	c   *console.Console
+	url string
+}
+
+// newServer builds the console on dialect d. With Postgres the catalog is a
+// fresh test database and every org database it creates carries a per-test
+// prefix and is dropped at cleanup.
+func newServer(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *server {
+	t.Helper()
+	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword,
+		TokenTTL: time.Hour, OrgDBPrefix: storetest.NewName("gh_test_org_") + "_"}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if d == store.Postgres {
+		cfg.DatabaseURL = storetest.DSN(t, store.Postgres)
+		key := make([]byte, 32)
+		_, _ = rand.Read(key)
+		cfg.MasterKey = hex.EncodeToString(key)
+		prefix := cfg.OrgDBPrefix
+		t.Cleanup(func() {
+			var names []string
+			storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", prefix+"%").Scan(&names)
+			for _, n := range names {
+				storetest.DropPostgresDB(t, n)
+			}
+		})
+	}
+	c, err := console.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	if err != nil {
+		t.Fatalf("console.New: %v", err)
+	}
+	c.Platform.Sleep = func(context.Context, time.Duration) {}
+	srv := httptest.NewServer(c.Handler())
+	t.Cleanup(func() {
+		srv.Close()
+		c.Close()
+	})
+	return &server{c: c, url: srv.URL}
+}
+
+// testid selects an element by its data-testid.
+func testid(id string) chromedp.CSS { return chromedp.CSS(`[data-testid="` + id + `"]`) }
+
+// css is a CSS selector.
+func css(sel string) chromedp.CSS { return chromedp.CSS(sel) }
+
+// do runs browser steps, failing the test with what was being done and
+// where the browser was.
+func do(t *testing.T, ctx context.Context, what string, steps ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	if err := chromedp.Do(ctx, steps...); err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("%s: %v (page: %s)", what, err, loc)
+	}
+}
+
+// get runs one action that returns a value.
+func get[T any](t *testing.T, ctx context.Context, what string, a chromedp.Action[T]) T {
+	t.Helper()
+	v, err := chromedp.Run(ctx, a)
+	if err != nil {
+		loc, _ := chromedp.Run(ctx, chromedp.Location())
+		t.Fatalf("%s: %v (page: %s)", what, err, loc)
+	}
+	return v
+}
+
+// text waits for an element and returns its visible text.
+func text(t *testing.T, ctx context.Context, sel chromedp.CSS) string {
+	t.Helper()
+	do(t, ctx, "wait for "+string(sel), chromedp.WaitVisible(sel))
+	return get(t, ctx, "read "+string(sel), chromedp.Text(sel))
+}
+
+// signIn fills and submits the login form.
+func signIn(email, password string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.WaitVisible(css(`#email`)),
+		chromedp.Clear(css(`#email`)),
+		chromedp.SendKeys(css(`#email`), email),
+		chromedp.SendKeys(css(`#password`), password),
+		chromedp.Click(testid("login-submit")),
+	)
+}

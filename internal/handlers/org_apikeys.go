@@ -1,0 +1,241 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+type keyJSON struct {
+	ID          int64               `json:"id"`
+	Name        string              `json:"name"`
+	Masked      string              `json:"masked"`
+	Kind        string              `json:"kind"`
+	OwnerUserID *int64              `json:"owner_user_id"`
+	Roles       []directory.KeyRole `json:"roles"`
+	CreatedBy   string              `json:"created_by"`
+	CreatedAt   time.Time           `json:"created_at"`
+	ExpiresAt   *time.Time          `json:"expires_at"`
+	LastUsedAt  *time.Time          `json:"last_used_at"`
+	RevokedAt   *time.Time          `json:"revoked_at"`
+}
+
+func toKeyJSON(k directory.APIKey) keyJSON {
+	kind := "personal"
+	if k.IsService() {
+		kind = "service"
+	}
+	roles := k.RoleList()
+	if roles == nil {
+		roles = []directory.KeyRole{}
+	}
+	return keyJSON{ID: k.ID, Name: k.Name, Masked: k.Masked(), Kind: kind, OwnerUserID: k.OwnerUserID, Roles: roles,
+		CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt.UTC(), ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, RevokedAt: k.RevokedAt}
+}
+
+func keyTarget(k directory.APIKey) audit.Target {
+	return audit.Target{Type: "api_key", ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")"}
+}
+
+// canManageKeys reports whether the principal manages every key of the org.
+func (s *Server) canManageKeys(c echo.Context) bool {
+	ok, _ := s.allowedOn(c, rbac.DomainOrg, "api-keys", "manage")
+	return ok
+}
+
+// visibleKeys is every key for key managers, else the caller's own.
+func (s *Server) visibleKeys(c echo.Context) ([]directory.APIKey, error) {
+	p := principalOf(c)
+	if s.canManageKeys(c) {
+		return tenantOf(c).Dir.ListKeys(c.Request().Context(), nil)
+	}
+	if p.UserID == 0 {
+		return []directory.APIKey{}, nil
+	}
+	return tenantOf(c).Dir.ListKeys(c.Request().Context(), &p.UserID)
+}
+
+func (s *Server) apiListKeys(c echo.Context) error {
+	ks, err := s.visibleKeys(c)
+	if err != nil {
+		return err
+	}
+	out := make([]keyJSON, len(ks))
+	for i, k := range ks {
+		out[i] = toKeyJSON(k)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+type createKeyRequest struct {
+	Name      string              `json:"name"`
+	Service   bool                `json:"service"`
+	Roles     []directory.KeyRole `json:"roles"`
+	ExpiresAt *time.Time          `json:"expires_at"`
+}
+
+type createKeyResponse struct {
+	Key    keyJSON `json:"key"`
+	Secret string  `json:"secret"`
+}
+
+// createKey makes a personal key for the signed-in user, or a service key
+// with chosen roles for key managers. Keys cannot mint keys.
+func (s *Server) createKey(c echo.Context, req createKeyRequest) (directory.APIKey, string, error) {
+	t, p := tenantOf(c), principalOf(c)
+	ctx := c.Request().Context()
+	if p.KeyID != 0 {
+		return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "keys_cannot_mint_keys", "An API key cannot create API keys; sign in as a user.")
+	}
+	in := directory.NewKey{Name: req.Name, CreatedBy: p.Name, ExpiresAt: req.ExpiresAt}
+	if req.Service {
+		if !s.canManageKeys(c) {
+			return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "forbidden", "Only organization admins create service keys.")
+		}
+		for _, r := range req.Roles {
+			if msg := rbac.ValidAssignment(rbac.Assignment{Role: r.Role, Domain: r.Domain}); msg != "" {
+				return directory.APIKey{}, "", &apperr.ValidationError{Fields: map[string]string{"roles": msg}}
+			}
+		}
+		in.Roles = req.Roles
+	} else {
+		if p.UserID == 0 {
+			return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "not_a_user", "Personal keys belong to users; create a service key instead.")
+		}
+		in.Owner = &p.UserID
+		in.Roles = req.Roles
+	}
+	k, secret, err := t.Dir.CreateKey(ctx, in)
+	if err != nil {
+		return k, "", err
+	}
+	for _, r := range k.RoleList() {
+		if _, err := t.Enforcer.Assign(ctx, rbac.Assignment{Subject: k.Subject(), Role: r.Role, Domain: r.Domain}); err != nil {
+			return k, "", err
+		}
+	}
+	return k, secret, s.audited(c, "api_key.create", keyTarget(k), map[string]any{"after": map[string]any{
+		"name": k.Name, "kind": toKeyJSON(k).Kind, "roles": k.RoleList(), "expires_at": k.ExpiresAt, "secret": "[redacted]"}})
+}
+
+func (s *Server) apiCreateKey(c echo.Context) error {
+	var req createKeyRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	k, secret, err := s.createKey(c, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, createKeyResponse{Key: toKeyJSON(k), Secret: secret})
+}
+
+// revokeKey revokes the caller's own key, or any key for key managers; a
+// key the caller may not see is 404.
+func (s *Server) revokeKey(c echo.Context, id int64) (directory.APIKey, error) {
+	t, p := tenantOf(c), principalOf(c)
+	ctx := c.Request().Context()
+	k, err := t.Dir.GetKey(ctx, id)
+	if err != nil {
+		return k, err
+	}
+	own := k.OwnerUserID != nil && *k.OwnerUserID == p.UserID && p.UserID != 0
+	if !own && !s.canManageKeys(c) {
+		return k, notFoundErr()
+	}
+	if k, err = t.Dir.RevokeKey(ctx, id); err != nil {
+		return k, err
+	}
+	if k.IsService() {
+		if err := t.Enforcer.RemoveSubject(ctx, k.Subject()); err != nil {
+			return k, err
+		}
+	}
+	return k, s.audited(c, "api_key.revoke", keyTarget(k), nil)
+}
+
+func (s *Server) apiRevokeKey(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if _, err := s.revokeKey(c, id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// Pages.
+
+func (s *Server) renderKeys(c echo.Context, status int, secret string, form views.KeyForm) error {
+	ks, err := s.visibleKeys(c)
+	if err != nil {
+		return err
+	}
+	rows := make([]views.KeyRow, len(ks))
+	for i, k := range ks {
+		j := toKeyJSON(k)
+		var roles []string
+		for _, r := range j.Roles {
+			roles = append(roles, r.Role+"@"+r.Domain)
+		}
+		rows[i] = views.KeyRow{ID: k.ID, Name: k.Name, Masked: j.Masked, Kind: j.Kind, Roles: strings.Join(roles, ", "),
+			CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil}
+	}
+	form.CanService = s.canManageKeys(c)
+	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form}))
+}
+
+func (s *Server) pageKeys(c echo.Context) error {
+	return s.renderKeys(c, http.StatusOK, "", views.KeyForm{})
+}
+
+func (s *Server) pageCreateKey(c echo.Context) error {
+	req := createKeyRequest{Name: c.FormValue("name"), Service: c.FormValue("kind") == "service"}
+	if r := c.FormValue("role"); req.Service && r != "" {
+		dom := rbac.DomainOrg
+		if r == rbac.RoleDeptOwner || r == rbac.RoleMember {
+			dom = c.FormValue("domain")
+		}
+		req.Roles = []directory.KeyRole{{Role: r, Domain: dom}}
+	}
+	if v := c.FormValue("expires_in_days"); v != "" {
+		n, err := parseID(v)
+		if err != nil || n > 3650 {
+			return s.renderKeys(c, http.StatusBadRequest, "", views.KeyForm{Name: req.Name, Errors: map[string]string{"expires_in_days": "Enter a whole number of days from 1 to 3650, or leave it empty."}})
+		}
+		exp := s.Now().Add(time.Duration(n) * 24 * time.Hour)
+		req.ExpiresAt = &exp
+	}
+	_, secret, err := s.createKey(c, req)
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		return s.renderKeys(c, http.StatusBadRequest, "", views.KeyForm{Name: req.Name, Errors: ve.Fields})
+	}
+	if err != nil {
+		return err
+	}
+	return s.renderKeys(c, http.StatusOK, secret, views.KeyForm{})
+}
+
+func (s *Server) pageRevokeKey(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	k, err := s.revokeKey(c, id)
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "The key "+k.Name+" was revoked.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/api-keys")
+}

@@ -1,0 +1,141 @@
+package handlers
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+// queryAudit parses ?q= and the keyset cursor and runs the query; viewing
+// the log is itself audited.
+func (s *Server) queryAudit(c echo.Context) ([]audit.Event, int64, int, error) {
+	f, err := audit.ParseQuery(c.QueryParam("q"))
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	before, limit, err := beforeParam(c)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	t := tenantOf(c)
+	evs, err := t.Audit.Query(c.Request().Context(), f, before, limit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.audited(c, "audit.view", audit.Target{Type: "audit_log"}, map[string]any{"q": c.QueryParam("q"), "before": before}); err != nil {
+		return nil, 0, 0, err
+	}
+	return evs, before, limit, nil
+}
+
+func (s *Server) apiOrgAudit(c echo.Context) error {
+	evs, _, limit, err := s.queryAudit(c)
+	if err != nil {
+		return err
+	}
+	resp := auditPageJSON{Items: evs}
+	if resp.Items == nil {
+		resp.Items = []audit.Event{}
+	}
+	if len(evs) == limit {
+		resp.NextBefore = evs[len(evs)-1].Seq
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+// apiOrgAuditExport streams the filtered set as JSONL or CSV.
+func (s *Server) apiOrgAuditExport(c echo.Context) error {
+	format := c.QueryParam("format")
+	if format == "" {
+		format = "jsonl"
+	}
+	if format != "jsonl" && format != "csv" {
+		return apperr.New(apperr.ErrInvalid, "bad_format", "format must be jsonl or csv.")
+	}
+	f, err := audit.ParseQuery(c.QueryParam("q"))
+	if err != nil {
+		return err
+	}
+	t := tenantOf(c)
+	if err := s.audited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": c.QueryParam("q"), "format": format}); err != nil {
+		return err
+	}
+	ct := "application/x-ndjson"
+	if format == "csv" {
+		ct = "text/csv; charset=utf-8"
+	}
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, ct)
+	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, t.Org.Slug, time.Now().UTC().Format("20060102T150405Z"), format))
+	c.Response().WriteHeader(http.StatusOK)
+	if err := t.Audit.Export(c.Request().Context(), f, c.Response(), format); err != nil {
+		// Headers are sent; the truncated body is all we can signal.
+		s.Logger.Error("audit export failed", "org", t.Org.Slug, "error", err)
+	}
+	return nil
+}
+
+func (s *Server) verifyAudit(c echo.Context) (audit.VerifyResult, error) {
+	res, err := tenantOf(c).Audit.Verify(c.Request().Context())
+	if err != nil {
+		return res, err
+	}
+	return res, s.audited(c, "audit.verify", audit.Target{Type: "audit_log"}, res)
+}
+
+func (s *Server) apiOrgAuditVerify(c echo.Context) error {
+	res, err := s.verifyAudit(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
+}
+
+func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
+	evs, before, limit, err := s.queryAudit(c)
+	if err != nil {
+		if _, ok := err.(*apperr.ValidationError); ok {
+			_, body := classify(err)
+			return render(c, http.StatusBadRequest, views.AuditLog(s.orgPage(c, "Audit log"),
+				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, Verify: body.Fields["q"]}))
+		}
+		return err
+	}
+	t := tenantOf(c)
+	base := "/o/" + t.Org.Slug + "/audit"
+	q := c.QueryParam("q")
+	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: auditRows(evs), Action: base, Verify: verify,
+		Export: []views.NavItem{
+			{Label: "JSONL", Href: base + "/export?format=jsonl&q=" + url.QueryEscape(q)},
+			{Label: "CSV", Href: base + "/export?format=csv&q=" + url.QueryEscape(q)},
+		},
+		VerifyURL: base + "/verify"}
+	if len(evs) == limit {
+		ap.NextURL = fmt.Sprintf("%s?q=%s&before=%d", base, url.QueryEscape(q), evs[len(evs)-1].Seq)
+	}
+	if before > 0 {
+		ap.FirstURL = base + "?q=" + url.QueryEscape(q)
+	}
+	return render(c, http.StatusOK, views.AuditLog(s.orgPage(c, "Audit log"), ap))
+}
+
+func (s *Server) pageOrgAudit(c echo.Context) error { return s.renderOrgAudit(c, "") }
+
+func (s *Server) pageOrgAuditVerify(c echo.Context) error {
+	res, err := s.verifyAudit(c)
+	if err != nil {
+		return err
+	}
+	msg := fmt.Sprintf("Chain intact: %d events verified.", res.Checked)
+	if !res.OK {
+		msg = fmt.Sprintf("Chain broken at sequence %d: %s", res.BrokenAt, res.Reason)
+	}
+	return s.renderOrgAudit(c, msg)
+}

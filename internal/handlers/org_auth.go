@@ -1,0 +1,300 @@
+package handlers
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/tenant"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+// orgLogin signs an org user in with per-address and per-account
+// throttling and audits the outcome. Unknown email, wrong password and a
+// disabled account fail identically.
+func (s *Server) orgLogin(c echo.Context, email, password string) (directory.User, loginResponse, error) {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	email = platform.NormalizeEmail(email)
+	var u directory.User
+	keys := []string{"org:" + t.Org.Slug + ":ip:" + c.RealIP(), "org:" + t.Org.Slug + ":acct:" + email}
+	err := s.Throttle.Attempt(ctx, keys, s.Sleep, func() (bool, error) {
+		var ok bool
+		var err error
+		u, ok, err = t.Dir.CheckLogin(ctx, email, password)
+		return ok, err
+	})
+	if err != nil {
+		err = platform.LoginError(err)
+		var ae *apperr.Error
+		reason := "error"
+		if errors.As(err, &ae) {
+			reason = ae.Code
+		}
+		actor := audit.Actor{Type: audit.ActorAnonymous, Name: email}
+		if aerr := s.appendOrg(c, t, actor, "user.login", audit.Target{Type: "organization", ID: t.Org.Slug}, audit.Deny, map[string]string{"reason": reason}); aerr != nil {
+			return u, loginResponse{}, aerr
+		}
+		return u, loginResponse{}, err
+	}
+	sub := directory.UserSubject(u.ID)
+	sid, err := t.Dir.CreateSession(ctx, sub, t.Signer.TTL())
+	if err != nil {
+		return u, loginResponse{}, err
+	}
+	tok, exp, err := t.Signer.Issue(sub, sid, u.Email)
+	if err != nil {
+		return u, loginResponse{}, err
+	}
+	actor := audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}
+	if err := s.appendOrg(c, t, actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}, audit.Allow, nil); err != nil {
+		return u, loginResponse{}, err
+	}
+	return u, loginResponse{Token: tok, ExpiresAt: exp, MustChangePassword: u.MustChangePassword}, nil
+}
+
+// appendOrg appends an event with an explicit actor (before a principal
+// exists, at sign-in).
+func (s *Server) appendOrg(c echo.Context, t *tenant.Tenant, actor audit.Actor, action string, target audit.Target, decision string, details any) error {
+	ctx, cancel := detached(c.Request().Context())
+	defer cancel()
+	_, err := t.Audit.Append(ctx, audit.Event{Actor: actor, SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(),
+		Action: action, Target: target, Decision: decision, Details: audit.Details(details)})
+	return err
+}
+
+func (s *Server) apiOrgLogin(c echo.Context) error {
+	var req loginRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	_, resp, err := s.orgLogin(c, req.Email, req.Password)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+func (s *Server) apiOrgLogout(c echo.Context) error {
+	if err := s.orgLogout(c); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) orgLogout(c echo.Context) error {
+	p, t := principalOf(c), tenantOf(c)
+	if p.SessionID == "" {
+		return apperr.New(apperr.ErrInvalid, "not_a_session", "API keys have no session to end; revoke the key instead.")
+	}
+	if err := t.Dir.RevokeSession(c.Request().Context(), p.SessionID); err != nil {
+		return err
+	}
+	return s.audited(c, "user.logout", audit.Target{Type: p.Kind, ID: p.ID, Name: p.Name}, nil)
+}
+
+func (s *Server) orgChangePassword(c echo.Context, current, next string) error {
+	p := principalOf(c)
+	if p.Kind != audit.ActorUser || p.KeyID != 0 {
+		return apperr.New(apperr.ErrForbidden, "not_a_user", "Only a signed-in user can change their password.")
+	}
+	if err := tenantOf(c).Dir.ChangePassword(c.Request().Context(), p.UserID, current, next); err != nil {
+		return err
+	}
+	return s.audited(c, "user.password_change", audit.Target{Type: "user", ID: p.ID, Name: p.Name}, nil)
+}
+
+func (s *Server) apiOrgChangePassword(c echo.Context) error {
+	var req passwordRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if err := s.orgChangePassword(c, req.Current, req.New); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type meResponse struct {
+	Kind        string           `json:"kind"`
+	ID          string           `json:"id"`
+	Name        string           `json:"name"`
+	Org         string           `json:"org"`
+	Assignments []assignmentJSON `json:"roles"`
+	MustChange  bool             `json:"must_change_password"`
+}
+
+type assignmentJSON struct {
+	Subject string `json:"subject"`
+	Role    string `json:"role"`
+	Domain  string `json:"domain"`
+}
+
+func (s *Server) apiOrgMe(c echo.Context) error {
+	p, t := principalOf(c), tenantOf(c)
+	resp := meResponse{Kind: p.Kind, ID: p.ID, Name: p.Name, Org: t.Org.Slug, MustChange: p.MustChangePassword, Assignments: []assignmentJSON{}}
+	for _, a := range t.Enforcer.Assignments(p.Subject, "") {
+		resp.Assignments = append(resp.Assignments, assignmentJSON(a))
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+// enterOrg lets a platform admin into an org as an org-admin, for a
+// session recorded in both the platform and the org audit log.
+func (s *Server) enterOrg(c echo.Context) (string, error) {
+	ctx := c.Request().Context()
+	t, err := s.Tenants.Open(ctx, c.Param("org"))
+	if err != nil {
+		return "", err
+	}
+	defer t.Release()
+	p := principalOf(c)
+	target := audit.Target{Type: "organization", ID: t.Org.Slug, Name: t.Org.Name}
+	if err := s.platformEvent(c, actorOf(p), "org.enter", target, audit.Allow, nil); err != nil {
+		return "", err
+	}
+	if err := s.appendOrg(c, t, actorOf(p), "platform_admin.enter", target, audit.Allow, nil); err != nil {
+		return "", err
+	}
+	return s.issueOrgToken(c, t, "platform:"+p.ID, p.Name)
+}
+
+func (s *Server) apiEnterOrg(c echo.Context) error {
+	tok, err := s.enterOrg(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"token": tok})
+}
+
+func (s *Server) pageEnterOrg(c echo.Context) error {
+	tok, err := s.enterOrg(c)
+	if err != nil {
+		return err
+	}
+	s.setSessionCookie(c, orgCookieName(c.Param("org")), tok, s.Now().Add(s.Platform.Signer.TTL()))
+	return c.Redirect(http.StatusSeeOther, "/o/"+c.Param("org")+"/")
+}
+
+// orgPage builds page state for an org page with navigation limited to
+// what the principal may open.
+func (s *Server) orgPage(c echo.Context, title string) views.Page {
+	csrf, _ := c.Get(ctxCSRF).(string)
+	t := tenantOf(c)
+	base := "/o/" + t.Org.Slug
+	p := views.Page{Title: title + " · " + t.Org.Name, CSRF: csrf, Flash: s.takeFlash(c), LogoutURL: base + "/logout"}
+	pr := principalOf(c)
+	if pr == nil {
+		return p
+	}
+	p.User = pr.Name
+	if pr.MustChangePassword {
+		return p
+	}
+	path := c.Path()
+	items := []struct{ label, href, obj, act string }{
+		{"Home", base + "/", "", ""},
+		{"Users", base + "/users", "users", "read"},
+		{"Departments", base + "/departments", "departments", "read"},
+		{"API keys", base + "/api-keys", "", ""},
+		{"Audit log", base + "/audit", "audit", "read"},
+	}
+	for _, it := range items {
+		if it.obj != "" {
+			if ok, _ := t.Enforcer.AllowedAnywhere(c.Request().Context(), pr.Subject, it.obj, it.act); !ok {
+				continue
+			}
+		}
+		active := strings.TrimPrefix(path, "/o/:org") == strings.TrimPrefix(it.href, base) ||
+			(it.obj != "" && strings.HasPrefix(strings.TrimPrefix(path, "/o/:org"), strings.TrimPrefix(it.href, base)))
+		p.Nav = append(p.Nav, views.NavItem{Label: it.label, Href: it.href, Active: active})
+	}
+	return p
+}
+
+func (s *Server) pageOrgLogin(c echo.Context) error {
+	t := tenantOf(c)
+	return render(c, http.StatusOK, views.Login(s.orgPage(c, "Sign in"), views.LoginForm{
+		Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Next: c.QueryParam("next")}))
+}
+
+func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
+	t := tenantOf(c)
+	email, next := c.FormValue("email"), c.FormValue("next")
+	u, resp, err := s.orgLogin(c, email, c.FormValue("password"))
+	if err != nil {
+		status, body := classify(err)
+		if status >= 500 {
+			return err
+		}
+		return render(c, status, views.Login(s.orgPage(c, "Sign in"), views.LoginForm{
+			Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Email: email, Error: body.Message, Next: next}))
+	}
+	s.setSessionCookie(c, orgCookieName(t.Org.Slug), resp.Token, resp.ExpiresAt)
+	if u.MustChangePassword {
+		return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
+	}
+	return c.Redirect(http.StatusSeeOther, safeNext(next, "/o/"+t.Org.Slug+"/"))
+}
+
+func (s *Server) pageOrgLogout(c echo.Context) error {
+	t := tenantOf(c)
+	if principalOf(c).SessionID != "" {
+		if err := s.orgLogout(c); err != nil {
+			return err
+		}
+	}
+	s.clearCookie(c, orgCookieName(t.Org.Slug))
+	return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/login")
+}
+
+func (s *Server) pageOrgPassword(c echo.Context) error {
+	return render(c, http.StatusOK, views.ChangePassword(s.orgPage(c, "Change password"),
+		views.PasswordForm{Action: "/o/" + tenantOf(c).Org.Slug + "/password", Required: principalOf(c).MustChangePassword}))
+}
+
+func (s *Server) pageOrgPasswordSubmit(c echo.Context) error {
+	t := tenantOf(c)
+	err := s.orgChangePassword(c, c.FormValue("current"), c.FormValue("new"))
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		return render(c, http.StatusBadRequest, views.ChangePassword(s.orgPage(c, "Change password"),
+			views.PasswordForm{Action: "/o/" + t.Org.Slug + "/password", Required: principalOf(c).MustChangePassword, Errors: ve.Fields}))
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Your password was changed.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/")
+}
+
+func (s *Server) pageOrgHome(c echo.Context) error {
+	p, t := principalOf(c), tenantOf(c)
+	var roles []views.RoleRow
+	for _, a := range t.Enforcer.Assignments(p.Subject, "") {
+		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(c.Request().Context(), t, a.Domain)})
+	}
+	return render(c, http.StatusOK, views.OrgHome(s.orgPage(c, "Home"), views.OrgHomeData{Org: t.Org.Name, Slug: t.Org.Slug, Roles: roles}))
+}
+
+// domainLabel names a casbin domain for people.
+func (s *Server) domainLabel(ctx context.Context, t *tenant.Tenant, dom string) string {
+	if id, ok := strings.CutPrefix(dom, "dept:"); ok {
+		var n int64
+		for _, ch := range id {
+			n = n*10 + int64(ch-'0')
+		}
+		if d, err := t.Dir.GetDepartment(ctx, n); err == nil {
+			return "department " + d.Name
+		}
+		return "department #" + id
+	}
+	return "whole organization"
+}

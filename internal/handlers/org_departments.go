@@ -1,0 +1,580 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+type deptJSON struct {
+	ID          int64     `json:"id"`
+	Name        string    `json:"name"`
+	Description string    `json:"description"`
+	CreatedAt   time.Time `json:"created_at"`
+}
+
+func toDeptJSON(d directory.Department) deptJSON {
+	return deptJSON{ID: d.ID, Name: d.Name, Description: d.Description, CreatedAt: d.CreatedAt.UTC()}
+}
+
+func deptTarget(d directory.Department) audit.Target {
+	return audit.Target{Type: "department", ID: itoa(d.ID), Name: d.Name}
+}
+
+func parseID(s string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || n < 1 {
+		return 0, errors.New("bad id")
+	}
+	return n, nil
+}
+
+// visibleDepartments lists every department for principals allowed to read
+// departments org-wide, else only those they hold a role in.
+func (s *Server) visibleDepartments(c echo.Context) ([]directory.Department, error) {
+	t, p := tenantOf(c), principalOf(c)
+	ctx := c.Request().Context()
+	all, err := t.Enforcer.Allowed(ctx, p.Subject, rbac.DomainOrg, "departments", "read")
+	if err != nil {
+		return nil, err
+	}
+	if all {
+		return t.Dir.ListDepartments(ctx, nil)
+	}
+	ids := []int64{}
+	for _, dom := range t.Enforcer.DomainsOf(p.Subject) {
+		if id, err := parseID(strings.TrimPrefix(dom, "dept:")); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	return t.Dir.ListDepartments(ctx, ids)
+}
+
+func (s *Server) apiListDepartments(c echo.Context) error {
+	ds, err := s.visibleDepartments(c)
+	if err != nil {
+		return err
+	}
+	out := make([]deptJSON, len(ds))
+	for i, d := range ds {
+		out[i] = toDeptJSON(d)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+type deptRequest struct {
+	Name        *string `json:"name"`
+	Description *string `json:"description"`
+}
+
+func (s *Server) createDepartment(c echo.Context, name, desc string) (directory.Department, error) {
+	d, err := tenantOf(c).Dir.CreateDepartment(c.Request().Context(), name, desc)
+	if err != nil {
+		return d, err
+	}
+	return d, s.audited(c, "department.create", deptTarget(d), map[string]any{"after": toDeptJSON(d)})
+}
+
+func (s *Server) apiCreateDepartment(c echo.Context) error {
+	var req deptRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	d, err := s.createDepartment(c, deref(req.Name), deref(req.Description))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, toDeptJSON(d))
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func (s *Server) apiGetDepartment(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	d, err := tenantOf(c).Dir.GetDepartment(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toDeptJSON(d))
+}
+
+func (s *Server) apiUpdateDepartment(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	var req deptRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	before, after, err := tenantOf(c).Dir.UpdateDepartment(c.Request().Context(), id, req.Name, req.Description)
+	if err != nil {
+		return err
+	}
+	if err := s.audited(c, "department.update", deptTarget(after), map[string]any{"before": toDeptJSON(before), "after": toDeptJSON(after)}); err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toDeptJSON(after))
+}
+
+func (s *Server) deleteDepartment(c echo.Context, id int64) error {
+	t := tenantOf(c)
+	d, err := t.Dir.DeleteDepartment(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if err := t.Enforcer.RemoveDomain(c.Request().Context(), rbac.DeptDomain(id)); err != nil {
+		return err
+	}
+	return s.audited(c, "department.delete", deptTarget(d), map[string]any{"before": toDeptJSON(d)})
+}
+
+func (s *Server) apiDeleteDepartment(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	if err := s.deleteDepartment(c, id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+type memberJSON struct {
+	UserID int64  `json:"user_id"`
+	Email  string `json:"email"`
+	Name   string `json:"name"`
+	Role   string `json:"role"`
+}
+
+// members lists a department's owners and members, after checking the
+// department exists (so a missing one is 404, not an empty list).
+func (s *Server) members(c echo.Context, deptID int64) (directory.Department, []memberJSON, error) {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	d, err := t.Dir.GetDepartment(ctx, deptID)
+	if err != nil {
+		return d, nil, err
+	}
+	as := t.Enforcer.Assignments("", rbac.DeptDomain(deptID))
+	var ids []int64
+	for _, a := range as {
+		if id, err := parseID(strings.TrimPrefix(a.Subject, "user:")); err == nil {
+			ids = append(ids, id)
+		}
+	}
+	users, err := t.Dir.UsersByID(ctx, ids)
+	if err != nil {
+		return d, nil, err
+	}
+	out := []memberJSON{}
+	for _, a := range as {
+		id, err := parseID(strings.TrimPrefix(a.Subject, "user:"))
+		if err != nil {
+			continue
+		}
+		u := users[id]
+		out = append(out, memberJSON{UserID: id, Email: u.Email, Name: u.Name, Role: a.Role})
+	}
+	return d, out, nil
+}
+
+func (s *Server) apiListMembers(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	_, ms, err := s.members(c, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": ms})
+}
+
+type memberRequest struct {
+	Role string `json:"role"`
+}
+
+// deptRole maps the member API's role names to casbin roles.
+func deptRole(r string) (string, error) {
+	switch r {
+	case "owner", rbac.RoleDeptOwner:
+		return rbac.RoleDeptOwner, nil
+	case rbac.RoleMember:
+		return rbac.RoleMember, nil
+	}
+	return "", &apperr.ValidationError{Fields: map[string]string{"role": "Role must be \"owner\" or \"member\"."}}
+}
+
+// setMember makes a user an owner or member of a department, replacing
+// any other role they had there.
+func (s *Server) setMember(c echo.Context, deptID, userID int64, role string) error {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	r, err := deptRole(role)
+	if err != nil {
+		return err
+	}
+	d, err := t.Dir.GetDepartment(ctx, deptID)
+	if err != nil {
+		return err
+	}
+	u, err := t.Dir.GetUser(ctx, userID)
+	if err != nil {
+		return err
+	}
+	dom, sub := rbac.DeptDomain(deptID), directory.UserSubject(userID)
+	for _, other := range []string{rbac.RoleDeptOwner, rbac.RoleMember} {
+		if other != r {
+			if _, err := t.Enforcer.Unassign(ctx, rbac.Assignment{Subject: sub, Role: other, Domain: dom}); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := t.Enforcer.Assign(ctx, rbac.Assignment{Subject: sub, Role: r, Domain: dom}); err != nil {
+		return err
+	}
+	return s.audited(c, "department.member_set", deptTarget(d), map[string]any{"after": map[string]any{"user": u.Email, "role": r}})
+}
+
+func (s *Server) removeMember(c echo.Context, deptID, userID int64) error {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	d, err := t.Dir.GetDepartment(ctx, deptID)
+	if err != nil {
+		return err
+	}
+	dom, sub := rbac.DeptDomain(deptID), directory.UserSubject(userID)
+	removed := false
+	for _, r := range []string{rbac.RoleDeptOwner, rbac.RoleMember} {
+		ok, err := t.Enforcer.Unassign(ctx, rbac.Assignment{Subject: sub, Role: r, Domain: dom})
+		if err != nil {
+			return err
+		}
+		removed = removed || ok
+	}
+	if !removed {
+		return apperr.New(apperr.ErrNotFound, "member_not_found", "That user is not in this department.")
+	}
+	return s.audited(c, "department.member_remove", deptTarget(d), map[string]any{"before": map[string]any{"user_id": userID}})
+}
+
+func (s *Server) apiPutMember(c echo.Context) error {
+	deptID, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	uid, err := idParam(c, "uid")
+	if err != nil {
+		return err
+	}
+	var req memberRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if err := s.setMember(c, deptID, uid, req.Role); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiDeleteMember(c echo.Context) error {
+	deptID, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	uid, err := idParam(c, "uid")
+	if err != nil {
+		return err
+	}
+	if err := s.removeMember(c, deptID, uid); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// Roles and explicit rules (org admins).
+
+type rolesResponse struct {
+	Roles       []rbac.RoleInfo   `json:"roles"`
+	Assignments []rbac.Assignment `json:"assignments"`
+}
+
+func (s *Server) apiListRoles(c echo.Context) error {
+	as := tenantOf(c).Enforcer.Assignments(c.QueryParam("subject"), c.QueryParam("domain"))
+	if as == nil {
+		as = []rbac.Assignment{}
+	}
+	return c.JSON(http.StatusOK, rolesResponse{Roles: rbac.Roles(), Assignments: as})
+}
+
+// assign validates and records a role assignment to an existing subject.
+func (s *Server) assign(c echo.Context, a rbac.Assignment) error {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	if msg := rbac.ValidAssignment(a); msg != "" {
+		return &apperr.ValidationError{Fields: map[string]string{"role": msg}}
+	}
+	if err := s.checkSubject(c, a.Subject); err != nil {
+		return err
+	}
+	if id, ok := strings.CutPrefix(a.Domain, "dept:"); ok {
+		n, err := parseID(id)
+		if err != nil {
+			return &apperr.ValidationError{Fields: map[string]string{"domain": "Domain must be \"org\" or \"dept:<id>\"."}}
+		}
+		if _, err := t.Dir.GetDepartment(ctx, n); err != nil {
+			return err
+		}
+	}
+	changed, err := t.Enforcer.Assign(ctx, a)
+	if err != nil {
+		return err
+	}
+	if !changed {
+		return nil
+	}
+	return s.audited(c, "role.assign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"after": a})
+}
+
+func (s *Server) unassign(c echo.Context, a rbac.Assignment) error {
+	changed, err := tenantOf(c).Enforcer.Unassign(c.Request().Context(), a)
+	if err != nil {
+		return err
+	}
+	if !changed {
+		return apperr.New(apperr.ErrNotFound, "assignment_not_found", "That subject does not hold that role there.")
+	}
+	return s.audited(c, "role.unassign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"before": a})
+}
+
+// checkSubject makes sure a user or key subject exists in this org.
+func (s *Server) checkSubject(c echo.Context, sub string) error {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	bad := &apperr.ValidationError{Fields: map[string]string{"subject": "Subject must be \"user:<id>\" or \"key:<id>\" of this organization."}}
+	switch {
+	case strings.HasPrefix(sub, "user:"):
+		id, err := parseID(strings.TrimPrefix(sub, "user:"))
+		if err != nil {
+			return bad
+		}
+		_, err = t.Dir.GetUser(ctx, id)
+		return err
+	case strings.HasPrefix(sub, "key:"):
+		id, err := parseID(strings.TrimPrefix(sub, "key:"))
+		if err != nil {
+			return bad
+		}
+		k, err := t.Dir.GetKey(ctx, id)
+		if err == nil && !k.IsService() {
+			return &apperr.ValidationError{Fields: map[string]string{"subject": "Personal keys act with their owner's roles; assign roles to the user instead."}}
+		}
+		return err
+	}
+	return bad
+}
+
+func (s *Server) apiAssignRole(c echo.Context) error {
+	var a rbac.Assignment
+	if err := decodeJSON(c, &a); err != nil {
+		return err
+	}
+	if err := s.assign(c, a); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiUnassignRole(c echo.Context) error {
+	a := rbac.Assignment{Subject: c.QueryParam("subject"), Role: c.QueryParam("role"), Domain: c.QueryParam("domain")}
+	if err := s.unassign(c, a); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiListRules(c echo.Context) error {
+	rs := tenantOf(c).Enforcer.Rules()
+	if rs == nil {
+		rs = []rbac.Rule{}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": rs})
+}
+
+func validRule(r rbac.Rule) error {
+	v := apperr.Validation()
+	if r.Effect != "allow" && r.Effect != "deny" {
+		v.Add("effect", "Effect must be \"allow\" or \"deny\".")
+	}
+	if r.Subject == "" || r.Object == "" || r.Action == "" {
+		v.Add("subject", "Subject, object and action are required.")
+	}
+	if r.Domain != rbac.DomainOrg && !strings.HasPrefix(r.Domain, "dept:") {
+		v.Add("domain", "Domain must be \"org\" or \"dept:<id>\" (or \"dept:*\").")
+	}
+	return v.Err()
+}
+
+func (s *Server) apiAddRule(c echo.Context) error {
+	var r rbac.Rule
+	if err := decodeJSON(c, &r); err != nil {
+		return err
+	}
+	if err := validRule(r); err != nil {
+		return err
+	}
+	if _, err := tenantOf(c).Enforcer.AddRule(c.Request().Context(), r); err != nil {
+		return err
+	}
+	if err := s.audited(c, "policy.add", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"after": r}); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiRemoveRule(c echo.Context) error {
+	r := rbac.Rule{Subject: c.QueryParam("subject"), Domain: c.QueryParam("domain"), Object: c.QueryParam("object"), Action: c.QueryParam("action"), Effect: c.QueryParam("effect")}
+	ok, err := tenantOf(c).Enforcer.RemoveRule(c.Request().Context(), r)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return apperr.New(apperr.ErrNotFound, "rule_not_found", "No such rule exists.")
+	}
+	if err := s.audited(c, "policy.remove", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"before": r}); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// Pages.
+
+func (s *Server) pageDepartments(c echo.Context) error {
+	return s.renderDepartments(c, http.StatusOK, "", "", nil)
+}
+
+func (s *Server) renderDepartments(c echo.Context, status int, name, desc string, errs map[string]string) error {
+	ds, err := s.visibleDepartments(c)
+	if err != nil {
+		return err
+	}
+	rows := make([]views.DeptRow, len(ds))
+	for i, d := range ds {
+		rows[i] = views.DeptRow{ID: d.ID, Name: d.Name, Description: d.Description, CreatedAt: d.CreatedAt}
+	}
+	canCreate, _ := s.allowedOn(c, rbac.DomainOrg, "departments", "create")
+	return render(c, status, views.Departments(s.orgPage(c, "Departments"), views.DepartmentsData{
+		Slug: tenantOf(c).Org.Slug, Rows: rows, CanCreate: canCreate, Name: name, Description: desc, Errors: errs}))
+}
+
+func (s *Server) pageCreateDepartment(c echo.Context) error {
+	name, desc := c.FormValue("name"), c.FormValue("description")
+	d, err := s.createDepartment(c, name, desc)
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		return s.renderDepartments(c, http.StatusBadRequest, name, desc, ve.Fields)
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Department "+d.Name+" was created.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/departments/"+itoa(d.ID))
+}
+
+func (s *Server) renderDepartment(c echo.Context, status int, memberErr string) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	d, ms, err := s.members(c, id)
+	if err != nil {
+		return err
+	}
+	rows := make([]views.MemberRow, len(ms))
+	for i, m := range ms {
+		rows[i] = views.MemberRow{UserID: m.UserID, Email: m.Email, Name: m.Name, Role: m.Role}
+	}
+	canManage, _ := s.allowedOn(c, rbac.DeptDomain(id), "members", "update")
+	canDelete, _ := s.allowedOn(c, rbac.DeptDomain(id), "departments/"+itoa(id), "delete")
+	return render(c, status, views.DepartmentDetail(s.orgPage(c, d.Name), views.DepartmentData{
+		Slug: tenantOf(c).Org.Slug, ID: d.ID, Name: d.Name, Description: d.Description, Members: rows,
+		CanManage: canManage, CanDelete: canDelete, MemberError: memberErr}))
+}
+
+func (s *Server) pageDepartment(c echo.Context) error {
+	return s.renderDepartment(c, http.StatusOK, "")
+}
+
+func (s *Server) pageAddMember(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	u, err := tenantOf(c).Dir.UserByEmail(c.Request().Context(), c.FormValue("email"))
+	if err == nil {
+		err = s.setMember(c, id, u.ID, c.FormValue("role"))
+	}
+	if err != nil {
+		status, body := classify(err)
+		if status >= 500 {
+			return err
+		}
+		return s.renderDepartment(c, http.StatusBadRequest, body.Message)
+	}
+	s.setFlash(c, u.Email+" was added.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/departments/"+itoa(id))
+}
+
+func (s *Server) pageRemoveMember(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	uid, err := idParam(c, "uid")
+	if err != nil {
+		return err
+	}
+	if err := s.removeMember(c, id, uid); err != nil {
+		return err
+	}
+	s.setFlash(c, "The member was removed.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/departments/"+itoa(id))
+}
+
+func (s *Server) pageDeleteDepartment(c echo.Context) error {
+	id, err := idParam(c, "dept")
+	if err != nil {
+		return err
+	}
+	d, err := tenantOf(c).Dir.GetDepartment(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	if c.FormValue("confirm") != d.Name {
+		return s.renderDepartment(c, http.StatusBadRequest, "Type the department's name exactly to delete it.")
+	}
+	if err := s.deleteDepartment(c, id); err != nil {
+		return err
+	}
+	s.setFlash(c, "Department "+d.Name+" was deleted.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/departments")
+}

@@ -1,0 +1,300 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+type userJSON struct {
+	ID                 int64      `json:"id"`
+	Email              string     `json:"email"`
+	Name               string     `json:"name"`
+	Status             string     `json:"status"`
+	MustChangePassword bool       `json:"must_change_password"`
+	CreatedAt          time.Time  `json:"created_at"`
+	LastLoginAt        *time.Time `json:"last_login_at"`
+}
+
+func toUserJSON(u directory.User) userJSON {
+	return userJSON{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, MustChangePassword: u.MustChangePassword, CreatedAt: u.CreatedAt.UTC(), LastLoginAt: u.LastLoginAt}
+}
+
+func userTarget(u directory.User) audit.Target {
+	return audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}
+}
+
+type listUsersResponse struct {
+	Items     []userJSON `json:"items"`
+	NextAfter int64      `json:"next_after,omitempty"`
+}
+
+func (s *Server) apiListUsers(c echo.Context) error {
+	after, limit, err := idPage(c)
+	if err != nil {
+		return err
+	}
+	us, err := tenantOf(c).Dir.ListUsers(c.Request().Context(), after, limit+1)
+	if err != nil {
+		return err
+	}
+	resp := listUsersResponse{Items: []userJSON{}}
+	for i, u := range us {
+		if i == limit {
+			resp.NextAfter = us[i-1].ID
+			break
+		}
+		resp.Items = append(resp.Items, toUserJSON(u))
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+// idPage reads limit and an integer keyset cursor "after".
+func idPage(c echo.Context) (int64, int, error) {
+	_, limit, err := pageParams(c)
+	if err != nil {
+		return 0, 0, err
+	}
+	var after int64
+	if v := c.QueryParam("after"); v != "" {
+		n, perr := parseID(v)
+		if perr != nil {
+			return 0, 0, apperr.New(apperr.ErrInvalid, "bad_cursor", "after must be a positive id.")
+		}
+		after = n
+	}
+	return after, limit, nil
+}
+
+type createUserRequest struct {
+	Email string `json:"email"`
+	Name  string `json:"name"`
+}
+
+type createUserResponse struct {
+	User            userJSON `json:"user"`
+	OneTimePassword string   `json:"one_time_password"`
+}
+
+func (s *Server) createUser(c echo.Context, req createUserRequest) (directory.User, string, error) {
+	u, otp, err := tenantOf(c).Dir.CreateUser(c.Request().Context(), req.Email, req.Name)
+	if err != nil {
+		return u, "", err
+	}
+	err = s.audited(c, "user.create", userTarget(u), map[string]any{"after": map[string]any{"email": u.Email, "name": u.Name, "status": u.Status, "password": "[redacted]"}})
+	return u, otp, err
+}
+
+func (s *Server) apiCreateUser(c echo.Context) error {
+	var req createUserRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	u, otp, err := s.createUser(c, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, createUserResponse{User: toUserJSON(u), OneTimePassword: otp})
+}
+
+func (s *Server) apiGetUser(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	u, err := tenantOf(c).Dir.GetUser(c.Request().Context(), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toUserJSON(u))
+}
+
+type updateUserRequest struct {
+	Name   *string `json:"name"`
+	Status *string `json:"status"`
+}
+
+func (s *Server) updateUser(c echo.Context, id int64, req updateUserRequest) (directory.User, error) {
+	if req.Status != nil && *req.Status == directory.StatusDisabled && principalOf(c).UserID == id {
+		return directory.User{}, &apperr.ValidationError{Fields: map[string]string{"status": "You cannot disable your own account."}}
+	}
+	before, after, err := tenantOf(c).Dir.UpdateUser(c.Request().Context(), id, req.Name, req.Status)
+	if err != nil {
+		return after, err
+	}
+	action := "user.update"
+	if before.Status != after.Status {
+		action = "user." + map[string]string{directory.StatusDisabled: "disable", directory.StatusActive: "enable"}[after.Status]
+	}
+	return after, s.audited(c, action, userTarget(after), map[string]any{
+		"before": map[string]any{"name": before.Name, "status": before.Status},
+		"after":  map[string]any{"name": after.Name, "status": after.Status}})
+}
+
+func (s *Server) apiUpdateUser(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	var req updateUserRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	u, err := s.updateUser(c, id, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toUserJSON(u))
+}
+
+func (s *Server) resetPassword(c echo.Context, id int64) (string, error) {
+	t := tenantOf(c)
+	otp, err := t.Dir.ResetPassword(c.Request().Context(), id)
+	if err != nil {
+		return "", err
+	}
+	u, _ := t.Dir.GetUser(c.Request().Context(), id)
+	return otp, s.audited(c, "user.password_reset", userTarget(u), map[string]any{"after": map[string]any{"password": "[redacted]"}})
+}
+
+func (s *Server) apiResetPassword(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	otp, err := s.resetPassword(c, id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, map[string]string{"one_time_password": otp})
+}
+
+// Pages.
+
+func (s *Server) userRows(c echo.Context) ([]views.UserRow, error) {
+	us, err := tenantOf(c).Dir.ListUsers(c.Request().Context(), 0, 0)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]views.UserRow, len(us))
+	for i, u := range us {
+		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt}
+	}
+	return rows, nil
+}
+
+func (s *Server) pageUsers(c echo.Context) error {
+	rows, err := s.userRows(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Users(s.orgPage(c, "Users"), views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows}))
+}
+
+func (s *Server) pageCreateUser(c echo.Context) error {
+	req := createUserRequest{Email: c.FormValue("email"), Name: c.FormValue("name")}
+	u, otp, err := s.createUser(c, req)
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		rows, lerr := s.userRows(c)
+		if lerr != nil {
+			return lerr
+		}
+		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"),
+			views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows, Email: req.Email, Name: req.Name, Errors: ve.Fields}))
+	}
+	if err != nil {
+		return err
+	}
+	return s.renderUser(c, u.ID, otp)
+}
+
+func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	u, err := t.Dir.GetUser(ctx, id)
+	if err != nil {
+		return err
+	}
+	var roles []views.RoleRow
+	for _, a := range t.Enforcer.Assignments(directory.UserSubject(u.ID), "") {
+		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(ctx, t, a.Domain), DomainKey: a.Domain})
+	}
+	depts, err := t.Dir.ListDepartments(ctx, nil)
+	if err != nil {
+		return err
+	}
+	var opts []views.Option
+	for _, d := range depts {
+		opts = append(opts, views.Option{Value: rbac.DeptDomain(d.ID), Label: d.Name})
+	}
+	return render(c, http.StatusOK, views.UserDetail(s.orgPage(c, u.Email), views.UserDetailData{
+		Slug: t.Org.Slug, User: views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt},
+		OneTimePassword: otp, Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
+}
+
+func (s *Server) pageUser(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	return s.renderUser(c, id, "")
+}
+
+func (s *Server) pageUserStatus(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	st := c.FormValue("status")
+	if _, err := s.updateUser(c, id, updateUserRequest{Status: &st}); err != nil {
+		return err
+	}
+	s.setFlash(c, "The account is now "+st+".")
+	return c.Redirect(http.StatusSeeOther, c.Request().URL.Path[:len(c.Request().URL.Path)-len("/status")])
+}
+
+func (s *Server) pageUserReset(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	otp, err := s.resetPassword(c, id)
+	if err != nil {
+		return err
+	}
+	return s.renderUser(c, id, otp)
+}
+
+// pageUserRole assigns or removes a role from the user page.
+func (s *Server) pageUserRole(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	if _, err := tenantOf(c).Dir.GetUser(c.Request().Context(), id); err != nil {
+		return err
+	}
+	a := rbac.Assignment{Subject: directory.UserSubject(id), Role: c.FormValue("role"), Domain: c.FormValue("domain")}
+	if a.Role == rbac.RoleOrgAdmin || a.Role == rbac.RoleAuditor {
+		a.Domain = rbac.DomainOrg
+	}
+	if c.FormValue("op") == "remove" {
+		err = s.unassign(c, a)
+	} else {
+		err = s.assign(c, a)
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Roles updated.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/users/"+itoa(id))
+}

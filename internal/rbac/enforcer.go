@@ -1,0 +1,433 @@
+package rbac
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/casbin/casbin/v2"
+	"github.com/casbin/casbin/v2/model"
+	gormadapter "github.com/casbin/gorm-adapter/v3"
+	"gorm.io/gorm"
+)
+
+//go:embed model.conf
+var modelText string
+
+// Built-in roles.
+const (
+	RoleOrgAdmin  = "org-admin"
+	RoleDeptOwner = "dept-owner"
+	RoleMember    = "member"
+	RoleAuditor   = "auditor"
+)
+
+// DomainOrg is the org-wide domain.
+const DomainOrg = "org"
+
+// DeptDomain names a department's domain.
+func DeptDomain(id int64) string { return fmt.Sprintf("dept:%d", id) }
+
+// Subjects.
+const (
+	// PlatformSubject is how a platform admin who entered the org is
+	// enforced: as an org-admin, through a built-in grouping rule.
+	PlatformSubject = "platform-admin"
+)
+
+// UserSubject and KeySubject name principals in policies.
+func UserSubject(id int64) string { return fmt.Sprintf("user:%d", id) }
+
+// KeySubject names a service API key.
+func KeySubject(id int64) string { return fmt.Sprintf("key:%d", id) }
+
+// builtinPolicies are the role definitions every org starts with. They are
+// written on first load and restored if deleted; org admins add
+// assignments and deny rules beside them.
+var builtinPolicies = [][]string{
+	{RoleOrgAdmin, "*", "*", "*", "allow"},
+	{RoleAuditor, DomainOrg, "audit", "read", "allow"},
+	{RoleAuditor, DomainOrg, "audit", "export", "allow"},
+	{RoleAuditor, DomainOrg, "audit", "verify", "allow"},
+	{RoleAuditor, DomainOrg, "recordings", "read", "allow"},
+	{RoleAuditor, DomainOrg, "recordings/*", "read", "allow"},
+	// Department owners run their department: its members and what
+	// belongs to it.
+	{RoleDeptOwner, "dept:*", "departments", "read", "allow"},
+	{RoleDeptOwner, "dept:*", "departments/*", "read", "allow"},
+	{RoleDeptOwner, "dept:*", "departments/*", "update", "allow"},
+	{RoleDeptOwner, "dept:*", "members", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "agents", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "agents/*", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "environments", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "environments/*", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "templates", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "templates/*", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "sessions", "*", "allow"},
+	{RoleDeptOwner, "dept:*", "sessions/*", "*", "allow"},
+	// Members see their department and use what it offers.
+	{RoleMember, "dept:*", "departments", "read", "allow"},
+	{RoleMember, "dept:*", "departments/*", "read", "allow"},
+	{RoleMember, "dept:*", "members", "read", "allow"},
+	{RoleMember, "dept:*", "agents", "read", "allow"},
+	{RoleMember, "dept:*", "agents/*", "read", "allow"},
+	{RoleMember, "dept:*", "agents/*", "use", "allow"},
+	{RoleMember, "dept:*", "environments", "read", "allow"},
+	{RoleMember, "dept:*", "environments/*", "read", "allow"},
+	{RoleMember, "dept:*", "templates", "read", "allow"},
+	{RoleMember, "dept:*", "templates/*", "read", "allow"},
+	{RoleMember, "dept:*", "sessions", "create", "allow"},
+}
+
+var builtinGrouping = [][]string{
+	{PlatformSubject, RoleOrgAdmin, DomainOrg},
+}
+
+// Enforcer is one org's casbin enforcer with cross-replica reload: every
+// policy change bumps policy_version in the org database, and Enforce
+// reloads when the stored version moved (checked at most every
+// CheckEvery).
+type Enforcer struct {
+	db         *gorm.DB
+	mu         sync.RWMutex
+	e          *casbin.Enforcer
+	version    int64
+	checkedAt  time.Time
+	CheckEvery time.Duration
+	now        func() time.Time
+}
+
+// NewEnforcer loads the org's policies, installing the built-in ones.
+func NewEnforcer(ctx context.Context, db *gorm.DB) (*Enforcer, error) {
+	m, err := model.NewModelFromString(modelText)
+	if err != nil {
+		return nil, fmt.Errorf("casbin model: %w", err)
+	}
+	// The adapter keeps db's session; give it its own so TurnOffAutoMigrate
+	// does not change the caller's handle. The table is owned by a migration.
+	adb := db.Session(&gorm.Session{NewDB: true})
+	gormadapter.TurnOffAutoMigrate(adb)
+	a, err := gormadapter.NewAdapterByDB(adb)
+	if err != nil {
+		return nil, fmt.Errorf("casbin adapter: %w", err)
+	}
+	ce, err := casbin.NewEnforcer(m, a)
+	if err != nil {
+		return nil, fmt.Errorf("casbin enforcer: %w", err)
+	}
+	en := &Enforcer{db: db, e: ce, CheckEvery: 2 * time.Second, now: time.Now}
+	if err := en.installBuiltins(ctx); err != nil {
+		return nil, err
+	}
+	return en, nil
+}
+
+func (en *Enforcer) installBuiltins(ctx context.Context) error {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	changed := false
+	for _, p := range builtinPolicies {
+		if has, _ := en.e.HasPolicy(toIface(p)...); !has {
+			if _, err := en.e.AddPolicy(toIface(p)...); err != nil {
+				return fmt.Errorf("install built-in policy: %w", err)
+			}
+			changed = true
+		}
+	}
+	for _, g := range builtinGrouping {
+		if has, _ := en.e.HasGroupingPolicy(toIface(g)...); !has {
+			if _, err := en.e.AddGroupingPolicy(toIface(g)...); err != nil {
+				return fmt.Errorf("install built-in grouping: %w", err)
+			}
+			changed = true
+		}
+	}
+	v, err := en.readVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if changed {
+		v, err = en.bump(ctx)
+		if err != nil {
+			return err
+		}
+	}
+	en.version, en.checkedAt = v, en.now()
+	return nil
+}
+
+func toIface(xs []string) []any {
+	out := make([]any, len(xs))
+	for i, x := range xs {
+		out[i] = x
+	}
+	return out
+}
+
+func (en *Enforcer) readVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := en.db.WithContext(ctx).Raw("SELECT version FROM policy_version WHERE id = 1").Scan(&v).Error; err != nil {
+		return 0, fmt.Errorf("read policy version: %w", err)
+	}
+	return v, nil
+}
+
+func (en *Enforcer) bump(ctx context.Context) (int64, error) {
+	if err := en.db.WithContext(ctx).Exec("UPDATE policy_version SET version = version + 1 WHERE id = 1").Error; err != nil {
+		return 0, fmt.Errorf("bump policy version: %w", err)
+	}
+	return en.readVersion(ctx)
+}
+
+// refresh reloads policies when another replica changed them.
+func (en *Enforcer) refresh(ctx context.Context) error {
+	en.mu.RLock()
+	fresh := en.now().Sub(en.checkedAt) < en.CheckEvery
+	en.mu.RUnlock()
+	if fresh {
+		return nil
+	}
+	v, err := en.readVersion(ctx)
+	if err != nil {
+		return err
+	}
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	if v != en.version {
+		if err := en.e.LoadPolicy(); err != nil {
+			return fmt.Errorf("reload policy: %w", err)
+		}
+		en.version = v
+	}
+	en.checkedAt = en.now()
+	return nil
+}
+
+// Allowed reports whether sub may act on obj in dom. Errors deny.
+func (en *Enforcer) Allowed(ctx context.Context, sub, dom, obj, act string) (bool, error) {
+	if err := en.refresh(ctx); err != nil {
+		return false, err
+	}
+	en.mu.RLock()
+	defer en.mu.RUnlock()
+	ok, err := en.e.Enforce(sub, dom, obj, act)
+	if err != nil {
+		return false, fmt.Errorf("enforce: %w", err)
+	}
+	return ok, nil
+}
+
+// AllowedAnywhere reports whether sub may act on obj in the org domain or
+// in any department domain it holds a role in (used for listings, which
+// are then filtered per department).
+func (en *Enforcer) AllowedAnywhere(ctx context.Context, sub, obj, act string) (bool, error) {
+	if ok, err := en.Allowed(ctx, sub, DomainOrg, obj, act); ok || err != nil {
+		return ok, err
+	}
+	for _, d := range en.DomainsOf(sub) {
+		if ok, err := en.Allowed(ctx, sub, d, obj, act); ok || err != nil {
+			return ok, err
+		}
+	}
+	return false, nil
+}
+
+// Assignment is one role held by a subject in a domain.
+type Assignment struct {
+	Subject string `json:"subject"`
+	Role    string `json:"role"`
+	Domain  string `json:"domain"`
+}
+
+// DomainsOf lists the department domains sub holds any role in.
+func (en *Enforcer) DomainsOf(sub string) []string {
+	en.mu.RLock()
+	defer en.mu.RUnlock()
+	rules, _ := en.e.GetFilteredGroupingPolicy(0, sub)
+	seen := map[string]bool{}
+	var out []string
+	for _, r := range rules {
+		if len(r) >= 3 && strings.HasPrefix(r[2], "dept:") && !seen[r[2]] {
+			seen[r[2]] = true
+			out = append(out, r[2])
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Assignments lists role assignments, optionally for one subject or domain
+// ("" = all). Built-in grouping rules are left out.
+func (en *Enforcer) Assignments(subject, domain string) []Assignment {
+	en.mu.RLock()
+	defer en.mu.RUnlock()
+	rules, _ := en.e.GetGroupingPolicy()
+	var out []Assignment
+	for _, r := range rules {
+		if len(r) < 3 || r[0] == PlatformSubject {
+			continue
+		}
+		if (subject == "" || r[0] == subject) && (domain == "" || r[2] == domain) {
+			out = append(out, Assignment{Subject: r[0], Role: r[1], Domain: r[2]})
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Domain != out[j].Domain {
+			return out[i].Domain < out[j].Domain
+		}
+		return out[i].Subject < out[j].Subject
+	})
+	return out
+}
+
+// Assign gives sub role in dom. It reports whether anything changed.
+func (en *Enforcer) Assign(ctx context.Context, a Assignment) (bool, error) {
+	en.mu.Lock()
+	ok, err := en.e.AddGroupingPolicy(a.Subject, a.Role, a.Domain)
+	en.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("assign role: %w", err)
+	}
+	return ok, en.changed(ctx, ok)
+}
+
+// Unassign removes a role assignment.
+func (en *Enforcer) Unassign(ctx context.Context, a Assignment) (bool, error) {
+	en.mu.Lock()
+	ok, err := en.e.RemoveGroupingPolicy(a.Subject, a.Role, a.Domain)
+	en.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("remove role: %w", err)
+	}
+	return ok, en.changed(ctx, ok)
+}
+
+// RemoveSubject drops every assignment and rule of sub (user or key gone).
+func (en *Enforcer) RemoveSubject(ctx context.Context, sub string) error {
+	en.mu.Lock()
+	ok1, err := en.e.RemoveFilteredGroupingPolicy(0, sub)
+	if err == nil {
+		var ok2 bool
+		ok2, err = en.e.RemoveFilteredPolicy(0, sub)
+		ok1 = ok1 || ok2
+	}
+	en.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("remove subject: %w", err)
+	}
+	return en.changed(ctx, ok1)
+}
+
+// RemoveDomain drops every assignment in dom (department deleted).
+func (en *Enforcer) RemoveDomain(ctx context.Context, dom string) error {
+	en.mu.Lock()
+	ok, err := en.e.RemoveFilteredGroupingPolicy(2, dom)
+	en.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("remove domain: %w", err)
+	}
+	return en.changed(ctx, ok)
+}
+
+// Rule is an explicit policy line (allow or deny) on a subject or role.
+type Rule struct {
+	Subject string `json:"subject"`
+	Domain  string `json:"domain"`
+	Object  string `json:"object"`
+	Action  string `json:"action"`
+	Effect  string `json:"effect"`
+}
+
+// AddRule adds an explicit rule, e.g. a deny that overrides a role's allow.
+func (en *Enforcer) AddRule(ctx context.Context, r Rule) (bool, error) {
+	en.mu.Lock()
+	ok, err := en.e.AddPolicy(r.Subject, r.Domain, r.Object, r.Action, r.Effect)
+	en.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("add rule: %w", err)
+	}
+	return ok, en.changed(ctx, ok)
+}
+
+// RemoveRule removes an explicit rule.
+func (en *Enforcer) RemoveRule(ctx context.Context, r Rule) (bool, error) {
+	en.mu.Lock()
+	ok, err := en.e.RemovePolicy(r.Subject, r.Domain, r.Object, r.Action, r.Effect)
+	en.mu.Unlock()
+	if err != nil {
+		return false, fmt.Errorf("remove rule: %w", err)
+	}
+	return ok, en.changed(ctx, ok)
+}
+
+// Rules lists explicit rules that are not built in.
+func (en *Enforcer) Rules() []Rule {
+	en.mu.RLock()
+	defer en.mu.RUnlock()
+	builtin := map[string]bool{}
+	for _, p := range builtinPolicies {
+		builtin[strings.Join(p, "\x00")] = true
+	}
+	all, _ := en.e.GetPolicy()
+	var out []Rule
+	for _, p := range all {
+		if len(p) < 5 || builtin[strings.Join(p, "\x00")] {
+			continue
+		}
+		out = append(out, Rule{Subject: p[0], Domain: p[1], Object: p[2], Action: p[3], Effect: p[4]})
+	}
+	return out
+}
+
+// changed publishes a local change to other replicas.
+func (en *Enforcer) changed(ctx context.Context, did bool) error {
+	if !did {
+		return nil
+	}
+	v, err := en.bump(ctx)
+	if err != nil {
+		return err
+	}
+	en.mu.Lock()
+	en.version, en.checkedAt = v, en.now()
+	en.mu.Unlock()
+	return nil
+}
+
+// Roles lists the assignable roles and where they apply.
+func Roles() []RoleInfo {
+	return []RoleInfo{
+		{Name: RoleOrgAdmin, Scope: "org", Description: "Manages everything in the organization."},
+		{Name: RoleAuditor, Scope: "org", Description: "Reads the audit log and terminal recordings; nothing else."},
+		{Name: RoleDeptOwner, Scope: "department", Description: "Manages a department's members, agents, environments and templates."},
+		{Name: RoleMember, Scope: "department", Description: "Uses the department's agents and environments."},
+	}
+}
+
+// RoleInfo describes a built-in role.
+type RoleInfo struct {
+	Name        string `json:"name"`
+	Scope       string `json:"scope"`
+	Description string `json:"description"`
+}
+
+// ValidAssignment explains what is wrong with an assignment, or "".
+func ValidAssignment(a Assignment) string {
+	switch a.Role {
+	case RoleOrgAdmin, RoleAuditor:
+		if a.Domain != DomainOrg {
+			return fmt.Sprintf("The role %s applies to the whole organization; use domain %q.", a.Role, DomainOrg)
+		}
+	case RoleDeptOwner, RoleMember:
+		if !strings.HasPrefix(a.Domain, "dept:") {
+			return fmt.Sprintf("The role %s applies to a department; use domain \"dept:<id>\".", a.Role)
+		}
+	default:
+		return fmt.Sprintf("Unknown role %q; choose org-admin, auditor, dept-owner or member.", a.Role)
+	}
+	return ""
+}

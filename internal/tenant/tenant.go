@@ -1,0 +1,113 @@
+// Package tenant gives a request everything it needs inside one org: the
+// org's database handle, directory, casbin enforcer, audit log and JWT
+// signer, all bound to that org's database and keys. Built once per open
+// pool and cached; a new pool (after idle close) gets fresh ones.
+package tenant
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+)
+
+// Tenant is one org's runtime.
+type Tenant struct {
+	Org      orgs.Org
+	DB       *gorm.DB
+	Dir      *directory.Directory
+	Enforcer *rbac.Enforcer
+	Audit    *audit.Log
+	Signer   *auth.Signer
+	handle   *orgs.Handle
+}
+
+// Release returns the underlying pool handle.
+func (t *Tenant) Release() { t.handle.Release() }
+
+// Registry builds and caches tenants.
+type Registry struct {
+	Orgs     *orgs.Service
+	Box      *sealed.Box
+	TokenTTL time.Duration
+
+	mu    sync.Mutex
+	cache map[string]*runtime
+}
+
+type runtime struct {
+	db       *gorm.DB
+	dir      *directory.Directory
+	enforcer *rbac.Enforcer
+	log      *audit.Log
+	signer   *auth.Signer
+}
+
+// Audience is the JWT audience of an org: tokens of one org never verify
+// in another (and the keys differ too).
+func Audience(slug string) string { return "org:" + slug }
+
+// Open returns the tenant for slug; Release it when done. Suspended and
+// unknown orgs fail with the orgs package's errors.
+func (r *Registry) Open(ctx context.Context, slug string) (*Tenant, error) {
+	h, err := r.Orgs.Open(ctx, slug)
+	if err != nil {
+		return nil, err
+	}
+	rt, err := r.runtime(ctx, h)
+	if err != nil {
+		h.Release()
+		return nil, err
+	}
+	return &Tenant{Org: h.Org, DB: h.DB, Dir: rt.dir, Enforcer: rt.enforcer, Audit: rt.log, Signer: rt.signer, handle: h}, nil
+}
+
+func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error) {
+	r.mu.Lock()
+	if r.cache == nil {
+		r.cache = map[string]*runtime{}
+	}
+	if rt := r.cache[h.Org.Slug]; rt != nil && rt.db == h.DB {
+		r.mu.Unlock()
+		return rt, nil
+	}
+	r.mu.Unlock()
+	kid, key, err := auth.LoadOrCreateSigningKey(ctx, h.DB, r.Box, h.Org.Slug)
+	if err != nil {
+		return nil, fmt.Errorf("org %s signing key: %w", h.Org.Slug, err)
+	}
+	en, err := rbac.NewEnforcer(ctx, h.DB)
+	if err != nil {
+		return nil, fmt.Errorf("org %s enforcer: %w", h.Org.Slug, err)
+	}
+	rt := &runtime{
+		db:       h.DB,
+		dir:      &directory.Directory{DB: h.DB},
+		enforcer: en,
+		log:      audit.NewLog(h.DB, audit.OrgTable, nil),
+		signer:   auth.NewSigner(kid, key, Audience(h.Org.Slug), r.TokenTTL, nil),
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if cur := r.cache[h.Org.Slug]; cur != nil && cur.db == h.DB {
+		return cur, nil
+	}
+	r.cache[h.Org.Slug] = rt
+	return rt, nil
+}
+
+// Forget drops a cached runtime (org deleted or suspended).
+func (r *Registry) Forget(slug string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cache, slug)
+}

@@ -1,0 +1,2 @@
+-- Free-text audit search needs no index on SQLite: the embedded mode scans, which is
+-- fast enough at its scale. This step exists so both dialects share version numbers.
