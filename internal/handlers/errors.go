@@ -130,5 +130,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 		_ = c.Redirect(http.StatusSeeOther, s.loginURLFor(c))
 		return
 	}
-	_ = render(c, status, views.ErrorPage(s.page(c, "Error"), status, body.Message))
+	page := s.page(c, "Error")
+	if tenantOf(c) != nil {
+		page = s.orgPage(c, "Error")
+	}
+	_ = render(c, status, views.ErrorPage(page, status, body.Message))
 }

@@ -48,6 +48,13 @@ func TestPlatformOrgLifecycle(t *testing.T) {
 			t.Fatalf("open active org: %v", err)
 		}
 		h.Release()
+		// The org's own routes answer while it is active: a wrong sign-in
+		// is a plain 401, the login page renders.
+		orgLogin := func() response {
+			return e.json(http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": "nobody@acme.test", "password": "wrong password here"})
+		}
+		wantStatus(t, "org login while active", orgLogin(), http.StatusUnauthorized)
+		wantStatus(t, "org login page while active", e.do(request{method: "GET", path: "/o/acme/login"}), http.StatusOK)
 
 		wantStatus(t, "suspend", e.json(http.MethodPost, "/api/v1/orgs/acme/suspend", tok, nil), http.StatusOK)
 		if o := get(); o.Status != "suspended" || o.SuspendedAt == nil {
@@ -59,6 +66,15 @@ func TestPlatformOrgLifecycle(t *testing.T) {
 		r := e.json(http.MethodPost, "/api/v1/orgs/acme/suspend", tok, nil)
 		wantStatus(t, "suspend twice", r, http.StatusConflict)
 		r.envelope(t)
+		// Suspension blocks every org route, sign-in included.
+		r = orgLogin()
+		wantStatus(t, "org login while suspended", r, http.StatusForbidden)
+		if env := r.envelope(t); env.Error.Code != "org_suspended" {
+			t.Errorf("org login while suspended: code %q", env.Error.Code)
+		}
+		r = e.do(request{method: "GET", path: "/o/acme/login"})
+		wantStatus(t, "org login page while suspended", r, http.StatusForbidden)
+		mustContain(t, "suspended org page", string(r.body), "suspended")
 
 		wantStatus(t, "resume", e.json(http.MethodPost, "/api/v1/orgs/acme/resume", tok, nil), http.StatusOK)
 		if o := get(); o.Status != "active" || o.SuspendedAt != nil {
@@ -69,6 +85,7 @@ func TestPlatformOrgLifecycle(t *testing.T) {
 			t.Fatalf("open resumed org: %v", err)
 		}
 		h.Release()
+		wantStatus(t, "org login after resume", orgLogin(), http.StatusUnauthorized)
 
 		wantStatus(t, "delete", e.json(http.MethodDelete, "/api/v1/orgs/acme?confirm=acme", tok, nil), http.StatusNoContent)
 		wantStatus(t, "get deleted", e.json(http.MethodGet, "/api/v1/orgs/acme", tok, nil), http.StatusNotFound)
