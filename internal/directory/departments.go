@@ -113,6 +113,10 @@ func (d *Directory) DeleteDepartment(ctx context.Context, id int64) (Department,
 		return dep, err
 	}
 	if err := d.DB.WithContext(ctx).Delete(&Department{}, id).Error; err != nil {
+		if msg := strings.ToLower(err.Error()); strings.Contains(msg, "foreign key") {
+			return dep, apperr.New(apperr.ErrConflict, "department_in_use",
+				"Department %q still owns agents or environments; move or delete them first.", dep.Name)
+		}
 		return dep, fmt.Errorf("delete department: %w", err)
 	}
 	return dep, nil

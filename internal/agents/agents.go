@@ -1,0 +1,491 @@
+// Package agents holds Agents: what a department runs, with which model
+// configuration, in which execution environments, and whether every
+// session gets its own sandbox.
+package agents
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Sandbox modes.
+const (
+	SandboxOff        = "off"
+	SandboxPerSession = "per-session"
+)
+
+// Defaults.
+const (
+	DefaultIdleTimeout  = 15 * time.Minute
+	DefaultReclaimAfter = 60 * time.Minute
+)
+
+// Agent is a configured agent.
+type Agent struct {
+	ID                   int64 `gorm:"primaryKey"`
+	DepartmentID         *int64
+	Name                 string
+	Description          string
+	Config               string
+	SandboxMode          string
+	TemplateID           *int64
+	DefaultEnvironmentID int64
+	IdleTimeoutSeconds   int
+	ReclaimAfterSeconds  int
+	CommandPolicy        string
+	CreatedBy            string
+	CreatedAt            time.Time
+	UpdatedAt            time.Time
+	// EnvironmentIDs are the allowed environments (agent_environments).
+	EnvironmentIDs []int64 `gorm:"-"`
+}
+
+// TableName binds Agent to its table.
+func (Agent) TableName() string { return "agents" }
+
+type agentEnv struct {
+	AgentID       int64
+	EnvironmentID int64
+}
+
+func (agentEnv) TableName() string { return "agent_environments" }
+
+// Config is the documented agent configuration (docs/agents.md). Unknown
+// fields are refused so a typo does not silently do nothing.
+type Config struct {
+	Model        string  `json:"model"`
+	SystemPrompt string  `json:"system_prompt,omitempty"`
+	Skills       []Skill `json:"skills,omitempty"`
+}
+
+// Skill is a capability mounted into the agent's workspace.
+type Skill struct {
+	Name      string `json:"name"`
+	Source    string `json:"source"`
+	MountPath string `json:"mount_path,omitempty"`
+}
+
+var (
+	skillNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 _.-]{0,99}$`)
+)
+
+// ParseConfig validates raw config JSON and returns it normalized.
+func ParseConfig(raw string, v *apperr.ValidationError) (Config, string) {
+	var c Config
+	if strings.TrimSpace(raw) == "" {
+		v.Add("config", "The configuration is required: at least {\"model\": \"...\"}.")
+		return c, ""
+	}
+	dec := json.NewDecoder(strings.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		v.Add("config", "The configuration is not valid: %s. Allowed fields: model, system_prompt, skills[{name, source, mount_path}].", strings.TrimPrefix(err.Error(), "json: "))
+		return c, ""
+	}
+	if dec.More() {
+		v.Add("config", "The configuration must be a single JSON object.")
+		return c, ""
+	}
+	c.Model = strings.TrimSpace(c.Model)
+	if c.Model == "" || len(c.Model) > 200 {
+		v.Add("config", "config.model is required (at most 200 characters), e.g. \"claude-sonnet-4\".")
+	}
+	if len(c.SystemPrompt) > 100_000 {
+		v.Add("config", "config.system_prompt must be at most 100,000 characters.")
+	}
+	if len(c.Skills) > 100 {
+		v.Add("config", "At most 100 skills.")
+	}
+	seen := map[string]bool{}
+	for i, s := range c.Skills {
+		switch {
+		case !skillNameRE.MatchString(s.Name):
+			v.Add("config", "config.skills[%d].name must be 1–64 lowercase letters, digits, dots, dashes or underscores.", i)
+		case seen[s.Name]:
+			v.Add("config", "config.skills[%d].name %q appears twice.", i, s.Name)
+		case s.Source == "":
+			v.Add("config", "config.skills[%d].source is required (an https:// URL or an absolute path).", i)
+		case !strings.HasPrefix(s.Source, "https://") && !strings.HasPrefix(s.Source, "http://") && !strings.HasPrefix(s.Source, "/"):
+			v.Add("config", "config.skills[%d].source must be an http(s) URL or an absolute path.", i)
+		case s.MountPath != "" && (!strings.HasPrefix(s.MountPath, "/") || strings.Contains(s.MountPath, "..")):
+			v.Add("config", "config.skills[%d].mount_path must be an absolute path without \"..\".", i)
+		}
+		seen[s.Name] = true
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(c)
+	return c, strings.TrimSpace(buf.String())
+}
+
+// ParsePolicy validates the command policy: regular expressions (RE2) that
+// deny an exec whose command string matches. Defence in depth, not a
+// boundary: an interactive TTY can type anything.
+func ParsePolicy(patterns []string, v *apperr.ValidationError) string {
+	if len(patterns) > 200 {
+		v.Add("command_policy", "At most 200 patterns.")
+	}
+	clean := []string{}
+	for i, p := range patterns {
+		p = strings.TrimSpace(p)
+		if p == "" {
+			continue
+		}
+		if len(p) > 500 {
+			v.Add("command_policy", "Pattern %d is longer than 500 characters.", i+1)
+			continue
+		}
+		if _, err := regexp.Compile(p); err != nil {
+			v.Add("command_policy", "Pattern %d (%q) is not a valid regular expression: %v.", i+1, p, err)
+			continue
+		}
+		clean = append(clean, p)
+	}
+	b, _ := json.Marshal(clean)
+	return string(b)
+}
+
+// Policy returns the agent's deny patterns.
+func (a Agent) Policy() []string {
+	var ps []string
+	_ = json.Unmarshal([]byte(a.CommandPolicy), &ps)
+	return ps
+}
+
+// DeniedBy returns the first policy pattern command matches, or "".
+func (a Agent) DeniedBy(command string) string {
+	for _, p := range a.Policy() {
+		if re, err := regexp.Compile(p); err == nil && re.MatchString(command) {
+			return p
+		}
+	}
+	return ""
+}
+
+// Input creates or updates an agent; nil pointers leave fields unchanged on
+// update and take defaults on create.
+type Input struct {
+	DepartmentID         *int64
+	Name                 *string
+	Description          *string
+	Config               *string
+	SandboxMode          *string
+	TemplateID           *int64
+	EnvironmentIDs       []int64
+	DefaultEnvironmentID *int64
+	IdleTimeout          *time.Duration
+	ReclaimAfter         *time.Duration
+	CommandPolicy        []string
+}
+
+// EnvLookup reads environments and templates for validation.
+type EnvLookup interface {
+	Get(ctx context.Context, id int64) (envs.Environment, error)
+	GetTemplate(ctx context.Context, id int64) (envs.Template, error)
+}
+
+// Service manages one org's agents.
+type Service struct {
+	DB   *gorm.DB
+	Envs EnvLookup
+	// CanUseEnv reports whether the acting principal may attach an
+	// environment to an agent of the given department (visibility and
+	// department rules live with the caller).
+	Now func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+// validate applies in to a and checks every rule, with a message that says
+// which rule failed.
+func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating bool, canUse func(envs.Environment) bool) error {
+	v := apperr.Validation()
+	if in.DepartmentID != nil {
+		a.DepartmentID = in.DepartmentID
+		if *in.DepartmentID == 0 {
+			a.DepartmentID = nil
+		}
+	}
+	if in.Name != nil {
+		a.Name = strings.TrimSpace(*in.Name)
+	}
+	if !nameRE.MatchString(a.Name) {
+		v.Add("name", "Name must be 1–100 letters, digits, spaces, dots, dashes or underscores, starting with a letter or digit.")
+	}
+	if in.Description != nil {
+		a.Description = strings.TrimSpace(*in.Description)
+	}
+	if len(a.Description) > 2000 {
+		v.Add("description", "Description must be at most 2000 characters.")
+	}
+	if in.Config != nil || creating {
+		_, norm := ParseConfig(deref(in.Config), v)
+		a.Config = norm
+	}
+	if in.SandboxMode != nil {
+		a.SandboxMode = *in.SandboxMode
+	} else if creating {
+		a.SandboxMode = SandboxOff
+	}
+	if a.SandboxMode != SandboxOff && a.SandboxMode != SandboxPerSession {
+		v.Add("sandbox_mode", "Sandbox mode must be \"off\" (sessions run in a host's workspace) or \"per-session\" (every session gets its own sandbox).")
+	}
+	if in.TemplateID != nil {
+		a.TemplateID = in.TemplateID
+		if *in.TemplateID == 0 {
+			a.TemplateID = nil
+		}
+	}
+	if in.IdleTimeout != nil {
+		a.IdleTimeoutSeconds = int(in.IdleTimeout.Seconds())
+	} else if creating {
+		a.IdleTimeoutSeconds = int(DefaultIdleTimeout.Seconds())
+	}
+	if in.ReclaimAfter != nil {
+		a.ReclaimAfterSeconds = int(in.ReclaimAfter.Seconds())
+	} else if creating {
+		a.ReclaimAfterSeconds = int(DefaultReclaimAfter.Seconds())
+	}
+	if a.IdleTimeoutSeconds < 60 || a.IdleTimeoutSeconds > 7*24*3600 {
+		v.Add("idle_timeout", "The idle timeout before pause must be from 1 minute to 7 days.")
+	}
+	if a.ReclaimAfterSeconds < 60 || a.ReclaimAfterSeconds > 90*24*3600 {
+		v.Add("reclaim_after", "The reclaim window after pause must be from 1 minute to 90 days.")
+	}
+	if in.CommandPolicy != nil || creating {
+		a.CommandPolicy = ParsePolicy(in.CommandPolicy, v)
+	}
+	if in.EnvironmentIDs != nil {
+		a.EnvironmentIDs = dedupe(in.EnvironmentIDs)
+	}
+	if in.DefaultEnvironmentID != nil {
+		a.DefaultEnvironmentID = *in.DefaultEnvironmentID
+	}
+	if len(a.EnvironmentIDs) == 0 {
+		v.Add("environment_ids", "Choose at least one execution environment the agent may use.")
+	}
+	if a.DefaultEnvironmentID == 0 && len(a.EnvironmentIDs) == 1 {
+		a.DefaultEnvironmentID = a.EnvironmentIDs[0]
+	}
+	if a.DefaultEnvironmentID != 0 && !contains(a.EnvironmentIDs, a.DefaultEnvironmentID) {
+		v.Add("default_environment_id", "The default environment must be one of the allowed environments.")
+	} else if a.DefaultEnvironmentID == 0 && len(a.EnvironmentIDs) > 1 {
+		v.Add("default_environment_id", "Choose which allowed environment is the default.")
+	}
+	hasSandbox := false
+	var sandboxEnvs []int64
+	for _, id := range a.EnvironmentIDs {
+		e, err := s.Envs.Get(ctx, id)
+		if err != nil || (canUse != nil && !canUse(e)) {
+			v.Add("environment_ids", "Environment %d does not exist or you may not use it.", id)
+			continue
+		}
+		if e.DepartmentID != nil && a.DepartmentID != nil && *e.DepartmentID != *a.DepartmentID {
+			v.Add("environment_ids", "Environment %q belongs to another department.", e.Name)
+		}
+		if e.Kind == envs.KindSandbox {
+			hasSandbox = true
+			sandboxEnvs = append(sandboxEnvs, e.ID)
+		}
+	}
+	if a.SandboxMode == SandboxPerSession {
+		if !hasSandbox {
+			v.Add("sandbox_mode", "Per-session sandboxes need a sandbox environment among the allowed environments.")
+		}
+		if a.TemplateID == nil {
+			v.Add("template_id", "Per-session sandboxes need a template to create them from.")
+		} else if t, err := s.Envs.GetTemplate(ctx, *a.TemplateID); err != nil {
+			v.Add("template_id", "Template %d does not exist.", *a.TemplateID)
+		} else if !contains(sandboxEnvs, t.EnvironmentID) {
+			v.Add("template_id", "The template must belong to one of the agent's sandbox environments.")
+		} else if !t.Ready() {
+			v.Add("template_id", "Template %q is not ready at the backend (status %s).", t.Name, t.BackendStatus)
+		}
+	} else if a.SandboxMode == SandboxOff {
+		a.TemplateID = nil
+		if a.DefaultEnvironmentID != 0 {
+			if e, err := s.Envs.Get(ctx, a.DefaultEnvironmentID); err == nil && e.Kind != envs.KindHost {
+				v.Add("default_environment_id", "With sandbox mode off, sessions run directly on a host: the default environment must be a host.")
+			}
+		}
+	}
+	return v.Err()
+}
+
+func deref(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+func dedupe(ids []int64) []int64 {
+	seen := map[int64]bool{}
+	out := []int64{}
+	for _, id := range ids {
+		if id > 0 && !seen[id] {
+			seen[id] = true
+			out = append(out, id)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
+	return out
+}
+
+func contains(xs []int64, x int64) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+// Create validates and stores an agent with its allowed environments.
+func (s *Service) Create(ctx context.Context, in Input, createdBy string, canUse func(envs.Environment) bool) (Agent, error) {
+	now := s.now()
+	a := Agent{CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
+	if err := s.validate(ctx, &a, in, true, canUse); err != nil {
+		return a, err
+	}
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&a).Error; err != nil {
+			return err
+		}
+		return setEnvs(tx, a.ID, a.EnvironmentIDs)
+	})
+	if err != nil {
+		return a, translate(err)
+	}
+	return a, nil
+}
+
+func setEnvs(tx *gorm.DB, id int64, envIDs []int64) error {
+	if err := tx.Where("agent_id = ?", id).Delete(&agentEnv{}).Error; err != nil {
+		return err
+	}
+	for _, e := range envIDs {
+		if err := tx.Create(&agentEnv{AgentID: id, EnvironmentID: e}).Error; err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func translate(err error) error {
+	if store.IsUniqueViolation(err) {
+		return &apperr.ValidationError{Fields: map[string]string{"name": "An agent with this name already exists."}}
+	}
+	return fmt.Errorf("save agent: %w", err)
+}
+
+// Get returns one agent with its environments.
+func (s *Service) Get(ctx context.Context, id int64) (Agent, error) {
+	var a Agent
+	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&a)
+	if res.Error != nil {
+		return a, fmt.Errorf("read agent: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return a, apperr.New(apperr.ErrNotFound, "agent_not_found", "No agent with id %d exists.", id)
+	}
+	if err := s.DB.WithContext(ctx).Model(&agentEnv{}).Where("agent_id = ?", id).Order("environment_id").Pluck("environment_id", &a.EnvironmentIDs).Error; err != nil {
+		return a, fmt.Errorf("read agent environments: %w", err)
+	}
+	return a, nil
+}
+
+// List returns agents ordered by name; deptIDs, when not nil, limits the
+// list to those departments.
+func (s *Service) List(ctx context.Context, deptIDs []int64) ([]Agent, error) {
+	var out []Agent
+	q := s.DB.WithContext(ctx).Order("name")
+	if deptIDs != nil {
+		if len(deptIDs) == 0 {
+			return out, nil
+		}
+		q = q.Where("department_id IN ?", deptIDs)
+	}
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list agents: %w", err)
+	}
+	if len(out) == 0 {
+		return out, nil
+	}
+	ids := make([]int64, len(out))
+	for i, a := range out {
+		ids[i] = a.ID
+	}
+	var links []agentEnv
+	if err := s.DB.WithContext(ctx).Where("agent_id IN ?", ids).Order("environment_id").Find(&links).Error; err != nil {
+		return nil, err
+	}
+	byAgent := map[int64][]int64{}
+	for _, l := range links {
+		byAgent[l.AgentID] = append(byAgent[l.AgentID], l.EnvironmentID)
+	}
+	for i := range out {
+		out[i].EnvironmentIDs = byAgent[out[i].ID]
+	}
+	return out, nil
+}
+
+// Update validates and stores changes, returning before and after.
+func (s *Service) Update(ctx context.Context, id int64, in Input, canUse func(envs.Environment) bool) (before, after Agent, err error) {
+	before, err = s.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	after = before
+	after.EnvironmentIDs = append([]int64(nil), before.EnvironmentIDs...)
+	if err = s.validate(ctx, &after, in, false, canUse); err != nil {
+		return
+	}
+	after.UpdatedAt = s.now()
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&Agent{}).Where("id = ?", id).Updates(map[string]any{
+			"department_id": after.DepartmentID, "name": after.Name, "description": after.Description, "config": after.Config,
+			"sandbox_mode": after.SandboxMode, "template_id": after.TemplateID, "default_environment_id": after.DefaultEnvironmentID,
+			"idle_timeout_seconds": after.IdleTimeoutSeconds, "reclaim_after_seconds": after.ReclaimAfterSeconds,
+			"command_policy": after.CommandPolicy, "updated_at": after.UpdatedAt,
+		}).Error; err != nil {
+			return err
+		}
+		return setEnvs(tx, id, after.EnvironmentIDs)
+	})
+	if err != nil {
+		err = translate(err)
+	}
+	return
+}
+
+// Delete removes an agent.
+func (s *Service) Delete(ctx context.Context, id int64) (Agent, error) {
+	a, err := s.Get(ctx, id)
+	if err != nil {
+		return a, err
+	}
+	if err := s.DB.WithContext(ctx).Delete(&Agent{}, id).Error; err != nil {
+		return a, fmt.Errorf("delete agent: %w", err)
+	}
+	return a, nil
+}

@@ -1,0 +1,436 @@
+// Package envs holds an org's execution environments (agentd hosts and
+// E2B-compatible sandbox backends), their sandbox templates and their
+// health. Secrets (agentd tokens, backend API keys) are sealed at rest,
+// bound to the org and the environment, and never leave this package in
+// plain text except to build a client.
+package envs
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/sandbox"
+	"github.com/gatehouse/gatehouse/internal/sandbox/e2b"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Kinds.
+const (
+	KindHost    = "host"
+	KindSandbox = "sandbox"
+)
+
+// Health statuses.
+const (
+	HealthUnknown     = "unknown"
+	HealthHealthy     = "healthy"
+	HealthDegraded    = "degraded"
+	HealthUnreachable = "unreachable"
+)
+
+// Environment is where commands run.
+type Environment struct {
+	ID                int64 `gorm:"primaryKey"`
+	Name              string
+	Kind              string
+	DepartmentID      *int64
+	OwnerUserID       *int64
+	URL               string
+	OS                string
+	Deployment        string
+	WorkspaceRoot     string
+	SandboxDomain     string
+	SandboxScheme     string
+	ProxyBaseURL      string
+	SealedAPIKey      string `gorm:"column:sealed_api_key"`
+	SealedAgentdToken string `gorm:"column:sealed_agentd_token"`
+	HealthStatus      string
+	HealthError       string
+	HealthCheckedAt   *time.Time
+	HealthChangedAt   *time.Time
+	HealthLatencyMS   int `gorm:"column:health_latency_ms"`
+	AgentdVersion     string
+	ActiveSessions    int
+	CreatedBy         string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// TableName binds Environment to its table.
+func (Environment) TableName() string { return "environments" }
+
+// Private reports whether the environment is someone's own.
+func (e Environment) Private() bool { return e.OwnerUserID != nil }
+
+// HasAPIKey and HasAgentdToken say whether a secret is set, which is all
+// that is ever shown of it.
+func (e Environment) HasAPIKey() bool { return e.SealedAPIKey != "" }
+
+// HasAgentdToken reports whether an agentd token is set.
+func (e Environment) HasAgentdToken() bool { return e.SealedAgentdToken != "" }
+
+// Service manages one org's environments.
+type Service struct {
+	DB  *gorm.DB
+	Box *sealed.Box
+	// Org is the org slug, bound into every sealed secret.
+	Org string
+	// HTTPClient reaches agentd and backends; nil means a default with
+	// timeouts.
+	HTTPClient *http.Client
+	Now        func() time.Time
+}
+
+func (s *Service) now() time.Time {
+	if s.Now != nil {
+		return s.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (s *Service) httpClient() *http.Client {
+	if s.HTTPClient != nil {
+		return s.HTTPClient
+	}
+	return &http.Client{Timeout: 15 * time.Second}
+}
+
+func (s *Service) ad(id int64, field string) string {
+	return sealed.AD(s.Org, fmt.Sprintf("environment/%d/%s", id, field))
+}
+
+// Input creates or updates an environment. Secret pointers: nil leaves the
+// stored value alone (on update), a value replaces it.
+type Input struct {
+	Name          *string
+	Kind          string
+	DepartmentID  *int64
+	URL           *string
+	OS            *string
+	Deployment    *string
+	WorkspaceRoot *string
+	SandboxDomain *string
+	SandboxScheme *string
+	ProxyBaseURL  *string
+	APIKey        *string
+	AgentdToken   *string
+}
+
+var (
+	validOS         = map[string]bool{"linux": true, "windows": true, "macos": true}
+	validDeployment = map[string]bool{"bare-metal": true, "cloud-vm": true, "kubernetes": true}
+	hostnameRE      = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
+)
+
+// MinTokenLength keeps agentd tokens from being guessable.
+const MinTokenLength = 16
+
+func validHTTPURL(raw string) bool {
+	u, err := url.Parse(raw)
+	return err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host != "" && u.User == nil && u.RawQuery == "" && u.Fragment == ""
+}
+
+func set(dst *string, src *string) {
+	if src != nil {
+		*dst = strings.TrimSpace(*src)
+	}
+}
+
+// apply copies input onto e and validates the result, explaining each rule.
+func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string, err error) {
+	v := apperr.Validation()
+	set(&e.Name, in.Name)
+	if creating {
+		e.Kind = in.Kind
+	}
+	set(&e.URL, in.URL)
+	set(&e.OS, in.OS)
+	set(&e.Deployment, in.Deployment)
+	set(&e.WorkspaceRoot, in.WorkspaceRoot)
+	set(&e.SandboxDomain, in.SandboxDomain)
+	set(&e.SandboxScheme, in.SandboxScheme)
+	set(&e.ProxyBaseURL, in.ProxyBaseURL)
+	e.URL = strings.TrimRight(e.URL, "/")
+	e.ProxyBaseURL = strings.TrimRight(e.ProxyBaseURL, "/")
+	if e.Name == "" || len(e.Name) > 100 {
+		v.Add("name", "Name must be 1 to 100 characters.")
+	}
+	switch e.Kind {
+	case KindHost:
+		if !validHTTPURL(e.URL) {
+			v.Add("url", "The agentd URL must be an http:// or https:// URL with a host and no credentials, like https://build-01.example.com:49984.")
+		}
+		if !validOS[e.OS] {
+			v.Add("os", "OS must be linux, windows or macos.")
+		}
+		if !validDeployment[e.Deployment] {
+			v.Add("deployment", "Deployment must be bare-metal, cloud-vm or kubernetes.")
+		}
+		if e.WorkspaceRoot != "" && !strings.HasPrefix(e.WorkspaceRoot, "/") && !regexp.MustCompile(`^[A-Za-z]:\\`).MatchString(e.WorkspaceRoot) {
+			v.Add("workspace_root", "The workspace root must be an absolute path, like /srv/work or C:\\work.")
+		}
+		e.SandboxDomain, e.SandboxScheme, e.ProxyBaseURL = "", "", ""
+		if in.APIKey != nil && *in.APIKey != "" {
+			v.Add("api_key", "Host environments have no backend API key.")
+		}
+	case KindSandbox:
+		if !validHTTPURL(e.URL) {
+			v.Add("url", "The backend API URL must be an http:// or https:// URL, like https://api.e2b.app or http://cube-api:3000.")
+		}
+		if e.SandboxScheme == "" {
+			e.SandboxScheme = "https"
+		}
+		if e.SandboxScheme != "http" && e.SandboxScheme != "https" {
+			v.Add("sandbox_scheme", "Scheme must be http or https.")
+		}
+		if e.SandboxDomain != "" && !hostnameRE.MatchString(e.SandboxDomain) {
+			v.Add("sandbox_domain", "The sandbox domain must be a host name like e2b.app or cube.app, without a scheme.")
+		}
+		if e.ProxyBaseURL != "" && !validHTTPURL(e.ProxyBaseURL) {
+			v.Add("proxy_base_url", "The proxy base URL must be an http:// or https:// URL.")
+		}
+		if e.SandboxDomain == "" && e.ProxyBaseURL == "" {
+			v.Add("sandbox_domain", "Give the sandbox domain (host-based proxying, <port>-<sandboxID>.<domain>) or a path-based proxy base URL.")
+		}
+		e.OS, e.Deployment, e.WorkspaceRoot = "linux", "", ""
+	default:
+		v.Add("kind", "Kind must be host or sandbox.")
+	}
+	if in.AgentdToken != nil {
+		t := strings.TrimSpace(*in.AgentdToken)
+		if len(t) < MinTokenLength {
+			v.Add("agentd_token", "The agentd token must be at least %d characters.", MinTokenLength)
+		}
+		agentdToken = &t
+	} else if creating {
+		v.Add("agentd_token", "The agentd bearer token is required: Gatehouse injects it into every call to agentd.")
+	}
+	if in.APIKey != nil {
+		k := strings.TrimSpace(*in.APIKey)
+		apiKey = &k
+	}
+	return agentdToken, apiKey, v.Err()
+}
+
+// Create stores a new environment. owner makes it private to that user.
+func (s *Service) Create(ctx context.Context, in Input, owner *int64, createdBy string) (Environment, error) {
+	now := s.now()
+	e := Environment{DepartmentID: in.DepartmentID, OwnerUserID: owner, HealthStatus: HealthUnknown, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
+	tok, key, err := apply(&e, in, true)
+	if err != nil {
+		return e, err
+	}
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Create(&e).Error; err != nil {
+			return err
+		}
+		return s.sealSecrets(tx, &e, tok, key)
+	})
+	if err != nil {
+		return e, translate(err)
+	}
+	return e, nil
+}
+
+func translate(err error) error {
+	if store.IsUniqueViolation(err) {
+		return &apperr.ValidationError{Fields: map[string]string{"name": "An environment with this name already exists."}}
+	}
+	return fmt.Errorf("save environment: %w", err)
+}
+
+func (s *Service) sealSecrets(tx *gorm.DB, e *Environment, tok, key *string) error {
+	updates := map[string]any{}
+	if tok != nil {
+		st, err := s.Box.Seal([]byte(*tok), s.ad(e.ID, "agentd_token"))
+		if err != nil {
+			return err
+		}
+		e.SealedAgentdToken = st
+		updates["sealed_agentd_token"] = st
+	}
+	if key != nil {
+		sk := ""
+		if *key != "" {
+			var err error
+			if sk, err = s.Box.Seal([]byte(*key), s.ad(e.ID, "api_key")); err != nil {
+				return err
+			}
+		}
+		e.SealedAPIKey = sk
+		updates["sealed_api_key"] = sk
+	}
+	if len(updates) == 0 {
+		return nil
+	}
+	return tx.Model(&Environment{}).Where("id = ?", e.ID).Updates(updates).Error
+}
+
+// Get returns one environment.
+func (s *Service) Get(ctx context.Context, id int64) (Environment, error) {
+	var e Environment
+	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&e)
+	if res.Error != nil {
+		return e, fmt.Errorf("read environment: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return e, apperr.New(apperr.ErrNotFound, "environment_not_found", "No environment with id %d exists.", id)
+	}
+	return e, nil
+}
+
+// List returns every environment ordered by name; callers filter with
+// Visible.
+func (s *Service) List(ctx context.Context) ([]Environment, error) {
+	var out []Environment
+	if err := s.DB.WithContext(ctx).Order("name").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list environments: %w", err)
+	}
+	return out, nil
+}
+
+// Update changes fields and returns before and after.
+func (s *Service) Update(ctx context.Context, id int64, in Input) (before, after Environment, err error) {
+	before, err = s.Get(ctx, id)
+	if err != nil {
+		return
+	}
+	after = before
+	if in.DepartmentID != nil {
+		after.DepartmentID = in.DepartmentID
+		if *in.DepartmentID == 0 {
+			after.DepartmentID = nil
+		}
+	}
+	tok, key, err := apply(&after, in, false)
+	if err != nil {
+		return
+	}
+	after.UpdatedAt = s.now()
+	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Model(&Environment{}).Where("id = ?", id).Updates(map[string]any{
+			"name": after.Name, "department_id": after.DepartmentID, "url": after.URL, "os": after.OS, "deployment": after.Deployment,
+			"workspace_root": after.WorkspaceRoot, "sandbox_domain": after.SandboxDomain, "sandbox_scheme": after.SandboxScheme,
+			"proxy_base_url": after.ProxyBaseURL, "updated_at": after.UpdatedAt,
+		}).Error; err != nil {
+			return err
+		}
+		return s.sealSecrets(tx, &after, tok, key)
+	})
+	if err != nil {
+		err = translate(err)
+	}
+	return
+}
+
+// Delete removes an environment unless an agent still uses it.
+func (s *Service) Delete(ctx context.Context, id int64) (Environment, error) {
+	e, err := s.Get(ctx, id)
+	if err != nil {
+		return e, err
+	}
+	var n int64
+	if err := s.DB.WithContext(ctx).Table("agent_environments").Where("environment_id = ?", id).Count(&n).Error; err != nil {
+		return e, err
+	}
+	var d int64
+	if err := s.DB.WithContext(ctx).Table("agents").Where("default_environment_id = ?", id).Count(&d).Error; err != nil {
+		return e, err
+	}
+	if n+d > 0 {
+		return e, apperr.New(apperr.ErrConflict, "environment_in_use", "Environment %q is used by %d agent(s); remove it from them first.", e.Name, max(n, d))
+	}
+	if err := s.DB.WithContext(ctx).Delete(&Environment{}, id).Error; err != nil {
+		if strings.Contains(err.Error(), "FOREIGN KEY") || strings.Contains(err.Error(), "foreign key") {
+			return e, apperr.New(apperr.ErrConflict, "environment_in_use", "Environment %q is still referenced by agents or templates in use.", e.Name)
+		}
+		return e, fmt.Errorf("delete environment: %w", err)
+	}
+	return e, nil
+}
+
+// AgentdToken opens the sealed agentd token.
+func (s *Service) AgentdToken(e Environment) (string, error) {
+	if e.SealedAgentdToken == "" {
+		return "", apperr.New(apperr.ErrInvalid, "no_agentd_token", "Environment %q has no agentd token.", e.Name)
+	}
+	b, err := s.Box.Open(e.SealedAgentdToken, s.ad(e.ID, "agentd_token"))
+	if err != nil {
+		return "", fmt.Errorf("open agentd token of environment %d: %w", e.ID, err)
+	}
+	return string(b), nil
+}
+
+// Agentd returns a client for a host environment's agentd.
+func (s *Service) Agentd(e Environment) (*agentd.Client, error) {
+	if e.Kind != KindHost {
+		return nil, fmt.Errorf("environment %d is not a host", e.ID)
+	}
+	tok, err := s.AgentdToken(e)
+	if err != nil {
+		return nil, err
+	}
+	return agentd.NewClient(e.URL, tok, s.httpClient()), nil
+}
+
+// Backend returns the sandbox backend client of a sandbox environment.
+func (s *Service) Backend(e Environment) (sandbox.Backend, error) {
+	if e.Kind != KindSandbox {
+		return nil, fmt.Errorf("environment %d is not a sandbox backend", e.ID)
+	}
+	key := ""
+	if e.SealedAPIKey != "" {
+		b, err := s.Box.Open(e.SealedAPIKey, s.ad(e.ID, "api_key"))
+		if err != nil {
+			return nil, fmt.Errorf("open api key of environment %d: %w", e.ID, err)
+		}
+		key = string(b)
+	}
+	return e2b.New(e.URL, key, s.httpClient())
+}
+
+// Health is one check's outcome.
+type Health struct {
+	Status         string
+	Error          string
+	Latency        time.Duration
+	Version        string
+	ActiveSessions int
+}
+
+// RecordHealth stores a check result and reports the previous status when
+// it changed ("" when it did not).
+func (s *Service) RecordHealth(ctx context.Context, id int64, h Health) (prev string, err error) {
+	e, err := s.Get(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	now := s.now()
+	updates := map[string]any{"health_status": h.Status, "health_error": truncate(h.Error, 500), "health_checked_at": now,
+		"health_latency_ms": int(h.Latency / time.Millisecond), "agentd_version": h.Version, "active_sessions": h.ActiveSessions}
+	if e.HealthStatus != h.Status {
+		updates["health_changed_at"] = now
+		prev = e.HealthStatus
+	}
+	if err := s.DB.WithContext(ctx).Model(&Environment{}).Where("id = ?", id).Updates(updates).Error; err != nil {
+		return "", fmt.Errorf("record health: %w", err)
+	}
+	return prev, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,236 @@
+package envs
+
+import (
+	"context"
+	"fmt"
+	"hash/fnv"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// SlowThreshold marks a reachable but slow environment degraded.
+const SlowThreshold = 2 * time.Second
+
+// Check probes one environment: a host's agentd /healthz, or a sandbox
+// backend's health and template list (which also refreshes the registered
+// templates' status).
+func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duration) Health {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	start := time.Now()
+	h := Health{Status: HealthHealthy}
+	switch e.Kind {
+	case KindHost:
+		c, err := s.Agentd(e)
+		if err != nil {
+			return Health{Status: HealthUnreachable, Error: err.Error()}
+		}
+		hz, err := c.Health(ctx)
+		h.Latency = time.Since(start)
+		if err != nil {
+			return Health{Status: HealthUnreachable, Error: scrub(err.Error()), Latency: h.Latency}
+		}
+		h.Version, h.ActiveSessions = hz.Version, hz.ActiveSessions
+		if hz.Status != "ok" {
+			h.Status, h.Error = HealthDegraded, fmt.Sprintf("agentd reports status %q", hz.Status)
+		}
+	case KindSandbox:
+		b, err := s.Backend(e)
+		if err != nil {
+			return Health{Status: HealthUnreachable, Error: err.Error()}
+		}
+		if err := b.Health(ctx); err != nil {
+			return Health{Status: HealthUnreachable, Error: scrub(err.Error()), Latency: time.Since(start)}
+		}
+		ts, err := b.ListTemplates(ctx)
+		h.Latency = time.Since(start)
+		if err != nil {
+			return Health{Status: HealthDegraded, Error: "the backend is up but its template list failed: " + scrub(err.Error()), Latency: h.Latency}
+		}
+		missing, err := s.syncTemplateStatus(ctx, e.ID, ts)
+		if err != nil {
+			return Health{Status: HealthDegraded, Error: "could not record template status: " + err.Error(), Latency: h.Latency}
+		}
+		if len(missing) > 0 {
+			h.Status, h.Error = HealthDegraded, "registered templates missing at the backend: "+strings.Join(missing, ", ")
+		}
+	}
+	if h.Status == HealthHealthy && h.Latency > SlowThreshold {
+		h.Status, h.Error = HealthDegraded, fmt.Sprintf("answered in %s (over %s)", h.Latency.Round(time.Millisecond), SlowThreshold)
+	}
+	return h
+}
+
+// scrub keeps an error message to one line; URLs carry no credentials
+// (validation refuses them) and tokens travel only in headers.
+func scrub(msg string) string {
+	msg = strings.ReplaceAll(msg, "\n", " ")
+	return truncate(msg, 300)
+}
+
+// CheckAndRecord probes e, stores the result and audits a status change as
+// the system. It returns the new health.
+func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.Log, timeout time.Duration) (Health, error) {
+	h := s.Check(ctx, e, timeout)
+	prev, err := s.RecordHealth(ctx, e.ID, h)
+	if err != nil {
+		return h, err
+	}
+	if prev != "" && log != nil {
+		_, err = log.Append(ctx, audit.Event{
+			Actor:  audit.Actor{Type: audit.ActorSystem, Name: "health-checker"},
+			Action: "environment.health_change",
+			Target: audit.Target{Type: "environment", ID: fmt.Sprint(e.ID), Name: e.Name},
+			Details: audit.Details(map[string]any{"before": map[string]any{"status": prev},
+				"after": map[string]any{"status": h.Status, "error": h.Error}}),
+		})
+	}
+	return h, err
+}
+
+// OrgDeps is what the checker needs of one org while checking it.
+type OrgDeps struct {
+	Envs    *Service
+	Audit   *audit.Log
+	Release func()
+}
+
+// Checker polls every environment of every active org. With several
+// console replicas on Postgres, an advisory lock per org database lets one
+// replica check an org per round; the others skip it. Every decision is
+// idempotent, so a lost lock costs at most a duplicate probe.
+type Checker struct {
+	ListOrgs func(ctx context.Context) ([]string, error)
+	OpenOrg  func(ctx context.Context, slug string) (OrgDeps, error)
+	Interval time.Duration
+	Timeout  time.Duration
+	// Parallel bounds concurrent probes per org.
+	Parallel int
+	Logger   *slog.Logger
+}
+
+// Run checks every Interval until ctx ends.
+func (c *Checker) Run(ctx context.Context) {
+	if c.Interval <= 0 {
+		c.Interval = 30 * time.Second
+	}
+	t := time.NewTicker(c.Interval)
+	defer t.Stop()
+	for {
+		c.Round(ctx)
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Round checks every org once.
+func (c *Checker) Round(ctx context.Context) {
+	slugs, err := c.ListOrgs(ctx)
+	if err != nil {
+		c.logger().Warn("health check: list orgs", "error", err)
+		return
+	}
+	for _, slug := range slugs {
+		if ctx.Err() != nil {
+			return
+		}
+		if err := c.CheckOrg(ctx, slug); err != nil {
+			c.logger().Warn("health check failed", "org", slug, "error", err)
+		}
+	}
+}
+
+func (c *Checker) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.Default()
+}
+
+// healthLockKey derives the per-org advisory lock key.
+func healthLockKey(slug string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("gatehouse-health:" + slug))
+	return int64(h.Sum64() >> 1)
+}
+
+// CheckOrg checks one org's environments, unless another replica holds the
+// org's lock.
+func (c *Checker) CheckOrg(ctx context.Context, slug string) error {
+	deps, err := c.OpenOrg(ctx, slug)
+	if err != nil {
+		return err
+	}
+	defer deps.Release()
+	unlock, ok, err := tryLock(ctx, deps.Envs.DB, healthLockKey(slug))
+	if err != nil || !ok {
+		return err
+	}
+	defer unlock()
+	list, err := deps.Envs.List(ctx)
+	if err != nil {
+		return err
+	}
+	timeout := c.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	par := c.Parallel
+	if par <= 0 {
+		par = 8
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for _, e := range list {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func(e Environment) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if _, err := deps.Envs.CheckAndRecord(ctx, e, deps.Audit, timeout); err != nil {
+				c.logger().Warn("record health", "org", slug, "environment", e.ID, "error", err)
+			}
+		}(e)
+	}
+	wg.Wait()
+	return nil
+}
+
+// tryLock takes a session-level advisory lock on a dedicated Postgres
+// connection; SQLite is single-node and needs none.
+func tryLock(ctx context.Context, db *gorm.DB, key int64) (func(), bool, error) {
+	if store.DialectOfDB(db) != store.Postgres {
+		return func() {}, true, nil
+	}
+	sqlDB, err := db.DB()
+	if err != nil {
+		return nil, false, err
+	}
+	conn, err := sqlDB.Conn(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	var got bool
+	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
+		conn.Close()
+		return nil, false, err
+	}
+	if !got {
+		conn.Close()
+		return nil, false, nil
+	}
+	return func() {
+		_, _ = conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", key)
+		conn.Close()
+	}, true, nil
+}

@@ -1,0 +1,261 @@
+package envs
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/sandbox"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Default in-sandbox ports.
+const (
+	DefaultEnvdPort   = sandbox.EnvdPort
+	DefaultAgentdPort = sandbox.AgentdPort
+)
+
+// Template is a sandbox template registered for a sandbox environment. A
+// sandbox is pre-allocated with exactly these resources, not elastic.
+type Template struct {
+	ID                int64 `gorm:"primaryKey"`
+	EnvironmentID     int64
+	BackendTemplateID string
+	Name              string
+	Image             string
+	WritableLayerMB   int `gorm:"column:writable_layer_mb"`
+	VCPU              int `gorm:"column:vcpu"`
+	MemoryMB          int `gorm:"column:memory_mb"`
+	EnvdPort          int
+	AgentdPort        int
+	ProbePort         int
+	BackendStatus     string
+	CreatedAt         time.Time
+	UpdatedAt         time.Time
+}
+
+// TableName binds Template to its table.
+func (Template) TableName() string { return "templates" }
+
+// Ready reports whether sessions may be created from the template.
+func (t Template) Ready() bool { return t.BackendStatus == "ready" }
+
+// TemplateInput registers a template by hand or completes an import.
+type TemplateInput struct {
+	BackendTemplateID string
+	Name              string
+	Image             string
+	WritableLayerMB   int
+	VCPU              int
+	MemoryMB          int
+	EnvdPort          int
+	AgentdPort        int
+	ProbePort         int
+	BackendStatus     string
+}
+
+func validPort(p int) bool { return p >= 1 && p <= 65535 }
+
+func (in *TemplateInput) validate() error {
+	v := apperr.Validation()
+	in.BackendTemplateID = strings.TrimSpace(in.BackendTemplateID)
+	in.Name = strings.TrimSpace(in.Name)
+	if in.BackendTemplateID == "" || len(in.BackendTemplateID) > 200 {
+		v.Add("backend_template_id", "The backend template id is required (at most 200 characters).")
+	}
+	if in.Name == "" {
+		in.Name = in.BackendTemplateID
+	}
+	if in.VCPU < 1 || in.VCPU > 256 {
+		v.Add("vcpu", "vCPU must be a whole number from 1 to 256.")
+	}
+	if in.MemoryMB < 128 || in.MemoryMB > 1<<20 {
+		v.Add("memory_mb", "Memory must be from 128 MiB to 1 TiB (in MiB).")
+	}
+	if in.WritableLayerMB < 0 {
+		v.Add("writable_layer_mb", "The writable layer size cannot be negative.")
+	}
+	if in.EnvdPort == 0 {
+		in.EnvdPort = DefaultEnvdPort
+	}
+	if in.AgentdPort == 0 {
+		in.AgentdPort = DefaultAgentdPort
+	}
+	if !validPort(in.EnvdPort) {
+		v.Add("envd_port", "The envd port must be from 1 to 65535.")
+	}
+	if !validPort(in.AgentdPort) {
+		v.Add("agentd_port", "The agentd port must be from 1 to 65535.")
+	}
+	if in.ProbePort != 0 && !validPort(in.ProbePort) {
+		v.Add("probe_port", "The probe port must be from 1 to 65535, or 0 for none.")
+	}
+	if in.BackendStatus == "" {
+		in.BackendStatus = "unknown"
+	}
+	return v.Err()
+}
+
+// AddTemplate registers a template for a sandbox environment.
+func (s *Service) AddTemplate(ctx context.Context, envID int64, in TemplateInput) (Template, error) {
+	e, err := s.Get(ctx, envID)
+	if err != nil {
+		return Template{}, err
+	}
+	if e.Kind != KindSandbox {
+		return Template{}, &apperr.ValidationError{Fields: map[string]string{"environment_id": "Templates belong to sandbox environments; this one is a host."}}
+	}
+	if err := in.validate(); err != nil {
+		return Template{}, err
+	}
+	now := s.now()
+	t := Template{EnvironmentID: envID, BackendTemplateID: in.BackendTemplateID, Name: in.Name, Image: in.Image,
+		WritableLayerMB: in.WritableLayerMB, VCPU: in.VCPU, MemoryMB: in.MemoryMB, EnvdPort: in.EnvdPort, AgentdPort: in.AgentdPort,
+		ProbePort: in.ProbePort, BackendStatus: in.BackendStatus, CreatedAt: now, UpdatedAt: now}
+	if err := s.DB.WithContext(ctx).Create(&t).Error; err != nil {
+		if store.IsUniqueViolation(err) {
+			return t, &apperr.ValidationError{Fields: map[string]string{"backend_template_id": "This template is already registered for the environment."}}
+		}
+		return t, fmt.Errorf("add template: %w", err)
+	}
+	return t, nil
+}
+
+// ImportTemplate registers a template with the resources the backend
+// reports for it.
+func (s *Service) ImportTemplate(ctx context.Context, envID int64, backendID string) (Template, error) {
+	e, err := s.Get(ctx, envID)
+	if err != nil {
+		return Template{}, err
+	}
+	b, err := s.Backend(e)
+	if err != nil {
+		return Template{}, err
+	}
+	bt, err := b.GetTemplate(ctx, backendID)
+	if err != nil {
+		return Template{}, backendError("read the template from the backend", err)
+	}
+	name := backendID
+	if len(bt.Aliases) > 0 {
+		name = bt.Aliases[0]
+	}
+	return s.AddTemplate(ctx, envID, TemplateInput{BackendTemplateID: bt.ID, Name: name, VCPU: bt.CPU, MemoryMB: bt.MemoryMB,
+		WritableLayerMB: bt.DiskSizeMB, BackendStatus: normalizeStatus(bt.BuildStatus)})
+}
+
+// BackendTemplates lists what the backend offers, for the import chooser.
+func (s *Service) BackendTemplates(ctx context.Context, envID int64) ([]sandbox.Template, error) {
+	e, err := s.Get(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	b, err := s.Backend(e)
+	if err != nil {
+		return nil, err
+	}
+	ts, err := b.ListTemplates(ctx)
+	if err != nil {
+		return nil, backendError("list the backend's templates", err)
+	}
+	return ts, nil
+}
+
+// backendError turns a backend failure into a 502-class message that says
+// what was attempted, without the backend's credentials.
+func backendError(what string, err error) error {
+	return apperr.New(apperr.ErrUnavailable, "backend_error", "Could not %s: %v", what, err)
+}
+
+// normalizeStatus maps E2B's buildStatus and CubeSandbox's status to one
+// vocabulary: ready, building, error, unknown.
+func normalizeStatus(s string) string {
+	switch strings.ToLower(s) {
+	case "ready":
+		return "ready"
+	case "building", "waiting", "pending", "running":
+		return "building"
+	case "error", "failed":
+		return "error"
+	}
+	return "unknown"
+}
+
+// Templates lists an environment's templates (all when envID is 0).
+func (s *Service) Templates(ctx context.Context, envID int64) ([]Template, error) {
+	var out []Template
+	q := s.DB.WithContext(ctx).Order("name")
+	if envID != 0 {
+		q = q.Where("environment_id = ?", envID)
+	}
+	if err := q.Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list templates: %w", err)
+	}
+	return out, nil
+}
+
+// GetTemplate returns one template.
+func (s *Service) GetTemplate(ctx context.Context, id int64) (Template, error) {
+	var t Template
+	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&t)
+	if res.Error != nil {
+		return t, fmt.Errorf("read template: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return t, apperr.New(apperr.ErrNotFound, "template_not_found", "No template with id %d exists.", id)
+	}
+	return t, nil
+}
+
+// DeleteTemplate removes a template no agent uses.
+func (s *Service) DeleteTemplate(ctx context.Context, id int64) (Template, error) {
+	t, err := s.GetTemplate(ctx, id)
+	if err != nil {
+		return t, err
+	}
+	var n int64
+	if err := s.DB.WithContext(ctx).Table("agents").Where("template_id = ?", id).Count(&n).Error; err != nil {
+		return t, err
+	}
+	if n > 0 {
+		return t, apperr.New(apperr.ErrConflict, "template_in_use", "Template %q is used by %d agent(s).", t.Name, n)
+	}
+	if err := s.DB.WithContext(ctx).Delete(&Template{}, id).Error; err != nil {
+		return t, fmt.Errorf("delete template: %w", err)
+	}
+	return t, nil
+}
+
+// syncTemplateStatus updates registered templates from the backend's list
+// and reports the registered ones the backend no longer has.
+func (s *Service) syncTemplateStatus(ctx context.Context, envID int64, backend []sandbox.Template) ([]string, error) {
+	regs, err := s.Templates(ctx, envID)
+	if err != nil {
+		return nil, err
+	}
+	byID := map[string]sandbox.Template{}
+	for _, bt := range backend {
+		byID[bt.ID] = bt
+		for _, a := range bt.Aliases {
+			byID[a] = bt
+		}
+	}
+	var missing []string
+	for _, t := range regs {
+		status := "missing"
+		if bt, ok := byID[t.BackendTemplateID]; ok {
+			status = normalizeStatus(bt.BuildStatus)
+		} else {
+			missing = append(missing, t.BackendTemplateID)
+		}
+		if status != t.BackendStatus {
+			if err := s.DB.WithContext(ctx).Model(&Template{}).Where("id = ?", t.ID).
+				Updates(map[string]any{"backend_status": status, "updated_at": s.now()}).Error; err != nil {
+				return nil, err
+			}
+		}
+	}
+	return missing, nil
+}
