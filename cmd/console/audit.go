@@ -2,13 +2,87 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/console"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
+// errChainBroken makes `console audit verify` exit non-zero after it has
+// printed where the chain breaks.
+var errChainBroken = errors.New("audit chain verification failed")
+
+// auditCmd runs `console audit verify --org <slug>` or
+// `console audit verify --platform`: it walks the chosen hash chain and
+// prints "ok: N events verified" or "broken at sequence N: <reason>".
 func auditCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
-	return fmt.Errorf("audit: not available yet")
+	if len(args) == 0 || args[0] != "verify" {
+		return fmt.Errorf("usage: console audit verify (--org <slug> | --platform)")
+	}
+	fs := flag.NewFlagSet("console audit verify", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	slug := fs.String("org", "", "verify the audit log of the organization with this slug")
+	platformLog := fs.Bool("platform", false, "verify the platform audit log")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected argument %q; usage: console audit verify (--org <slug> | --platform)", fs.Arg(0))
+	}
+	if (*slug == "") == !*platformLog {
+		return fmt.Errorf("give exactly one of --org <slug> or --platform")
+	}
+
+	cat, err := console.OpenCatalog(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer store.Close(cat)
+
+	var log *audit.Log
+	what := "platform audit log"
+	if *platformLog {
+		log = audit.NewLog(cat, audit.PlatformTable, nil)
+	} else {
+		box, err := console.LoadMasterKey(cfg)
+		if err != nil {
+			return err
+		}
+		svc := orgs.New(orgs.Config{Catalog: cat, Box: box, DataDir: cfg.DataDir, DBPrefix: cfg.OrgDBPrefix,
+			ServerDSN: cfg.DatabaseURL, Logger: logger})
+		defer svc.Close()
+		h, err := svc.Open(ctx, *slug)
+		if errors.Is(err, apperr.ErrSuspended) {
+			return fmt.Errorf("organization %q is suspended and its database is closed; resume it, verify, then suspend it again", *slug)
+		}
+		if err != nil {
+			return err
+		}
+		defer h.Release()
+		log = audit.NewLog(h.DB, audit.OrgTable, nil)
+		what = fmt.Sprintf("audit log of organization %q", *slug)
+	}
+
+	res, err := log.Verify(ctx)
+	if err != nil {
+		return fmt.Errorf("verify %s: %w", what, err)
+	}
+	if !res.OK {
+		fmt.Fprintf(stdout, "broken at sequence %d: %s\n", res.BrokenAt, res.Reason)
+		logger.Error("audit chain broken", "log", what, "broken_at", res.BrokenAt, "checked", res.Checked)
+		return errChainBroken
+	}
+	fmt.Fprintf(stdout, "ok: %d events verified\n", res.Checked)
+	if res.Checked > 0 {
+		logger.Info("audit chain verified", "log", what, "head_seq", res.HeadSeq, "head_hash", res.HeadHash)
+	}
+	return nil
 }

@@ -4,6 +4,7 @@ package agentd_test
 
 import (
 	"context"
+	"os"
 	"runtime"
 	"slices"
 	"testing"
@@ -94,7 +95,8 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 		if _, err := c.Health(ctx); err != nil {
 			b.Fatal(err)
 		}
-		before := heapInUse()
+		before, stackBefore := heapInUse()
+		threadsBefore := runtime.NumGoroutine()
 		b.StartTimer()
 		for range sessions {
 			if _, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 1000"}); err != nil {
@@ -102,16 +104,26 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 			}
 		}
 		b.StopTimer()
-		after := heapInUse()
+		after, stackAfter := heapInUse()
 		b.ReportMetric(float64(after-before)/sessions, "heap-bytes/session")
+		b.ReportMetric(float64(stackAfter-stackBefore)/sessions, "stack-bytes/session")
+		b.ReportMetric(float64(runtime.NumGoroutine()-threadsBefore)/sessions, "goroutines/session")
+		b.ReportMetric(float64(osThreads()), "os-threads")
 		srv.Close()
 	}
 }
 
-func heapInUse() int64 {
+// heapInUse returns live heap bytes (after GC) and goroutine stack bytes.
+func heapInUse() (heap, stack int64) {
 	var m runtime.MemStats
 	runtime.GC()
 	runtime.GC()
 	runtime.ReadMemStats(&m)
-	return int64(m.HeapAlloc)
+	return int64(m.HeapAlloc), int64(m.StackInuse)
+}
+
+// osThreads counts the process's threads (0 where /proc is missing).
+func osThreads() int {
+	entries, _ := os.ReadDir("/proc/self/task")
+	return len(entries)
 }

@@ -64,7 +64,7 @@ func writeBinary(w http.ResponseWriter, resp SessionResponse) {
 	resp.Chunks = []Chunk{}
 	head, err := json.Marshal(resp)
 	if err != nil {
-		writeError(w, nil, err)
+		writeError(w, err)
 		return
 	}
 	head = append(head, '\n')

@@ -139,11 +139,22 @@ func (f *fileSystem) stat(p string) (os.FileInfo, error) {
 
 // readFile opens p for reading limit bytes at offset and reports its size.
 func (f *fileSystem) readFile(p string, offset, limit int64) (io.ReadCloser, int64, int64, error) {
+	// Check the type before opening: opening a FIFO would block.
+	fi, err := f.stat(p)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if fi.IsDir() {
+		return nil, 0, 0, newError(CodeIsDirectory, "The path %q is a directory; use POST /v1/files/stat to inspect it.", p)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, 0, 0, newError(CodeBadRequest, "The path %q is not a regular file.", p)
+	}
 	file, err := f.open(p)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	fi, err := file.Stat()
+	fi, err = file.Stat()
 	if err != nil {
 		file.Close()
 		return nil, 0, 0, f.pathError(p, err)
@@ -209,6 +220,9 @@ func (f *fileSystem) createTemp(p string) (file *os.File, tmp, final string, err
 			return nil, "", "", newError(CodeBadRequest, "A path is required.")
 		}
 		final = filepath.Clean(p)
+		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
+			return nil, "", "", f.pathError(p, err)
+		}
 		file, err = os.CreateTemp(filepath.Dir(final), "."+filepath.Base(final)+".agentd-*")
 		if err != nil {
 			return nil, "", "", f.pathError(p, err)
@@ -222,12 +236,23 @@ func (f *fileSystem) createTemp(p string) (file *os.File, tmp, final string, err
 	if final == "." {
 		return nil, "", "", newError(CodeIsDirectory, "The path %q is a directory.", p)
 	}
+	if dir := filepath.Dir(final); dir != "." {
+		if err := f.root.MkdirAll(dir, 0o755); err != nil {
+			return nil, "", "", f.pathError(p, err)
+		}
+	}
 	tmp = filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".agentd-"+newSessionID()[:12])
 	file, err = f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return nil, "", "", f.pathError(p, err)
 	}
 	return file, tmp, final, nil
+}
+
+func (f *fileSystem) close() {
+	if f.root != nil {
+		f.root.Close()
+	}
 }
 
 func (f *fileSystem) rename(tmp, final string) error {

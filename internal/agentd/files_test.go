@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
@@ -48,6 +49,9 @@ func confinedRoot(t *testing.T) (root, outside string) {
 			t.Fatal(err)
 		}
 	}
+	if err := syscall.Mkfifo(filepath.Join(root, "fifo"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	return root, outside
 }
 
@@ -77,6 +81,7 @@ func TestReadFile(t *testing.T) {
 		{"symlinked file out", "escape-file", 0, 0, "", agentd.ErrPathOutsideRoot},
 		{"relative symlink out", "relative-escape", 0, 0, "", agentd.ErrPathOutsideRoot},
 		{"empty path", "", 0, 0, "", agentd.ErrBadRequest},
+		{"fifo", "fifo", 0, 0, "", agentd.ErrBadRequest},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -165,6 +170,7 @@ func TestFetch(t *testing.T) {
 		wantErr error
 	}{
 		{"download", agentd.FetchRequest{URL: src.URL + "/file", Path: "dl/../fetched.bin"}, nil},
+		{"creates parents", agentd.FetchRequest{URL: src.URL + "/file", Path: "nested/deeper/f.bin"}, nil},
 		{"replace existing", agentd.FetchRequest{URL: src.URL + "/file", Path: "hello.txt"}, nil},
 		{"over the limit", agentd.FetchRequest{URL: src.URL + "/file", Path: "big.bin", MaxBytes: 100}, agentd.ErrTooLarge},
 		{"over the limit unannounced", agentd.FetchRequest{URL: src.URL + "/chunked", Path: "big2.bin", MaxBytes: 100}, agentd.ErrTooLarge},

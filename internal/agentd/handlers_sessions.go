@@ -134,6 +134,9 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	s.mu.Lock()
 	closed := s.closed
 	s.sessions[sess.id] = sess
+	if len(s.sessions)-s.running > s.cfg.MaxEndedSessions {
+		s.reclaimOldestEnded()
+	}
 	s.mu.Unlock()
 	sess.start(time.Duration(req.TimeoutMS) * time.Millisecond)
 	if closed { // Close ran while we were starting: it did not see us.

@@ -76,6 +76,8 @@ func startProcess(spec procSpec) (*process, error) {
 	return p, nil
 }
 
+func (p *process) wait() { p.cmd.Wait() }
+
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
 func (p *process) terminateGroup() { p.cmd.Process.Kill() }

@@ -23,6 +23,7 @@ type process struct {
 	pty     *os.File // master side; nil without a TTY
 	outputs []outputPipe
 	stdin   *os.File // write side of stdin: a pipe or the PTY master
+	exit    *exitWatch
 }
 
 type outputPipe struct {
@@ -71,10 +72,12 @@ func startProcess(spec procSpec) (*process, error) {
 		p.stdin = w
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pidfd := watchExitAttr(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		closeAll()
 		return nil, err
 	}
+	p.exit = newExitWatch(pidfd)
 	// The child holds its own copies; ours would keep the pipes open.
 	cmd.Stdout.(*os.File).Close()
 	cmd.Stderr.(*os.File).Close()
@@ -86,16 +89,20 @@ func startProcess(spec procSpec) (*process, error) {
 
 func startPTY(cmd *exec.Cmd, spec procSpec) (*process, error) {
 	ws := &pty.Winsize{Rows: spec.rows, Cols: spec.cols}
-	master, err := pty.StartWithAttrs(cmd, ws, &syscall.SysProcAttr{Setsid: true, Setctty: true})
+	attr := &syscall.SysProcAttr{Setsid: true, Setctty: true}
+	pidfd := watchExitAttr(attr)
+	master, err := pty.StartWithAttrs(cmd, ws, attr)
 	if err != nil {
 		return nil, err
 	}
+	exit := newExitWatch(pidfd)
 	// pty leaves the master in blocking mode (it calls Fd), where Close
 	// cannot interrupt a pending Read. Re-open a non-blocking duplicate so
 	// reads go through the runtime poller.
 	nb, err := nonblockingDup(master)
 	master.Close()
 	if err != nil {
+		exit.close()
 		cmd.Process.Kill()
 		cmd.Wait()
 		return nil, err
@@ -105,6 +112,7 @@ func startPTY(cmd *exec.Cmd, spec procSpec) (*process, error) {
 		pty:     nb,
 		outputs: []outputPipe{{f: nb, stream: streamPTY}},
 		stdin:   nb,
+		exit:    exit,
 	}, nil
 }
 
@@ -133,6 +141,12 @@ func nonblockingDup(f *os.File) (*os.File, error) {
 		return nil, err
 	}
 	return os.NewFile(uintptr(fd), f.Name()), nil
+}
+
+// wait waits for the command to exit and reaps it.
+func (p *process) wait() {
+	p.exit.wait()
+	p.cmd.Wait()
 }
 
 // pid is the process id of the group leader, which is also the group id.

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -46,19 +47,23 @@ type Config struct {
 	// FetchClient performs downloads. Default: a client without timeout
 	// (the fetch timeout applies through the request context).
 	FetchClient *http.Client
+	// MaxEndedSessions caps ended sessions kept for reading before their
+	// TTL; beyond it the oldest are reclaimed early. Default 1024.
+	MaxEndedSessions int
 	// Logger receives operational logs. Default: discarded.
 	Logger *slog.Logger
 }
 
 // Defaults of Config.
 const (
-	DefaultMaxSessions   = 256
-	DefaultRingBytes     = 4 << 20
-	DefaultSessionTTL    = 5 * time.Minute
-	DefaultKillGrace     = 3 * time.Second
-	DefaultDrainGrace    = 250 * time.Millisecond
-	DefaultFetchMaxBytes = 1 << 30
-	DefaultFetchTimeout  = 10 * time.Minute
+	DefaultMaxSessions      = 256
+	DefaultMaxEndedSessions = 1024
+	DefaultRingBytes        = 4 << 20
+	DefaultSessionTTL       = 5 * time.Minute
+	DefaultKillGrace        = 3 * time.Second
+	DefaultDrainGrace       = 250 * time.Millisecond
+	DefaultFetchMaxBytes    = 1 << 30
+	DefaultFetchTimeout     = 10 * time.Minute
 )
 
 func (c *Config) setDefaults() {
@@ -67,6 +72,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.MaxSessions <= 0 {
 		c.MaxSessions = DefaultMaxSessions
+	}
+	if c.MaxEndedSessions <= 0 {
+		c.MaxEndedSessions = DefaultMaxEndedSessions
 	}
 	if c.RingBytes <= 0 {
 		c.RingBytes = DefaultRingBytes
@@ -184,7 +192,7 @@ type apiFunc func(w http.ResponseWriter, r *http.Request) error
 
 func (f apiFunc) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err := f(w, r); err != nil {
-		writeError(w, r, err)
+		writeError(w, err)
 	}
 }
 
@@ -199,7 +207,7 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			allowed = append(allowed, k)
 		}
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeError(w, r, newError(CodeMethodNotAllowed, "The method %s is not allowed here.", r.Method))
+		writeError(w, newError(CodeMethodNotAllowed, "The method %s is not allowed here.", r.Method))
 		return
 	}
 	h.ServeHTTP(w, r)
@@ -209,11 +217,12 @@ func (m methods) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // in constant time hides both content and length of the token.
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		sum := sha256.Sum256([]byte(got))
+		authz := r.Header.Get("Authorization")
+		ok := len(authz) > len("Bearer ") && strings.EqualFold(authz[:len("Bearer ")], "Bearer ")
+		sum := sha256.Sum256([]byte(authz[min(len(authz), len("Bearer ")):]))
 		if !ok || subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
-			writeError(w, r, newError(CodeUnauthorized, "A valid bearer token is required."))
+			writeError(w, newError(CodeUnauthorized, "A valid bearer token is required."))
 			return
 		}
 		next.ServeHTTP(w, r)
@@ -230,7 +239,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.cfg.Logger.Error("handler panic", "path", r.URL.Path, "panic", fmt.Sprint(v))
-				writeError(w, r, fmt.Errorf("panic: %v", v))
+				writeError(w, fmt.Errorf("panic: %v", v))
 			}
 		}()
 		next.ServeHTTP(w, r)
@@ -239,7 +248,7 @@ func (s *Server) recoverer(next http.Handler) http.Handler {
 
 // writeError answers with the JSON error envelope. Errors that are not
 // protocol errors become a 500 whose details stay out of the response.
-func writeError(w http.ResponseWriter, r *http.Request, err error) {
+func writeError(w http.ResponseWriter, err error) {
 	var e *Error
 	if !errors.As(err, &e) {
 		e = newError(CodeInternal, "An internal error occurred.")
@@ -321,6 +330,29 @@ func (s *Server) janitor() {
 	}
 }
 
+// reclaimOldestEnded drops ended sessions beyond MaxEndedSessions, oldest
+// first, so short TTL-bound bursts cannot hold unbounded output. s.mu must be
+// held.
+func (s *Server) reclaimOldestEnded() {
+	type ended struct {
+		id string
+		at time.Time
+	}
+	var all []ended
+	for id, sess := range s.sessions {
+		if at, ok := sess.endedAt(); ok {
+			all = append(all, ended{id, at})
+		}
+	}
+	if len(all) <= s.cfg.MaxEndedSessions {
+		return
+	}
+	slices.SortFunc(all, func(a, b ended) int { return a.at.Compare(b.at) })
+	for _, e := range all[:len(all)-s.cfg.MaxEndedSessions] {
+		delete(s.sessions, e.id)
+	}
+}
+
 func (s *Server) reclaim(endedBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -345,6 +377,7 @@ func (s *Server) Close() error {
 		s.mu.Unlock()
 		close(s.closing)
 		<-s.janitorDone
+		defer s.files.close()
 		for _, sess := range all {
 			sess.kill(StateKilled)
 		}

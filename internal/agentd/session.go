@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -87,19 +88,18 @@ func (s *session) start(timeout time.Duration) {
 		s.timer = time.AfterFunc(timeout, func() { s.kill(StateTimedOut) })
 		s.mu.Unlock()
 	}
-	var pumps sync.WaitGroup
+	// The last pump to finish closes pumpsDone; no extra goroutine waits.
+	pumpsDone := make(chan struct{})
+	var running atomic.Int32
+	running.Store(int32(len(s.proc.outputs)))
 	for _, o := range s.proc.outputs {
-		pumps.Add(1)
 		go func() {
-			defer pumps.Done()
 			s.pump(o)
+			if running.Add(-1) == 0 {
+				close(pumpsDone)
+			}
 		}()
 	}
-	pumpsDone := make(chan struct{})
-	go func() {
-		pumps.Wait()
-		close(pumpsDone)
-	}()
 	go s.reap(pumpsDone)
 }
 
@@ -152,7 +152,7 @@ func (s *session) wakeLocked() {
 // still hold the pipes: once output has been quiet for the drain grace, the
 // pipes are closed), then records the final state.
 func (s *session) reap(pumpsDone chan struct{}) {
-	s.proc.cmd.Wait()
+	s.proc.wait()
 	code := exitCode(s.proc.cmd.ProcessState)
 	drain := time.NewTimer(s.timing.drainGrace)
 	defer drain.Stop()
@@ -363,10 +363,20 @@ func (s *session) resize(rows, cols uint16) error {
 	if !running {
 		return newError(CodeNotRunning, "The session has already ended.")
 	}
-	return s.proc.resize(rows, cols)
+	if err := s.proc.resize(rows, cols); err != nil {
+		return newError(CodeNotRunning, "The terminal is closed.")
+	}
+	return nil
 }
 
-// finished reports whether the session ended before t.
+// endedAt reports when the session ended, if it has.
+func (s *session) endedAt() (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.finishedAt, s.state != StateRunning
+}
+
+// endedBefore reports whether the session ended before t.
 func (s *session) endedBefore(t time.Time) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -408,3 +408,28 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 		t.Fatalf("create after Close: %v; want ErrShuttingDown", err)
 	}
 }
+
+func TestEndedSessionsBeyondCapAreReclaimedOldestFirst(t *testing.T) {
+	t.Parallel()
+	c := newClient(t, agentdtest.WithConfig(func(cfg *agentd.Config) { cfg.MaxEndedSessions = 2 }))
+	ctx := testCtx(t)
+	var ids []string
+	for range 4 {
+		resp, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "true", WaitMS: 5000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, resp.SessionID)
+	}
+	for i, id := range ids {
+		_, err := c.Poll(ctx, id, 0, 0)
+		// The newest session is not yet counted when it is created, so
+		// at most MaxEndedSessions+1 remain.
+		if i == 0 && !errors.Is(err, agentd.ErrNotFound) {
+			t.Errorf("session %d: %v; want it reclaimed", i, err)
+		}
+		if i >= 2 && err != nil {
+			t.Errorf("session %d: %v; want it kept", i, err)
+		}
+	}
+}

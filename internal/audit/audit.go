@@ -114,6 +114,8 @@ type Log struct {
 	// across replicas. Holding both keeps SQLite from queueing on busy
 	// timeouts under heavy concurrency.
 	mu sync.Mutex
+	// textWindow is the direct-scan window of free-text queries.
+	textWindow int64
 }
 
 // NewLog returns the log stored in table of db. now may be nil.
@@ -121,7 +123,7 @@ func NewLog(db *gorm.DB, table string, now func() time.Time) *Log {
 	if now == nil {
 		now = time.Now
 	}
-	return &Log{db: db, table: table, now: now}
+	return &Log{db: db, table: table, now: now, textWindow: defaultTextWindow}
 }
 
 // chainLockKey is the per-database advisory lock serializing appends on

@@ -49,11 +49,34 @@ SELECT g,
         || '","session":"s' || (g % 20000) || '","exit_code":' || (g % 3) || '}',
     md5((g - 1)::text), md5(g::text)
 FROM generate_series(1, CAST(? AS bigint)) AS g,
-LATERAL (SELECT (g * 2654435761) % 100 AS a, (g * 40503) % 500 AS u, (g * 69069) % 5000 AS t,
+LATERAL (SELECT ((g * 2654435761) >> 12) % 100 AS a, (g * 40503) % 500 AS u, (g * 69069) % 5000 AS t,
                 (g * 1103515245) % 9973 AS k, (g * 214013) % 7919 AS c) AS r`
+	// Loading into an unindexed table and building the migration's own
+	// indexes afterwards is several times faster than maintaining them
+	// (the trigram index above all) row by row.
+	var defs []string
+	if err := db.Raw("SELECT indexdef FROM pg_indexes WHERE tablename = 'audit_events' AND indexname <> 'audit_events_pkey'").
+		Scan(&defs).Error; err != nil {
+		b.Fatal(err)
+	}
+	var names []string
+	if err := db.Raw("SELECT indexname FROM pg_indexes WHERE tablename = 'audit_events' AND indexname <> 'audit_events_pkey'").
+		Scan(&names).Error; err != nil {
+		b.Fatal(err)
+	}
+	for _, n := range names {
+		if err := db.Exec("DROP INDEX " + store.QuoteIdent(n)).Error; err != nil {
+			b.Fatal(err)
+		}
+	}
 	start := time.Now()
 	if err := db.Exec(seed, benchRows).Error; err != nil {
 		b.Fatalf("seed: %v", err)
+	}
+	for _, def := range defs {
+		if err := db.Exec(def).Error; err != nil {
+			b.Fatalf("recreate index: %v", err)
+		}
 	}
 	if err := db.Exec("ANALYZE audit_events").Error; err != nil {
 		b.Fatalf("analyze: %v", err)
@@ -94,6 +117,12 @@ func BenchmarkQuery1M(b *testing.B) {
 		{"text_rare", "exfil.example"},
 		{"text_common", "kubectl"},
 		{"text_none", "zzqqxx"},
+		{"text_short_common", "rm"},
+		{"text_mid_2pct", "agent-42"},
+		{"text_rare_session", "s1999"},
+		// Outside the budget, reported for information: a rare term under
+		// three characters gets no help from the trigram index.
+		{"text_rare_short_unbudgeted", "zq"},
 	}
 	for _, tc := range queries {
 		f, err := audit.ParseQuery(tc.q)
@@ -119,14 +148,16 @@ func BenchmarkQuery1M(b *testing.B) {
 			b.ReportMetric(float64(n), "rows")
 			b.Logf("%-28s %-40q rows=%-3d p50=%-10s max=%-10s plan: %s", tc.name, tc.q, n,
 				p50.Round(10*time.Microsecond), maxT.Round(10*time.Microsecond), planSummary(b, db, l, f))
-			if p50 > 100*time.Millisecond {
+			if p50 > 100*time.Millisecond && !strings.HasSuffix(tc.name, "_unbudgeted") {
 				b.Errorf("%s: p50 %s is over the 100 ms budget", tc.q, p50)
 			}
 		})
 	}
 }
 
-// planSummary returns the plan's node lines, compacted, for the log.
+// planSummary returns the plan's node lines, compacted, for the log. For
+// free-text filters it is the plan of the single statement, not of the
+// two steps Query takes (see textPage).
 func planSummary(b *testing.B, db *gorm.DB, l *audit.Log, f audit.Filter) string {
 	b.Helper()
 	sql, args := audit.QuerySQL(l, store.Postgres, f, 50)

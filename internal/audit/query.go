@@ -218,11 +218,13 @@ type page struct {
 	limit  int
 }
 
+// defaultTextWindow is how many of the newest candidate rows a free-text
+// query scans directly before it turns to the trigram index; see textPage.
+const defaultTextWindow = 10_000
+
 func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
 	d := store.DialectOfDB(l.db)
-	sql, args := l.buildSQL(d, f, p)
 	var rows []row
-	run := func(tx *gorm.DB) error { return tx.Raw(sql, args...).Scan(&rows).Error }
 	var err error
 	if d == store.Postgres {
 		// The driver caches prepared statements; after a few runs Postgres
@@ -233,10 +235,16 @@ func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
 			if err := tx.Exec("SET LOCAL plan_cache_mode = force_custom_plan").Error; err != nil {
 				return err
 			}
-			return run(tx)
+			if len(f.Text) > 0 && !p.asc {
+				rows, err = l.textPage(tx, f, p)
+				return err
+			}
+			sql, args := l.buildSQL(d, f, p)
+			return tx.Raw(sql, args...).Scan(&rows).Error
 		})
 	} else {
-		err = run(l.db.WithContext(ctx))
+		sql, args := l.buildSQL(d, f, p)
+		err = l.db.WithContext(ctx).Raw(sql, args...).Scan(&rows).Error
 	}
 	if err != nil {
 		return nil, fmt.Errorf("query audit events: %w", err)
@@ -246,6 +254,55 @@ func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
 		out[i] = fromRow(r)
 	}
 	return out, nil
+}
+
+// textPage answers a free-text page on Postgres in two steps, because the
+// planner cannot estimate how common a substring is: it may walk the
+// primary key back through the whole table for a rare term it took for a
+// common one, or collect and sort every match of a common term through the
+// trigram index. First the newest l.textWindow rows below the cursor are
+// scanned directly, which fills the page for any term matching more than
+// about one row in 200. Only if the page is still short is the rest found
+// through the trigram index (plain index scans and sequential scans are
+// disabled for that statement), where a term that rare has few matches to
+// sort. Terms under three characters get no help from trigrams; when they
+// are also rare the second step is slow.
+func (l *Log) textPage(tx *gorm.DB, f Filter, p page) ([]row, error) {
+	hi := p.before - 1
+	if p.before <= 0 {
+		var head *int64
+		if err := tx.Raw("SELECT MAX(seq) FROM " + store.QuoteIdent(l.table)).Scan(&head).Error; err != nil {
+			return nil, err
+		}
+		if head == nil {
+			return nil, nil
+		}
+		hi = *head
+	}
+	if hi <= 0 {
+		return nil, nil
+	}
+	lo := hi - l.textWindow
+	var rows []row
+	sql, args := l.buildSQL(store.Postgres, f, page{before: hi + 1, after: max(lo, 0), limit: p.limit})
+	if err := tx.Raw(sql, args...).Scan(&rows).Error; err != nil {
+		return nil, err
+	}
+	if len(rows) == p.limit || lo <= 0 {
+		return rows, nil
+	}
+	if err := tx.Exec("SET LOCAL enable_indexscan = off").Error; err != nil {
+		return nil, err
+	}
+	if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+		return nil, err
+	}
+	var older []row
+	sql, args = l.buildSQL(store.Postgres, f, page{before: lo + 1, limit: p.limit - len(rows)})
+	if err := tx.Raw(sql, args...).Scan(&older).Error; err != nil {
+		return nil, err
+	}
+	return append(rows, older...), nil
 }
 
 const columns = "seq, occurred_at, actor_type, actor_id, actor_name, source_ip, user_agent, action, " +

@@ -43,7 +43,7 @@ func matches(f audit.Filter, e audit.Event) bool {
 func TestQueryFilters(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
-		l, _ := newLog(t, d)
+		l, db := newLog(t, d)
 		all := seedVaried(t, l, 90) // one event an hour from 2026-01-01T00:00Z
 		queries := []struct {
 			q       string
@@ -85,6 +85,10 @@ func TestQueryFilters(t *testing.T) {
 			{"action:agent. decision:deny from:2026-01-02 kubectl", 0},
 		}
 		ctx := context.Background()
+		// A second Log on the same table whose free-text window covers only
+		// a few rows, so the trigram step of a text query is exercised too.
+		narrow := audit.NewLog(db, audit.OrgTable, nil)
+		audit.SetTextWindow(narrow, 5)
 		for _, tc := range queries {
 			f, err := audit.ParseQuery(tc.q)
 			if err != nil {
@@ -99,22 +103,24 @@ func TestQueryFilters(t *testing.T) {
 			if len(want) < tc.atLeast {
 				t.Fatalf("%q: reference matched %d, seed expected at least %d", tc.q, len(want), tc.atLeast)
 			}
-			// Page through with a small page to exercise the cursor.
-			var got []int64
-			before := int64(0)
-			for {
-				page, err := l.Query(ctx, f, before, 7)
-				if err != nil {
-					t.Fatalf("Query(%q): %v", tc.q, err)
+			for name, lg := range map[string]*audit.Log{"default": l, "narrow text window": narrow} {
+				// Page through with a small page to exercise the cursor.
+				var got []int64
+				before := int64(0)
+				for {
+					page, err := lg.Query(ctx, f, before, 7)
+					if err != nil {
+						t.Fatalf("Query(%q): %v", tc.q, err)
+					}
+					got = append(got, seqs(page)...)
+					if len(page) < 7 {
+						break
+					}
+					before = page[len(page)-1].Seq
 				}
-				got = append(got, seqs(page)...)
-				if len(page) < 7 {
-					break
+				if !slices.Equal(got, want) {
+					t.Errorf("%q (%s):\n got  %s\n want %s", tc.q, name, fmtSeqs(got), fmtSeqs(want))
 				}
-				before = page[len(page)-1].Seq
-			}
-			if !slices.Equal(got, want) {
-				t.Errorf("%q:\n got  %s\n want %s", tc.q, fmtSeqs(got), fmtSeqs(want))
 			}
 		}
 	})

@@ -225,9 +225,9 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 // Create stores a new environment. owner makes it private to that user.
 func (s *Service) Create(ctx context.Context, in Input, owner *int64, createdBy string) (Environment, error) {
 	now := s.now()
-	e := Environment{DepartmentID: in.DepartmentID, OwnerUserID: owner, HealthStatus: HealthUnknown, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
+	e := Environment{DepartmentID: orgWide(in.DepartmentID), OwnerUserID: owner, HealthStatus: HealthUnknown, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
 	tok, key, err := apply(&e, in, true)
-	if err != nil {
+	if err = s.checkDepartment(ctx, e.DepartmentID, err); err != nil {
 		return e, err
 	}
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -240,6 +240,39 @@ func (s *Service) Create(ctx context.Context, in Input, owner *int64, createdBy 
 		return e, translate(err)
 	}
 	return e, nil
+}
+
+// orgWide maps department 0 to none (the org), as Update does.
+func orgWide(id *int64) *int64 {
+	if id != nil && *id == 0 {
+		return nil
+	}
+	return id
+}
+
+// checkDepartment adds a field error to verr (a validation error or nil)
+// when dept names no department, so a bad id is the caller's mistake
+// rather than a foreign-key failure.
+func (s *Service) checkDepartment(ctx context.Context, dept *int64, verr error) error {
+	if dept == nil {
+		return verr
+	}
+	var n int64
+	if err := s.DB.WithContext(ctx).Table("departments").Where("id = ?", *dept).Count(&n).Error; err != nil {
+		return fmt.Errorf("read department: %w", err)
+	}
+	if n > 0 {
+		return verr
+	}
+	v, ok := verr.(*apperr.ValidationError)
+	if !ok {
+		if verr != nil {
+			return verr
+		}
+		v = apperr.Validation()
+	}
+	v.Add("department_id", "Department %d does not exist.", *dept)
+	return v
 }
 
 func translate(err error) error {
@@ -307,12 +340,12 @@ func (s *Service) Update(ctx context.Context, id int64, in Input) (before, after
 	}
 	after = before
 	if in.DepartmentID != nil {
-		after.DepartmentID = in.DepartmentID
-		if *in.DepartmentID == 0 {
-			after.DepartmentID = nil
-		}
+		after.DepartmentID = orgWide(in.DepartmentID)
 	}
 	tok, key, err := apply(&after, in, false)
+	if in.DepartmentID != nil {
+		err = s.checkDepartment(ctx, after.DepartmentID, err)
+	}
 	if err != nil {
 		return
 	}

@@ -140,7 +140,7 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		case http.MethodGet, http.MethodHead, http.MethodOptions:
 			return next(c)
 		}
-		if r.Header.Get(echo.HeaderAuthorization) != "" {
+		if _, ok := bearer(r); ok {
 			return next(c)
 		}
 		// An API call without a session cookie carries no ambient authority
@@ -176,14 +176,22 @@ func isForm(r *http.Request) bool {
 	return strings.HasPrefix(ct, echo.MIMEApplicationForm) || strings.HasPrefix(ct, echo.MIMEMultipartForm)
 }
 
-// bearer returns the Authorization bearer credential, if any.
+// errNotBearer refuses Authorization schemes other than Bearer.
+var errNotBearer = apperr.New(apperr.ErrUnauthorized, "unsupported_authorization",
+	"Only \"Authorization: Bearer <token or API key>\" is accepted.")
+
+// bearer returns the Authorization bearer credential, if any. The scheme is
+// case-insensitive (RFC 9110).
 func bearer(r *http.Request) (string, bool) {
 	h := r.Header.Get(echo.HeaderAuthorization)
 	if h == "" {
 		return "", false
 	}
-	tok, ok := strings.CutPrefix(h, "Bearer ")
-	return strings.TrimSpace(tok), ok
+	scheme, tok, ok := strings.Cut(h, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(tok) == "" {
+		return "", false
+	}
+	return strings.TrimSpace(tok), true
 }
 
 // authorize is attached to every route with the route's declared
@@ -222,6 +230,11 @@ func (s *Server) platformPrincipal(c echo.Context) (*Principal, error) {
 	r := c.Request()
 	tok, hasBearer := bearer(r)
 	viaCookie := false
+	if !hasBearer && r.Header.Get(echo.HeaderAuthorization) != "" {
+		// A browser may send Basic credentials for a proxy on its own;
+		// never let them stand in for, or switch off checks on, a cookie.
+		return nil, errNotBearer
+	}
 	if !hasBearer {
 		ck, err := r.Cookie(platformCookie)
 		if err != nil || ck.Value == "" {

@@ -203,6 +203,8 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		{"Home", base + "/", "", ""},
 		{"Users", base + "/users", "users", "read"},
 		{"Departments", base + "/departments", "departments", "read"},
+		{"Agents", base + "/agents", "", ""},
+		{"Environments", base + "/environments", "", ""},
 		{"API keys", base + "/api-keys", "", ""},
 		{"Audit log", base + "/audit", "audit", "read"},
 	}

@@ -56,6 +56,26 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.apiCreateKey)
 	api.handle(http.MethodDelete, "/api-keys/:id", rbac.Authenticated(), s.apiRevokeKey)
 
+	// Environments, templates and agents: every signed-in member reaches
+	// the routes; which objects they see and change is decided per object
+	// (its department, its owner) in the handlers, with hidden objects
+	// answering 404.
+	api.handle(http.MethodGet, "/environments", rbac.Authenticated(), s.apiListEnvs)
+	api.handle(http.MethodPost, "/environments", rbac.Authenticated(), s.apiCreateEnv)
+	api.handle(http.MethodGet, "/environments/:id", rbac.Authenticated(), s.apiGetEnv)
+	api.handle(http.MethodPatch, "/environments/:id", rbac.Authenticated(), s.apiUpdateEnv)
+	api.handle(http.MethodDelete, "/environments/:id", rbac.Authenticated(), s.apiDeleteEnv)
+	api.handle(http.MethodPost, "/environments/:id/test", rbac.Authenticated(), s.apiTestEnv)
+	api.handle(http.MethodGet, "/environments/:id/templates", rbac.Authenticated(), s.apiListTemplates)
+	api.handle(http.MethodPost, "/environments/:id/templates", rbac.Authenticated(), s.apiAddTemplate)
+	api.handle(http.MethodDelete, "/environments/:id/templates/:tid", rbac.Authenticated(), s.apiDeleteTemplate)
+	api.handle(http.MethodGet, "/environments/:id/backend-templates", rbac.Authenticated(), s.apiBackendTemplates)
+	api.handle(http.MethodGet, "/agents", rbac.Authenticated(), s.apiListAgents)
+	api.handle(http.MethodPost, "/agents", rbac.Authenticated(), s.apiCreateAgent)
+	api.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.apiGetAgent)
+	api.handle(http.MethodPatch, "/agents/:id", rbac.Authenticated(), s.apiUpdateAgent)
+	api.handle(http.MethodDelete, "/agents/:id", rbac.Authenticated(), s.apiDeleteAgent)
+
 	api.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.apiOrgAudit)
 	api.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	api.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.apiOrgAuditVerify)
@@ -83,6 +103,19 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/api-keys", rbac.Authenticated(), s.pageKeys)
 	pg.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.pageCreateKey)
 	pg.handle(http.MethodPost, "/api-keys/:id/revoke", rbac.Authenticated(), s.pageRevokeKey)
+	pg.handle(http.MethodGet, "/environments", rbac.Authenticated(), s.pageEnvs)
+	pg.handle(http.MethodPost, "/environments", rbac.Authenticated(), s.pageCreateEnv)
+	pg.handle(http.MethodGet, "/environments/:id", rbac.Authenticated(), s.pageEnv)
+	pg.handle(http.MethodPost, "/environments/:id", rbac.Authenticated(), s.pageUpdateEnv)
+	pg.handle(http.MethodPost, "/environments/:id/test", rbac.Authenticated(), s.pageTestEnv)
+	pg.handle(http.MethodPost, "/environments/:id/delete", rbac.Authenticated(), s.pageDeleteEnv)
+	pg.handle(http.MethodPost, "/environments/:id/templates", rbac.Authenticated(), s.pageAddTemplate)
+	pg.handle(http.MethodPost, "/environments/:id/templates/:tid/delete", rbac.Authenticated(), s.pageDeleteTemplate)
+	pg.handle(http.MethodGet, "/agents", rbac.Authenticated(), s.pageAgents)
+	pg.handle(http.MethodPost, "/agents", rbac.Authenticated(), s.pageCreateAgent)
+	pg.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.pageAgent)
+	pg.handle(http.MethodPost, "/agents/:id", rbac.Authenticated(), s.pageUpdateAgent)
+	pg.handle(http.MethodPost, "/agents/:id/delete", rbac.Authenticated(), s.pageDeleteAgent)
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
 	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)
@@ -179,6 +212,9 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 	unauth := apperr.New(apperr.ErrUnauthorized, "unauthenticated", "Sign in to this organization to continue.")
 	tok, hasBearer := bearer(r)
 	viaCookie := false
+	if !hasBearer && r.Header.Get(echo.HeaderAuthorization) != "" {
+		return nil, errNotBearer
+	}
 	if !hasBearer {
 		ck, err := r.Cookie(orgCookieName(t.Org.Slug))
 		if err != nil || ck.Value == "" {

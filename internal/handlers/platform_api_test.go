@@ -152,6 +152,8 @@ func TestPlatformCSRF(t *testing.T) {
 			cookies: []*http.Cookie{session, csrf}}, http.StatusForbidden},
 		{"logout without _csrf", request{method: "POST", path: "/logout", contentType: formCT, body: form(""),
 			cookies: []*http.Cookie{session, csrf}}, http.StatusForbidden},
+		{"form POST with a Basic header instead of _csrf", request{method: "POST", path: "/admin/orgs", contentType: formCT, body: form("slug=forged"),
+			cookies: []*http.Cookie{session, csrf}, header: http.Header{"Authorization": {"Basic dXNlcjpwYXNz"}}}, http.StatusForbidden},
 		{"form POST with _csrf", request{method: "POST", path: "/admin/orgs", contentType: formCT, body: form("slug=real-one&_csrf=" + csrfToken),
 			cookies: []*http.Cookie{session, csrf}}, http.StatusSeeOther},
 		{"cookie API POST with header", request{method: "POST", path: "/api/v1/orgs", contentType: "application/json", body: form(`{"slug":"real-two"}`),

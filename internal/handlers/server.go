@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/web"
 )
@@ -31,6 +32,10 @@ type Deps struct {
 	Platform      *platform.Service
 	PlatformAudit *audit.Log
 	Tenants       *tenant.Registry
+	// Box seals and opens secrets (environment tokens, backend keys).
+	Box *sealed.Box
+	// OutboundHTTP reaches agentd hosts and sandbox backends.
+	OutboundHTTP *http.Client
 	// Throttle slows repeated org sign-in failures per address and account.
 	Throttle      *auth.Throttle
 	Sleep         func(context.Context, time.Duration)

@@ -6,3 +6,7 @@ import "github.com/gatehouse/gatehouse/internal/store"
 func QuerySQL(l *Log, d store.Dialect, f Filter, limit int) (string, []any) {
 	return l.buildSQL(d, f, page{limit: limit})
 }
+
+// SetTextWindow shrinks the direct-scan window of free-text queries so
+// tests reach the trigram step without seeding ten thousand events.
+func SetTextWindow(l *Log, n int64) { l.textWindow = n }

@@ -1,0 +1,494 @@
+package handlers
+
+import (
+	"errors"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+)
+
+// envService binds the environments domain to the request's org.
+func (s *Server) envService(c echo.Context) *envs.Service {
+	t := tenantOf(c)
+	return &envs.Service{DB: t.DB, Box: s.Box, Org: t.Org.Slug, HTTPClient: s.OutboundHTTP}
+}
+
+// envDomain is the casbin domain an environment belongs to.
+func envDomain(e envs.Environment) string {
+	if e.DepartmentID != nil {
+		return rbac.DeptDomain(*e.DepartmentID)
+	}
+	return rbac.DomainOrg
+}
+
+// canSeeEnv: org admins see all; a private environment is its owner's
+// (and its department's, when shared); a department's environment is its
+// members'; an org-wide one is everyone's.
+func (s *Server) canSeeEnv(c echo.Context, e envs.Environment) bool {
+	p := principalOf(c)
+	if ok, _ := s.allowedOn(c, rbac.DomainOrg, "environments/"+itoa(e.ID), "read"); ok {
+		return true
+	}
+	if e.OwnerUserID != nil && p.UserID != 0 && *e.OwnerUserID == p.UserID {
+		return true
+	}
+	if e.DepartmentID != nil {
+		ok, _ := s.allowedOn(c, envDomain(e), "environments/"+itoa(e.ID), "read")
+		return ok
+	}
+	return e.OwnerUserID == nil
+}
+
+// canManageEnv: the owner of a private environment, a department owner for
+// their department's, org admins for all.
+func (s *Server) canManageEnv(c echo.Context, e envs.Environment) bool {
+	p := principalOf(c)
+	if e.OwnerUserID != nil && p.UserID != 0 && *e.OwnerUserID == p.UserID {
+		return true
+	}
+	if e.OwnerUserID != nil {
+		ok, _ := s.allowedOn(c, rbac.DomainOrg, "environments/"+itoa(e.ID), "update")
+		return ok
+	}
+	ok, _ := s.allowedOn(c, envDomain(e), "environments/"+itoa(e.ID), "update")
+	return ok
+}
+
+// visibleEnv loads an environment the caller may see; a hidden one and a
+// missing one answer the same 404.
+func (s *Server) visibleEnv(c echo.Context, manage bool) (envs.Environment, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return envs.Environment{}, err
+	}
+	e, err := s.envService(c).Get(c.Request().Context(), id)
+	if errors.Is(err, apperr.ErrNotFound) || (err == nil && !s.canSeeEnv(c, e)) {
+		return e, notFoundErr()
+	}
+	if err != nil {
+		return e, err
+	}
+	if manage && !s.canManageEnv(c, e) {
+		return e, apperr.New(apperr.ErrForbidden, "forbidden", "You may see environment %q but not change it.", e.Name)
+	}
+	return e, nil
+}
+
+type healthJSON struct {
+	Status         string     `json:"status"`
+	Error          string     `json:"error,omitempty"`
+	CheckedAt      *time.Time `json:"checked_at"`
+	ChangedAt      *time.Time `json:"changed_at"`
+	LatencyMS      int        `json:"latency_ms"`
+	AgentdVersion  string     `json:"agentd_version,omitempty"`
+	ActiveSessions int        `json:"active_sessions"`
+}
+
+// envJSON never carries a secret: only whether each is set.
+type envJSON struct {
+	ID             int64      `json:"id"`
+	Name           string     `json:"name"`
+	Kind           string     `json:"kind"`
+	DepartmentID   *int64     `json:"department_id"`
+	Private        bool       `json:"private"`
+	OwnerUserID    *int64     `json:"owner_user_id"`
+	URL            string     `json:"url"`
+	OS             string     `json:"os,omitempty"`
+	Deployment     string     `json:"deployment,omitempty"`
+	WorkspaceRoot  string     `json:"workspace_root,omitempty"`
+	SandboxDomain  string     `json:"sandbox_domain,omitempty"`
+	SandboxScheme  string     `json:"sandbox_scheme,omitempty"`
+	ProxyBaseURL   string     `json:"proxy_base_url,omitempty"`
+	APIKeySet      bool       `json:"api_key_set"`
+	AgentdTokenSet bool       `json:"agentd_token_set"`
+	Health         healthJSON `json:"health"`
+	CreatedBy      string     `json:"created_by"`
+	CreatedAt      time.Time  `json:"created_at"`
+	UpdatedAt      time.Time  `json:"updated_at"`
+}
+
+func toEnvJSON(e envs.Environment) envJSON {
+	return envJSON{ID: e.ID, Name: e.Name, Kind: e.Kind, DepartmentID: e.DepartmentID, Private: e.Private(), OwnerUserID: e.OwnerUserID,
+		URL: e.URL, OS: e.OS, Deployment: e.Deployment, WorkspaceRoot: e.WorkspaceRoot, SandboxDomain: e.SandboxDomain,
+		SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL, APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(),
+		Health: healthJSON{Status: e.HealthStatus, Error: e.HealthError, CheckedAt: e.HealthCheckedAt, ChangedAt: e.HealthChangedAt,
+			LatencyMS: e.HealthLatencyMS, AgentdVersion: e.AgentdVersion, ActiveSessions: e.ActiveSessions},
+		CreatedBy: e.CreatedBy, CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC()}
+}
+
+// envAudit is an environment's audited shape: secrets appear only as
+// "[redacted]" markers saying they are set.
+func envAudit(e envs.Environment) map[string]any {
+	m := map[string]any{"name": e.Name, "kind": e.Kind, "department_id": e.DepartmentID, "private": e.Private(), "url": e.URL,
+		"os": e.OS, "deployment": e.Deployment, "workspace_root": e.WorkspaceRoot, "sandbox_domain": e.SandboxDomain,
+		"sandbox_scheme": e.SandboxScheme, "proxy_base_url": e.ProxyBaseURL}
+	if e.HasAgentdToken() {
+		m["agentd_token"] = "[redacted]"
+	}
+	if e.HasAPIKey() {
+		m["api_key"] = "[redacted]"
+	}
+	return m
+}
+
+func envTarget(e envs.Environment) audit.Target {
+	return audit.Target{Type: "environment", ID: itoa(e.ID), Name: e.Name}
+}
+
+func (s *Server) visibleEnvs(c echo.Context) ([]envs.Environment, error) {
+	all, err := s.envService(c).List(c.Request().Context())
+	if err != nil {
+		return nil, err
+	}
+	out := []envs.Environment{}
+	for _, e := range all {
+		if s.canSeeEnv(c, e) {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func (s *Server) apiListEnvs(c echo.Context) error {
+	list, err := s.visibleEnvs(c)
+	if err != nil {
+		return err
+	}
+	out := make([]envJSON, len(list))
+	for i, e := range list {
+		out[i] = toEnvJSON(e)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+type envRequest struct {
+	Name          *string `json:"name"`
+	Kind          string  `json:"kind"`
+	DepartmentID  *int64  `json:"department_id"`
+	Private       bool    `json:"private"`
+	URL           *string `json:"url"`
+	OS            *string `json:"os"`
+	Deployment    *string `json:"deployment"`
+	WorkspaceRoot *string `json:"workspace_root"`
+	SandboxDomain *string `json:"sandbox_domain"`
+	SandboxScheme *string `json:"sandbox_scheme"`
+	ProxyBaseURL  *string `json:"proxy_base_url"`
+	APIKey        *string `json:"api_key"`
+	AgentdToken   *string `json:"agentd_token"`
+}
+
+func (r envRequest) input() envs.Input {
+	return envs.Input{Name: r.Name, Kind: r.Kind, DepartmentID: r.DepartmentID, URL: r.URL, OS: r.OS, Deployment: r.Deployment,
+		WorkspaceRoot: r.WorkspaceRoot, SandboxDomain: r.SandboxDomain, SandboxScheme: r.SandboxScheme, ProxyBaseURL: r.ProxyBaseURL,
+		APIKey: r.APIKey, AgentdToken: r.AgentdToken}
+}
+
+// createEnv applies who may create what: anyone registers a private host
+// (optionally shared with a department they belong to), department owners
+// their department's, org admins org-wide ones.
+func (s *Server) createEnv(c echo.Context, req envRequest) (envs.Environment, error) {
+	p := principalOf(c)
+	ctx := c.Request().Context()
+	if req.DepartmentID != nil && *req.DepartmentID == 0 {
+		req.DepartmentID = nil
+	}
+	var owner *int64
+	if req.Private {
+		if p.UserID == 0 {
+			return envs.Environment{}, apperr.New(apperr.ErrForbidden, "not_a_user", "Private environments belong to users; a service key cannot own one.")
+		}
+		if req.Kind != envs.KindHost {
+			return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"kind": "A private environment is a host you run agentd on, such as your workstation."}}
+		}
+		if req.DepartmentID != nil {
+			if ok, _ := s.allowedOn(c, rbac.DeptDomain(*req.DepartmentID), "departments/"+itoa(*req.DepartmentID), "read"); !ok {
+				return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "You can share a private environment only with a department you belong to."}}
+			}
+		}
+		uid := p.UserID
+		owner = &uid
+	} else {
+		dom := rbac.DomainOrg
+		if req.DepartmentID != nil {
+			dom = rbac.DeptDomain(*req.DepartmentID)
+		}
+		if ok, err := s.allowedOn(c, dom, "environments", "create"); err != nil || !ok {
+			return envs.Environment{}, apperr.New(apperr.ErrForbidden, "forbidden",
+				"You may not add shared environments there; register a private environment instead, or ask a department owner.")
+		}
+	}
+	if req.DepartmentID != nil {
+		if _, err := tenantOf(c).Dir.GetDepartment(ctx, *req.DepartmentID); err != nil {
+			return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "That department does not exist."}}
+		}
+	}
+	e, err := s.envService(c).Create(ctx, req.input(), owner, p.Name)
+	if err != nil {
+		return e, err
+	}
+	return e, s.audited(c, "environment.create", envTarget(e), map[string]any{"after": envAudit(e)})
+}
+
+func (s *Server) apiCreateEnv(c echo.Context) error {
+	var req envRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	e, err := s.createEnv(c, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, toEnvJSON(e))
+}
+
+func (s *Server) apiGetEnv(c echo.Context) error {
+	e, err := s.visibleEnv(c, false)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toEnvJSON(e))
+}
+
+func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, error) {
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return e, err
+	}
+	if req.DepartmentID != nil && *req.DepartmentID != 0 {
+		if ok, _ := s.allowedOn(c, rbac.DeptDomain(*req.DepartmentID), "environments", "create"); !ok && !(e.Private() && s.canSeeDept(c, *req.DepartmentID)) {
+			return e, &apperr.ValidationError{Fields: map[string]string{"department_id": "You may not move the environment to that department."}}
+		}
+	}
+	in := req.input()
+	in.Kind = e.Kind
+	before, after, err := s.envService(c).Update(c.Request().Context(), e.ID, in)
+	if err != nil {
+		return after, err
+	}
+	b, a := envAudit(before), envAudit(after)
+	if req.AgentdToken != nil {
+		a["agentd_token"] = "[redacted: replaced]"
+	}
+	if req.APIKey != nil {
+		a["api_key"] = "[redacted: replaced]"
+	}
+	return after, s.audited(c, "environment.update", envTarget(after), map[string]any{"before": b, "after": a})
+}
+
+func (s *Server) canSeeDept(c echo.Context, id int64) bool {
+	ok, _ := s.allowedOn(c, rbac.DeptDomain(id), "departments/"+itoa(id), "read")
+	return ok
+}
+
+func (s *Server) apiUpdateEnv(c echo.Context) error {
+	var req envRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Kind != "" {
+		return &apperr.ValidationError{Fields: map[string]string{"kind": "The kind of an environment cannot change; create a new one."}}
+	}
+	e, err := s.updateEnv(c, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toEnvJSON(e))
+}
+
+func (s *Server) deleteEnv(c echo.Context) (envs.Environment, error) {
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return e, err
+	}
+	if _, err := s.envService(c).Delete(c.Request().Context(), e.ID); err != nil {
+		return e, err
+	}
+	return e, s.audited(c, "environment.delete", envTarget(e), map[string]any{"before": envAudit(e)})
+}
+
+func (s *Server) apiDeleteEnv(c echo.Context) error {
+	if _, err := s.deleteEnv(c); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// testEnv runs a health check now ("Test connection"), records and audits it.
+func (s *Server) testEnv(c echo.Context) (envs.Environment, envs.Health, error) {
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return e, envs.Health{}, err
+	}
+	svc := s.envService(c)
+	h, err := svc.CheckAndRecord(c.Request().Context(), e, tenantOf(c).Audit, 10*time.Second)
+	if err != nil {
+		return e, h, err
+	}
+	if err := s.audited(c, "environment.test", envTarget(e), map[string]any{"result": h.Status}); err != nil {
+		return e, h, err
+	}
+	e, err = svc.Get(c.Request().Context(), e.ID)
+	return e, h, err
+}
+
+func (s *Server) apiTestEnv(c echo.Context) error {
+	e, _, err := s.testEnv(c)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toEnvJSON(e))
+}
+
+// Templates.
+
+type templateJSON struct {
+	ID                int64  `json:"id"`
+	EnvironmentID     int64  `json:"environment_id"`
+	BackendTemplateID string `json:"backend_template_id"`
+	Name              string `json:"name"`
+	Image             string `json:"image"`
+	WritableLayerMB   int    `json:"writable_layer_mb"`
+	VCPU              int    `json:"vcpu"`
+	MemoryMB          int    `json:"memory_mb"`
+	Ports             struct {
+		Envd   int `json:"envd"`
+		Agentd int `json:"agentd"`
+		Probe  int `json:"probe,omitempty"`
+	} `json:"ports"`
+	BackendStatus string    `json:"backend_status"`
+	Ready         bool      `json:"ready"`
+	CreatedAt     time.Time `json:"created_at"`
+}
+
+func toTemplateJSON(t envs.Template) templateJSON {
+	j := templateJSON{ID: t.ID, EnvironmentID: t.EnvironmentID, BackendTemplateID: t.BackendTemplateID, Name: t.Name, Image: t.Image,
+		WritableLayerMB: t.WritableLayerMB, VCPU: t.VCPU, MemoryMB: t.MemoryMB, BackendStatus: t.BackendStatus, Ready: t.Ready(), CreatedAt: t.CreatedAt.UTC()}
+	j.Ports.Envd, j.Ports.Agentd, j.Ports.Probe = t.EnvdPort, t.AgentdPort, t.ProbePort
+	return j
+}
+
+func templateTarget(t envs.Template) audit.Target {
+	return audit.Target{Type: "template", ID: itoa(t.ID), Name: t.Name}
+}
+
+func (s *Server) apiListTemplates(c echo.Context) error {
+	e, err := s.visibleEnv(c, false)
+	if err != nil {
+		return err
+	}
+	ts, err := s.envService(c).Templates(c.Request().Context(), e.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]templateJSON, len(ts))
+	for i, t := range ts {
+		out[i] = toTemplateJSON(t)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+type backendTemplateJSON struct {
+	ID          string   `json:"template_id"`
+	Aliases     []string `json:"aliases"`
+	CPU         int      `json:"cpu_count"`
+	MemoryMB    int      `json:"memory_mb"`
+	DiskSizeMB  int      `json:"disk_size_mb"`
+	BuildStatus string   `json:"build_status"`
+}
+
+func (s *Server) apiBackendTemplates(c echo.Context) error {
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return err
+	}
+	ts, err := s.envService(c).BackendTemplates(c.Request().Context(), e.ID)
+	if err != nil {
+		return err
+	}
+	out := make([]backendTemplateJSON, len(ts))
+	for i, t := range ts {
+		out[i] = backendTemplateJSON{ID: t.ID, Aliases: t.Aliases, CPU: t.CPU, MemoryMB: t.MemoryMB, DiskSizeMB: t.DiskSizeMB, BuildStatus: t.BuildStatus}
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+type templateRequest struct {
+	// Import copies the resources from the backend's template of this id.
+	Import            bool   `json:"import"`
+	BackendTemplateID string `json:"backend_template_id"`
+	Name              string `json:"name"`
+	Image             string `json:"image"`
+	WritableLayerMB   int    `json:"writable_layer_mb"`
+	VCPU              int    `json:"vcpu"`
+	MemoryMB          int    `json:"memory_mb"`
+	EnvdPort          int    `json:"envd_port"`
+	AgentdPort        int    `json:"agentd_port"`
+	ProbePort         int    `json:"probe_port"`
+}
+
+func (s *Server) addTemplate(c echo.Context, req templateRequest) (envs.Template, error) {
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return envs.Template{}, err
+	}
+	svc := s.envService(c)
+	ctx := c.Request().Context()
+	var t envs.Template
+	if req.Import {
+		t, err = svc.ImportTemplate(ctx, e.ID, strings.TrimSpace(req.BackendTemplateID))
+	} else {
+		t, err = svc.AddTemplate(ctx, e.ID, envs.TemplateInput{BackendTemplateID: req.BackendTemplateID, Name: req.Name, Image: req.Image,
+			WritableLayerMB: req.WritableLayerMB, VCPU: req.VCPU, MemoryMB: req.MemoryMB, EnvdPort: req.EnvdPort, AgentdPort: req.AgentdPort, ProbePort: req.ProbePort})
+	}
+	if err != nil {
+		return t, err
+	}
+	return t, s.audited(c, "template.create", templateTarget(t), map[string]any{"after": toTemplateJSON(t)})
+}
+
+func (s *Server) apiAddTemplate(c echo.Context) error {
+	var req templateRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	t, err := s.addTemplate(c, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusCreated, toTemplateJSON(t))
+}
+
+func (s *Server) deleteTemplate(c echo.Context) (envs.Template, error) {
+	svc := s.envService(c)
+	ctx := c.Request().Context()
+	tid, err := idParam(c, "tid")
+	if err != nil {
+		return envs.Template{}, err
+	}
+	e, err := s.visibleEnv(c, true)
+	if err != nil {
+		return envs.Template{}, err
+	}
+	t, err := svc.GetTemplate(ctx, tid)
+	if err != nil || t.EnvironmentID != e.ID {
+		return t, notFoundErr()
+	}
+	if _, err := svc.DeleteTemplate(ctx, tid); err != nil {
+		return t, err
+	}
+	return t, s.audited(c, "template.delete", templateTarget(t), map[string]any{"before": toTemplateJSON(t)})
+}
+
+func (s *Server) apiDeleteTemplate(c echo.Context) error {
+	if _, err := s.deleteTemplate(c); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
