@@ -2,10 +2,10 @@
 // agentd processes: it builds cmd/agentd once per test binary and starts
 // fakes that close at test cleanup.
 //
-// While cmd/agentd does not build (it is developed alongside), the test
-// binary itself stands in for agentd: a minimal server speaking the same
-// launch contract and the subset of POST /v1/sessions the sandbox tests
-// use. Set GATEHOUSE_REQUIRE_AGENTD=1 to fail instead of standing in.
+// The test binary can stand in for agentd (a minimal server speaking the
+// same launch contract and the subset of POST /v1/sessions the sandbox
+// tests use), but only with GATEHOUSE_ALLOW_AGENTD_STANDIN=1, while hacking
+// on agentd; by default a broken agentd build fails the tests.
 package e2bfaketest
 
 import (
@@ -72,8 +72,8 @@ func Main(m *testing.M, set func(Binary)) {
 }
 
 // BuildAgentd builds ./cmd/agentd of the enclosing module into dir. When it
-// does not build and GATEHOUSE_REQUIRE_AGENTD is not set, it returns the
-// stand-in instead.
+// does not build it fails, unless GATEHOUSE_ALLOW_AGENTD_STANDIN=1 asks for
+// the stand-in.
 func BuildAgentd(dir string) (Binary, error) {
 	root, err := moduleRoot()
 	if err != nil {
@@ -87,7 +87,7 @@ func BuildAgentd(dir string) (Binary, error) {
 		return Binary{Path: out}, nil
 	}
 	reason := fmt.Sprintf("go build ./cmd/agentd: %v: %s", err, bytes.TrimSpace(msg))
-	if os.Getenv("GATEHOUSE_REQUIRE_AGENTD") == "1" {
+	if os.Getenv("GATEHOUSE_ALLOW_AGENTD_STANDIN") != "1" {
 		return Binary{}, errors.New(reason)
 	}
 	self, err := os.Executable()
