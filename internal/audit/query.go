@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 	"unicode"
+	"unicode/utf8"
 
 	"gorm.io/gorm"
 
@@ -265,8 +266,9 @@ func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
 // about one row in 200. Only if the page is still short is the rest found
 // through the trigram index (plain index scans and sequential scans are
 // disabled for that statement), where a term that rare has few matches to
-// sort. Terms under three characters get no help from trigrams; when they
-// are also rare the second step is slow.
+// sort. Terms under three characters get no help from trigrams: the second
+// step is then left to the planner, and is slow (a scan of the table) when
+// such a term is also rare.
 func (l *Log) textPage(tx *gorm.DB, f Filter, p page) ([]row, error) {
 	hi := p.before - 1
 	if p.before <= 0 {
@@ -291,11 +293,19 @@ func (l *Log) textPage(tx *gorm.DB, f Filter, p page) ([]row, error) {
 	if len(rows) == p.limit || lo <= 0 {
 		return rows, nil
 	}
-	if err := tx.Exec("SET LOCAL enable_indexscan = off").Error; err != nil {
-		return nil, err
+	trigrams := true
+	for _, term := range f.Text {
+		trigrams = trigrams && utf8.RuneCountInString(term) >= 3
 	}
-	if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
-		return nil, err
+	// Forcing the trigram index for a term it cannot narrow would make
+	// Postgres read the whole index; leave such terms to the planner.
+	if trigrams {
+		if err := tx.Exec("SET LOCAL enable_indexscan = off").Error; err != nil {
+			return nil, err
+		}
+		if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+			return nil, err
+		}
 	}
 	var older []row
 	sql, args = l.buildSQL(store.Postgres, f, page{before: lo + 1, limit: p.limit - len(rows)})

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -314,7 +316,11 @@ func TestSecretsAtRest(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := setup(t, d)
 		ctx := context.Background()
-		url, agentdTok := agentdtest.Start(t)
+		root := t.TempDir()
+		if err := os.WriteFile(filepath.Join(root, "marker.txt"), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		url, agentdTok := agentdtest.Start(t, agentdtest.WithRoot(root))
 		fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{})
 		updatedTok := "updated-secret-token-" + strings.Repeat("u", 16)
 		secrets := []string{agentdTok, e2bfaketest.Token, e2bfaketest.APIKey, updatedTok}
@@ -398,9 +404,13 @@ func TestSecretsAtRest(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		res, err := c.Run(ctx, agentd.CreateSessionRequest{Command: "echo sealed-ok"})
-		if err != nil || strings.TrimSpace(string(res.Stdout)) != "sealed-ok" {
-			t.Fatalf("agentd client: %v, %+v", err, res)
+		// Stat is authenticated (unlike /healthz) and needs no process.
+		st, err := c.Stat(ctx, "marker.txt")
+		if err != nil || len(st) != 1 || !st[0].Exists {
+			t.Fatalf("agentd client (authenticated stat): %+v, %v", st, err)
+		}
+		if _, err := agentd.NewClient(url, "wrong-token-wrong-token", nil).Stat(ctx, "marker.txt"); err == nil {
+			t.Fatal("agentd accepted a wrong token: the check above proves nothing")
 		}
 		b, err := f.envs.Backend(s)
 		if err != nil {

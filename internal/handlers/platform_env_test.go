@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -32,6 +33,26 @@ type testEnv struct {
 	c   *console.Console
 	srv *httptest.Server
 	cfg config.Config
+	// logs holds everything the console logged, for secret-leak checks.
+	logs *lockedBuffer
+}
+
+// lockedBuffer is a goroutine-safe log sink.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
 
 // newEnv builds a console on dialect d: the embedded SQLite default in a
@@ -51,7 +72,8 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 		prefix := cfg.OrgDBPrefix
 		t.Cleanup(func() { dropPrefixed(t, prefix) })
 	}
-	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	logs := &lockedBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	c, err := console.New(context.Background(), cfg, logger)
 	if err != nil {
 		t.Fatalf("console.New: %v", err)
@@ -63,7 +85,7 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 		srv.Close()
 		c.Close()
 	})
-	return &testEnv{t: t, c: c, srv: srv, cfg: cfg}
+	return &testEnv{t: t, c: c, srv: srv, cfg: cfg, logs: logs}
 }
 
 func dropPrefixed(t *testing.T, prefix string) {
