@@ -32,6 +32,8 @@ type Config struct {
 	OrgDBPrefix string
 	// TokenTTL is how long a sign-in lasts.
 	TokenTTL time.Duration
+	// HealthInterval is how often every environment is probed.
+	HealthInterval time.Duration
 }
 
 // Load parses args (without the program name) with getenv for defaults.
@@ -56,6 +58,11 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		return c, nil, fmt.Errorf("GATEHOUSE_TOKEN_TTL: %w", err)
 	}
 	fs.DurationVar(&c.TokenTTL, "token-ttl", ttl, "how long a sign-in lasts (GATEHOUSE_TOKEN_TTL)")
+	hi, err := time.ParseDuration(env("GATEHOUSE_HEALTH_INTERVAL", "30s"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_HEALTH_INTERVAL: %w", err)
+	}
+	fs.DurationVar(&c.HealthInterval, "health-interval", hi, "how often environments are health-checked (GATEHOUSE_HEALTH_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return c, nil, err
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
@@ -35,6 +36,9 @@ type Console struct {
 	Audit    *audit.Log
 	Server   *handlers.Server
 	Tenants  *tenant.Registry
+	Health   *envs.Checker
+	stop     context.CancelFunc
+	done     chan struct{}
 	Logger   *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
@@ -137,6 +141,18 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		}
 	}
 	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL}
+	c.Health = &envs.Checker{
+		ListOrgs: c.activeOrgs,
+		OpenOrg: func(ctx context.Context, slug string) (envs.OrgDeps, error) {
+			t, err := c.Tenants.Open(ctx, slug)
+			if err != nil {
+				return envs.OrgDeps{}, err
+			}
+			return envs.OrgDeps{Envs: &envs.Service{DB: t.DB, Box: box, Org: slug}, Audit: t.Audit, Release: t.Release}, nil
+		},
+		Interval: cfg.HealthInterval,
+		Logger:   logger,
+	}
 	c.Server = handlers.New(handlers.Deps{
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
@@ -154,11 +170,40 @@ func sleepCtx(ctx context.Context, d time.Duration) {
 	}
 }
 
+// activeOrgs lists the slugs of orgs that are not suspended.
+func (c *Console) activeOrgs(ctx context.Context) ([]string, error) {
+	list, err := c.Orgs.List(ctx, "", 0)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, o := range list {
+		if o.Status == orgs.StatusActive {
+			out = append(out, o.Slug)
+		}
+	}
+	return out, nil
+}
+
+// Start runs the background loops (environment health) until Close.
+func (c *Console) Start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.stop, c.done = cancel, make(chan struct{})
+	go func() {
+		defer close(c.done)
+		c.Health.Run(ctx)
+	}()
+}
+
 // Handler is the HTTP handler to serve.
 func (c *Console) Handler() http.Handler { return c.Server }
 
 // Close releases databases and background loops.
 func (c *Console) Close() {
+	if c.stop != nil {
+		c.stop()
+		<-c.done
+	}
 	if c.Orgs != nil {
 		c.Orgs.Close()
 	}
