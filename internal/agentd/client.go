@@ -38,9 +38,12 @@ func WithHeader(key, value string) ClientOption {
 // downloads are bounded by contexts instead.
 func NewClient(baseURL, token string, httpClient *http.Client, opts ...ClientOption) *Client {
 	if httpClient == nil {
-		t := http.DefaultTransport.(*http.Transport).Clone()
-		t.MaxIdleConnsPerHost = 32
-		httpClient = &http.Client{Transport: t}
+		httpClient = &http.Client{}
+		if t, ok := http.DefaultTransport.(*http.Transport); ok {
+			t = t.Clone()
+			t.MaxIdleConnsPerHost = 32 // concurrent long-polls to one agentd
+			httpClient.Transport = t
+		}
 	}
 	c := &Client{
 		base:    strings.TrimRight(baseURL, "/"),

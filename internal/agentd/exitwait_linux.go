@@ -5,6 +5,7 @@ package agentd
 import (
 	"os"
 	"syscall"
+	"unsafe"
 )
 
 // exitWatch is a pidfd of a started command, polled through the runtime's
@@ -44,14 +45,24 @@ func (w *exitWatch) wait() {
 	if err != nil {
 		return
 	}
-	polled := false
-	rc.Read(func(uintptr) bool {
-		// The first call only arms the poller; the second comes once the
-		// pidfd is readable.
-		done := polled
-		polled = true
-		return done
-	})
+	rc.Read(func(fd uintptr) bool { return exited(fd) })
+}
+
+// pPIDFD is waitid's idtype for a pidfd (Linux 5.4+).
+const pPIDFD = 3
+
+// exited reports whether the pidfd's process has exited, without reaping
+// it. The poller's readiness cannot be trusted alone: an exit that happened
+// before the first wait is not reported again. Errors (old kernels) count
+// as exited so the caller falls back to a blocking Wait.
+func exited(fd uintptr) bool {
+	var info [128]byte // siginfo_t; si_signo (offset 0) stays 0 until exit
+	_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPIDFD, fd, uintptr(unsafe.Pointer(&info[0])),
+		syscall.WEXITED|syscall.WNOHANG|syscall.WNOWAIT, 0, 0)
+	if errno != 0 {
+		return true
+	}
+	return info[0] != 0 || info[1] != 0 || info[2] != 0 || info[3] != 0
 }
 
 // close releases the pidfd without waiting.

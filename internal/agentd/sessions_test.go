@@ -201,7 +201,7 @@ func TestTimeoutKillsGrandchildren(t *testing.T) {
 			res, err := c.Run(testCtx(t), agentd.CreateSessionRequest{
 				Command:   fmt.Sprintf("sleep 1000 & echo $! > %s; wait", pidFile),
 				TTY:       tt.tty,
-				TimeoutMS: 300,
+				TimeoutMS: 1500, // ample time to write the pid file even on a loaded machine
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -431,5 +431,44 @@ func TestEndedSessionsBeyondCapAreReclaimedOldestFirst(t *testing.T) {
 		if i >= 2 && err != nil {
 			t.Errorf("session %d: %v; want it kept", i, err)
 		}
+	}
+}
+
+func TestLongPoll(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := testCtx(t)
+	quiet, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 30"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := c.Poll(ctx, quiet.SessionID, 0, 100*time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 0 || r.State != agentd.StateRunning || r.NextCursor != 0 {
+		t.Fatalf("quiet session: %+v", r)
+	}
+
+	// A poll that outlives the output returns with it rather than at wait_ms
+	// (60 s here, far beyond the test context).
+	talky, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 0.2; echo late; sleep 0.2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = c.Poll(ctx, talky.SessionID, 0, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 1 || string(r.Chunks[0].Data) != "late\n" {
+		t.Fatalf("first poll: %+v", r)
+	}
+	// The next poll returns on the state change, with no chunks.
+	r, err = c.Poll(ctx, talky.SessionID, r.NextCursor, 60*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Chunks) != 0 || r.State != agentd.StateExited || r.ExitCode == nil || *r.ExitCode != 0 {
+		t.Fatalf("second poll: %+v", r)
 	}
 }

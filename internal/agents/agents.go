@@ -202,10 +202,7 @@ type EnvLookup interface {
 type Service struct {
 	DB   *gorm.DB
 	Envs EnvLookup
-	// CanUseEnv reports whether the acting principal may attach an
-	// environment to an agent of the given department (visibility and
-	// department rules live with the caller).
-	Now func() time.Time
+	Now  func() time.Time
 }
 
 func (s *Service) now() time.Time {
@@ -216,13 +213,24 @@ func (s *Service) now() time.Time {
 }
 
 // validate applies in to a and checks every rule, with a message that says
-// which rule failed.
+// which rule failed. canUse, when not nil, reports whether the acting
+// principal may attach an environment (visibility and department rules
+// live with the caller); a refused one reads as missing.
 func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating bool, canUse func(envs.Environment) bool) error {
 	v := apperr.Validation()
 	if in.DepartmentID != nil {
 		a.DepartmentID = in.DepartmentID
 		if *in.DepartmentID == 0 {
 			a.DepartmentID = nil
+		}
+		if a.DepartmentID != nil {
+			var n int64
+			if err := s.DB.WithContext(ctx).Table("departments").Where("id = ?", *a.DepartmentID).Count(&n).Error; err != nil {
+				return fmt.Errorf("read department: %w", err)
+			}
+			if n == 0 {
+				v.Add("department_id", "Department %d does not exist.", *a.DepartmentID)
+			}
 		}
 	}
 	if in.Name != nil {
@@ -301,6 +309,11 @@ func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating boo
 		}
 		if e.DepartmentID != nil && a.DepartmentID != nil && *e.DepartmentID != *a.DepartmentID {
 			v.Add("environment_ids", "Environment %q belongs to another department.", e.Name)
+		}
+		// An org-wide agent is usable by everyone; it may not run on a
+		// department's machines.
+		if e.DepartmentID != nil && a.DepartmentID == nil {
+			v.Add("environment_ids", "Environment %q belongs to a department; an organization-wide agent may use only organization-wide environments.", e.Name)
 		}
 		if e.Kind == envs.KindSandbox {
 			hasSandbox = true

@@ -85,8 +85,9 @@ type Service struct {
 	Box *sealed.Box
 	// Org is the org slug, bound into every sealed secret.
 	Org string
-	// HTTPClient reaches agentd and backends; nil means a default with
-	// timeouts.
+	// HTTPClient reaches agentd and backends; nil means a client over the
+	// default transport (dial and TLS handshake timeouts) whose calls are
+	// bounded by their context only.
 	HTTPClient *http.Client
 	Now        func() time.Time
 }
@@ -102,7 +103,10 @@ func (s *Service) httpClient() *http.Client {
 	if s.HTTPClient != nil {
 		return s.HTTPClient
 	}
-	return &http.Client{Timeout: 15 * time.Second}
+	// No whole-call Timeout: agentd long-polls (Follow asks for 30 s) and
+	// downloads outlast any fixed limit, so the caller's context bounds
+	// each call instead (Check sets its own).
+	return &http.Client{}
 }
 
 func (s *Service) ad(id int64, field string) string {

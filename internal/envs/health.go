@@ -2,6 +2,7 @@ package envs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"hash/fnv"
 	"log/slog"
@@ -11,6 +12,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -40,7 +42,16 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		h.Version, h.ActiveSessions = hz.Version, hz.ActiveSessions
 		if hz.Status != "ok" {
 			h.Status, h.Error = HealthDegraded, fmt.Sprintf("agentd reports status %q", hz.Status)
+			break
 		}
+		// /healthz needs no token; prove the stored one works with the
+		// cheapest authenticated call, or every command would fail later.
+		if _, err := c.Stat(ctx, "."); errors.Is(err, agentd.ErrUnauthorized) {
+			h.Status, h.Error = HealthDegraded, "agentd refuses the stored token: replace the agentd token"
+		} else if err != nil && !isFileError(err) {
+			h.Status, h.Error = HealthDegraded, "agentd answered /healthz but not an authenticated call: "+scrub(err.Error())
+		}
+		h.Latency = time.Since(start)
 	case KindSandbox:
 		b, err := s.Backend(e)
 		if err != nil {
@@ -66,6 +77,11 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		h.Status, h.Error = HealthDegraded, fmt.Sprintf("answered in %s (over %s)", h.Latency.Round(time.Millisecond), SlowThreshold)
 	}
 	return h
+}
+
+// isFileError reports answers that still prove the token was accepted.
+func isFileError(err error) bool {
+	return errors.Is(err, agentd.ErrNotFound) || errors.Is(err, agentd.ErrPathOutsideRoot) || errors.Is(err, agentd.ErrBadRequest)
 }
 
 // scrub keeps an error message to one line; URLs carry no credentials

@@ -2,6 +2,7 @@ package envs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -135,6 +136,10 @@ func (s *Service) ImportTemplate(ctx context.Context, envID int64, backendID str
 		return Template{}, err
 	}
 	bt, err := b.GetTemplate(ctx, backendID)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return Template{}, &apperr.ValidationError{Fields: map[string]string{
+			"backend_template_id": fmt.Sprintf("The backend has no template %q.", backendID)}}
+	}
 	if err != nil {
 		return Template{}, backendError("read the template from the backend", err)
 	}

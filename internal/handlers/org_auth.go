@@ -214,8 +214,8 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 				continue
 			}
 		}
-		active := strings.TrimPrefix(path, "/o/:org") == strings.TrimPrefix(it.href, base) ||
-			(it.obj != "" && strings.HasPrefix(strings.TrimPrefix(path, "/o/:org"), strings.TrimPrefix(it.href, base)))
+		rel, target := strings.TrimPrefix(path, "/o/:org"), strings.TrimPrefix(it.href, base)
+		active := rel == target || (target != "/" && strings.HasPrefix(rel, target))
 		p.Nav = append(p.Nav, views.NavItem{Label: it.label, Href: it.href, Active: active})
 	}
 	return p

@@ -261,9 +261,22 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 	if err != nil {
 		return e, err
 	}
-	if req.DepartmentID != nil && *req.DepartmentID != 0 {
-		if ok, _ := s.allowedOn(c, rbac.DeptDomain(*req.DepartmentID), "environments", "create"); !ok && !(e.Private() && s.canSeeDept(c, *req.DepartmentID)) {
-			return e, &apperr.ValidationError{Fields: map[string]string{"department_id": "You may not move the environment to that department."}}
+	if req.DepartmentID != nil && !sameDept(e.DepartmentID, *req.DepartmentID) {
+		// Moving an environment is creating it in the new place: a
+		// department owner cannot make theirs org-wide or another's.
+		target := *req.DepartmentID
+		allowed := false
+		if e.Private() {
+			allowed = target == 0 || s.canSeeDept(c, target)
+		} else {
+			dom := rbac.DomainOrg
+			if target != 0 {
+				dom = rbac.DeptDomain(target)
+			}
+			allowed, _ = s.allowedOn(c, dom, "environments", "create")
+		}
+		if !allowed {
+			return e, &apperr.ValidationError{Fields: map[string]string{"department_id": "You may not move the environment there."}}
 		}
 	}
 	in := req.input()
@@ -280,6 +293,13 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 		a["api_key"] = "[redacted: replaced]"
 	}
 	return after, s.audited(c, "environment.update", envTarget(after), map[string]any{"before": b, "after": a})
+}
+
+func sameDept(cur *int64, target int64) bool {
+	if cur == nil {
+		return target == 0
+	}
+	return *cur == target
 }
 
 func (s *Server) canSeeDept(c echo.Context, id int64) bool {

@@ -52,6 +52,11 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 			t.Fatalf("host env: %+v", host)
 		}
 
+		// An owner cannot move their department's environment org-wide.
+		r = e.json(http.MethodPatch, fmt.Sprintf("%s/%d", base, host.ID), owner, map[string]any{"department_id": 0})
+		wantStatus(t, "owner makes env org-wide", r, http.StatusBadRequest)
+		mustContain(t, "move rule", r.envelope(t).Error.Fields["department_id"], "may not move")
+
 		// Test connection reaches the real agentd.
 		r = e.json(http.MethodPost, fmt.Sprintf("%s/%d/test", base, host.ID), owner, nil)
 		wantStatus(t, "test connection", r, http.StatusOK)

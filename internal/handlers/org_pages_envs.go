@@ -150,7 +150,7 @@ func formFailure(err error) (map[string]string, bool) {
 	}
 	var ae *apperr.Error
 	if errors.As(err, &ae) && (errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) || errors.Is(err, apperr.ErrInvalid)) {
-		return map[string]string{"name": ae.Message}, true
+		return map[string]string{"form": ae.Message}, true
 	}
 	return nil, false
 }
