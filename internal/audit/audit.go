@@ -298,21 +298,3 @@ func broken(res VerifyResult, at int64, reason string) VerifyResult {
 	res.OK, res.BrokenAt, res.Reason = false, at, reason
 	return res
 }
-
-// Recent returns up to limit events, newest first, with seq below before
-// (0 = from the newest): keyset pagination stable under inserts.
-func (l *Log) Recent(ctx context.Context, before int64, limit int) ([]Event, error) {
-	q := l.db.WithContext(ctx).Table(l.table).Order("seq DESC").Limit(limit)
-	if before > 0 {
-		q = q.Where("seq < ?", before)
-	}
-	var rows []row
-	if err := q.Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("read audit events: %w", err)
-	}
-	out := make([]Event, len(rows))
-	for i, r := range rows {
-		out[i] = fromRow(r)
-	}
-	return out, nil
-}

@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
@@ -111,7 +112,7 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 		)
 
 		// Every action is in the platform audit log, with who and where.
-		evs, err := srv.c.Audit.Recent(t.Context(), 0, 100)
+		evs, err := srv.c.Audit.Query(t.Context(), audit.Filter{}, 0, 100)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -16,16 +16,7 @@ import (
 // queryAudit parses ?q= and the keyset cursor and runs the query; viewing
 // the log is itself audited.
 func (s *Server) queryAudit(c echo.Context) ([]audit.Event, int64, int, error) {
-	f, err := audit.ParseQuery(c.QueryParam("q"))
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	before, limit, err := beforeParam(c)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	t := tenantOf(c)
-	evs, err := t.Audit.Query(c.Request().Context(), f, before, limit)
+	evs, before, limit, err := queryLog(c, tenantOf(c).Audit)
 	if err != nil {
 		return nil, 0, 0, err
 	}
@@ -41,9 +32,6 @@ func (s *Server) apiOrgAudit(c echo.Context) error {
 		return err
 	}
 	resp := auditPageJSON{Items: evs}
-	if resp.Items == nil {
-		resp.Items = []audit.Event{}
-	}
 	if len(evs) == limit {
 		resp.NextBefore = evs[len(evs)-1].Seq
 	}
@@ -101,10 +89,9 @@ func (s *Server) apiOrgAuditVerify(c echo.Context) error {
 func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	evs, before, limit, err := s.queryAudit(c)
 	if err != nil {
-		if _, ok := err.(*apperr.ValidationError); ok {
-			_, body := classify(err)
+		if fields, ok := formFailure(err); ok {
 			return render(c, http.StatusBadRequest, views.AuditLog(s.orgPage(c, "Audit log"),
-				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, Verify: body.Fields["q"]}))
+				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, Verify: firstNonEmpty(fields["q"], fields["form"])}))
 		}
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -199,7 +200,7 @@ func TestPlatformLoginThrottle(t *testing.T) {
 	// Throttled attempts are audited as denied logins.
 	// (The audit read uses a token minted before lockout would be
 	// impossible here, so read the log directly.)
-	evs, err := e.c.Audit.Recent(t.Context(), 0, 100)
+	evs, err := e.c.Audit.Query(t.Context(), audit.Filter{}, 0, 100)
 	if err != nil {
 		t.Fatal(err)
 	}

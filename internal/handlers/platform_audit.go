@@ -3,6 +3,7 @@ package handlers
 import (
 	"fmt"
 	"net/http"
+	"net/url"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
@@ -32,12 +33,25 @@ func beforeParam(c echo.Context) (int64, int, error) {
 	return before, limit, nil
 }
 
-func (s *Server) apiPlatformAudit(c echo.Context) error {
+// queryLog runs ?q= with keyset paging against log.
+func queryLog(c echo.Context, log *audit.Log) ([]audit.Event, int64, int, error) {
+	f, err := audit.ParseQuery(c.QueryParam("q"))
+	if err != nil {
+		return nil, 0, 0, err
+	}
 	before, limit, err := beforeParam(c)
 	if err != nil {
-		return err
+		return nil, 0, 0, err
 	}
-	evs, err := s.PlatformAudit.Recent(c.Request().Context(), before, limit)
+	evs, err := log.Query(c.Request().Context(), f, before, limit)
+	if evs == nil {
+		evs = []audit.Event{}
+	}
+	return evs, before, limit, err
+}
+
+func (s *Server) apiPlatformAudit(c echo.Context) error {
+	evs, _, limit, err := queryLog(c, s.PlatformAudit)
 	if err != nil {
 		return err
 	}
@@ -71,20 +85,21 @@ func firstNonEmpty(xs ...string) string {
 }
 
 func (s *Server) pagePlatformAudit(c echo.Context) error {
-	before, limit, err := beforeParam(c)
+	q := c.QueryParam("q")
+	evs, before, limit, err := queryLog(c, s.PlatformAudit)
 	if err != nil {
+		if fields, ok := formFailure(err); ok {
+			return render(c, http.StatusBadRequest, views.AuditLog(s.page(c, "Platform audit log"),
+				views.AuditPage{Heading: "Platform audit log", Query: q, Action: "/admin/audit", Verify: firstNonEmpty(fields["q"], fields["form"])}))
+		}
 		return err
 	}
-	evs, err := s.PlatformAudit.Recent(c.Request().Context(), before, limit)
-	if err != nil {
-		return err
-	}
-	ap := views.AuditPage{Heading: "Platform audit log", Rows: auditRows(evs), Action: "/admin/audit"}
+	ap := views.AuditPage{Heading: "Platform audit log", Query: q, Rows: auditRows(evs), Action: "/admin/audit"}
 	if len(evs) == limit {
-		ap.NextURL = fmt.Sprintf("/admin/audit?before=%d", evs[len(evs)-1].Seq)
+		ap.NextURL = fmt.Sprintf("/admin/audit?q=%s&before=%d", url.QueryEscape(q), evs[len(evs)-1].Seq)
 	}
 	if before > 0 {
-		ap.FirstURL = "/admin/audit"
+		ap.FirstURL = "/admin/audit?q=" + url.QueryEscape(q)
 	}
 	return render(c, http.StatusOK, views.AuditLog(s.page(c, "Platform audit log"), ap))
 }

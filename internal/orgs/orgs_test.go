@@ -210,3 +210,54 @@ func TestIdlePoolsClose(t *testing.T) {
 		t.Fatalf("CloseIdle closed %d, %d still open", n, svc.OpenPools())
 	}
 }
+
+func TestAttachExistingPostgresDatabase(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, store.Postgres)
+	ctx := context.Background()
+	// The admin prepared an empty database elsewhere (here: same server).
+	name := f.prefix + "attached"
+	storetest.CreatePostgresDB(t, name)
+	dsn, err := store.WithDatabase(storetest.AdminDSN(), name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := f.svc.Create(ctx, orgs.CreateInput{Slug: "attached", AttachDSN: dsn})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !o.Attached || o.Dialect != store.Postgres {
+		t.Fatalf("org = %+v", o)
+	}
+	h, err := f.svc.Open(ctx, "attached")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var n int64
+	if err := h.DB.Raw("SELECT count(*) FROM schema_migrations").Scan(&n).Error; err != nil || n == 0 {
+		t.Fatalf("attached database not migrated: %d, %v", n, err)
+	}
+	h.Release()
+
+	// A database that already has tables is refused, and left untouched.
+	if _, err := f.svc.Create(ctx, orgs.CreateInput{Slug: "second", AttachDSN: dsn}); !errors.Is(err, apperr.ErrInvalid) {
+		t.Fatalf("attaching a non-empty database: %v", err)
+	}
+	if !storetest.PostgresDatabaseExists(t, name) {
+		t.Fatal("a refused attach dropped the database")
+	}
+	if _, err := f.svc.Get(ctx, "second"); !errors.Is(err, apperr.ErrNotFound) {
+		t.Fatal("a refused attach left a catalog row")
+	}
+	// A DSN without a database name is a validation error.
+	if _, err := f.svc.Create(ctx, orgs.CreateInput{Slug: "third", AttachDSN: "postgres://postgres@127.0.0.1:5432"}); !errors.Is(err, apperr.ErrInvalid) {
+		t.Fatalf("attach without a database name: %v", err)
+	}
+	// Deleting the org removes the attached database too.
+	if _, err := f.svc.Delete(ctx, "attached", "attached"); err != nil {
+		t.Fatal(err)
+	}
+	if storetest.PostgresDatabaseExists(t, name) {
+		t.Fatal("deleting the org left the attached database")
+	}
+}
