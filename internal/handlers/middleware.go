@@ -291,6 +291,20 @@ func decodeJSON(c echo.Context, v any) error {
 	return nil
 }
 
+// jsonCall is the shape of most JSON handlers: decode the request, run do,
+// write its result with status. Errors go to the one error handler.
+func jsonCall[Req, Resp any](c echo.Context, status int, do func(Req) (Resp, error)) error {
+	var req Req
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	resp, err := do(req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(status, resp)
+}
+
 func jsonError(err error) error {
 	var mbe *http.MaxBytesError
 	var se *json.SyntaxError

@@ -193,15 +193,10 @@ func (s *Server) createAgent(c echo.Context, req agentRequest) (agents.Agent, er
 }
 
 func (s *Server) apiCreateAgent(c echo.Context) error {
-	var req agentRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	a, err := s.createAgent(c, req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, toAgentJSON(a))
+	return jsonCall(c, http.StatusCreated, func(req agentRequest) (agentJSON, error) {
+		a, err := s.createAgent(c, req)
+		return toAgentJSON(a), err
+	})
 }
 
 func (s *Server) apiGetAgent(c echo.Context) error {
@@ -230,15 +225,10 @@ func (s *Server) updateAgent(c echo.Context, req agentRequest) (agents.Agent, er
 }
 
 func (s *Server) apiUpdateAgent(c echo.Context) error {
-	var req agentRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	a, err := s.updateAgent(c, req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, toAgentJSON(a))
+	return jsonCall(c, http.StatusOK, func(req agentRequest) (agentJSON, error) {
+		a, err := s.updateAgent(c, req)
+		return toAgentJSON(a), err
+	})
 }
 
 func (s *Server) deleteAgent(c echo.Context) (agents.Agent, error) {

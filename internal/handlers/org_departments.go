@@ -86,15 +86,10 @@ func (s *Server) createDepartment(c echo.Context, name, desc string) (directory.
 }
 
 func (s *Server) apiCreateDepartment(c echo.Context) error {
-	var req deptRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	d, err := s.createDepartment(c, deref(req.Name), deref(req.Description))
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, toDeptJSON(d))
+	return jsonCall(c, http.StatusCreated, func(req deptRequest) (deptJSON, error) {
+		d, err := s.createDepartment(c, deref(req.Name), deref(req.Description))
+		return toDeptJSON(d), err
+	})
 }
 
 func deref(p *string) string {

@@ -237,15 +237,10 @@ func (s *Server) createEnv(c echo.Context, req envRequest) (envs.Environment, er
 }
 
 func (s *Server) apiCreateEnv(c echo.Context) error {
-	var req envRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	e, err := s.createEnv(c, req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, toEnvJSON(e))
+	return jsonCall(c, http.StatusCreated, func(req envRequest) (envJSON, error) {
+		e, err := s.createEnv(c, req)
+		return toEnvJSON(e), err
+	})
 }
 
 func (s *Server) apiGetEnv(c echo.Context) error {
@@ -474,15 +469,10 @@ func (s *Server) addTemplate(c echo.Context, req templateRequest) (envs.Template
 }
 
 func (s *Server) apiAddTemplate(c echo.Context) error {
-	var req templateRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	t, err := s.addTemplate(c, req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, toTemplateJSON(t))
+	return jsonCall(c, http.StatusCreated, func(req templateRequest) (templateJSON, error) {
+		t, err := s.addTemplate(c, req)
+		return toTemplateJSON(t), err
+	})
 }
 
 func (s *Server) deleteTemplate(c echo.Context) (envs.Template, error) {

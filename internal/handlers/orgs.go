@@ -108,15 +108,10 @@ func (s *Server) createOrg(c echo.Context, req createOrgRequest) (orgs.Org, erro
 }
 
 func (s *Server) apiCreateOrg(c echo.Context) error {
-	var req createOrgRequest
-	if err := decodeJSON(c, &req); err != nil {
-		return err
-	}
-	o, err := s.createOrg(c, req)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, toOrgJSON(o))
+	return jsonCall(c, http.StatusCreated, func(req createOrgRequest) (orgJSON, error) {
+		o, err := s.createOrg(c, req)
+		return toOrgJSON(o), err
+	})
 }
 
 func (s *Server) apiGetOrg(c echo.Context) error {
