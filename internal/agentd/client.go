@@ -278,8 +278,11 @@ func (c *Client) send(ctx context.Context, method, path string, in any, accept s
 	var env ErrorEnvelope
 	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
+		// Not agentd's envelope: a proxy or some other server. Its body is
+		// not repeated, so pointing an environment at an arbitrary URL
+		// cannot be used to read what that URL serves.
 		status, _ := codeInfoByStatus(resp.StatusCode)
-		return nil, &Error{Status: resp.StatusCode, Code: status, Message: strings.TrimSpace(string(raw))}
+		return nil, &Error{Status: resp.StatusCode, Code: status, Message: "the server did not answer like agentd"}
 	}
 	return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
 }

@@ -326,10 +326,10 @@ func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating boo
 		}
 		if a.TemplateID == nil {
 			v.Add("template_id", "Per-session sandboxes need a template to create them from.")
-		} else if t, err := s.Envs.GetTemplate(ctx, *a.TemplateID); err != nil {
-			v.Add("template_id", "Template %d does not exist.", *a.TemplateID)
-		} else if !contains(sandboxEnvs, t.EnvironmentID) {
-			v.Add("template_id", "The template must belong to one of the agent's sandbox environments.")
+		} else if t, err := s.Envs.GetTemplate(ctx, *a.TemplateID); err != nil || !contains(sandboxEnvs, t.EnvironmentID) {
+			// One message for both: template ids of other departments are
+			// not revealed.
+			v.Add("template_id", "Template %d is not one of the agent's sandbox environments' templates.", *a.TemplateID)
 		} else if !t.Ready() {
 			v.Add("template_id", "Template %q is not ready at the backend (status %s).", t.Name, t.BackendStatus)
 		}

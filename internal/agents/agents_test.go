@@ -262,7 +262,7 @@ func TestValidationRules(t *testing.T) {
 			{"off with sandbox default among several", with(base(w.host1.ID, w.sbx.ID), func(in *agents.Input) { in.DefaultEnvironmentID = &w.sbx.ID }), "default_environment_id", "must be a host"},
 			{"per-session needs a sandbox env", perSession(w.tplReady.ID, w.host1.ID), "sandbox_mode", "need a sandbox environment"},
 			{"per-session needs a template", perSession(0, w.sbx.ID), "template_id", "need a template"},
-			{"per-session unknown template", perSession(999_999, w.sbx.ID), "template_id", "Template 999999 does not exist"},
+			{"per-session unknown template", perSession(999_999, w.sbx.ID), "template_id", "Template 999999 is not one of the agent's sandbox environments"},
 			{"per-session template of another env", perSession(w.tplOther.ID, w.sbx.ID), "template_id", "one of the agent's sandbox environments"},
 			{"per-session template not ready", perSession(w.tplBuild.ID, w.sbx.ID), "template_id", "is not ready at the backend (status building)"},
 		}

@@ -20,6 +20,9 @@ type Claims struct {
 	SessionID string `json:"sid"`
 	// Name is a display name for pages; never trusted for authorization.
 	Name string `json:"name,omitempty"`
+	// Parent is the platform session a platform admin entered an org
+	// from; the org session ends when it does.
+	Parent string `json:"psid,omitempty"`
 }
 
 // Signer issues and verifies HS256 tokens for one audience (the platform,
@@ -47,6 +50,12 @@ func (s *Signer) TTL() time.Duration { return s.ttl }
 
 // Issue signs a token for subject bound to a server-side session.
 func (s *Signer) Issue(subject, sessionID, name string) (string, time.Time, error) {
+	return s.IssueChild(subject, sessionID, name, "")
+}
+
+// IssueChild is Issue for a session that lives only as long as a parent
+// session elsewhere (a platform admin inside an org).
+func (s *Signer) IssueChild(subject, sessionID, name, parent string) (string, time.Time, error) {
 	now := s.now()
 	exp := now.Add(s.ttl)
 	c := Claims{
@@ -61,6 +70,7 @@ func (s *Signer) Issue(subject, sessionID, name string) (string, time.Time, erro
 		},
 		SessionID: sessionID,
 		Name:      name,
+		Parent:    parent,
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
 	tok.Header["kid"] = s.kid

@@ -167,8 +167,8 @@ func (d *Directory) UpdateUser(ctx context.Context, id int64, name, status *stri
 	return
 }
 
-// ResetPassword sets a new one-time password, ends the user's sessions and
-// returns the password once.
+// ResetPassword sets a new one-time password, ends the user's sessions,
+// revokes their personal API keys and returns the password once.
 func (d *Directory) ResetPassword(ctx context.Context, id int64) (string, error) {
 	if _, err := d.GetUser(ctx, id); err != nil {
 		return "", err
@@ -181,6 +181,11 @@ func (d *Directory) ResetPassword(ctx context.Context, id int64) (string, error)
 	now := d.now()
 	err = d.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&User{}).Where("id = ?", id).Updates(map[string]any{"password_hash": h, "must_change_password": true, "updated_at": now}).Error; err != nil {
+			return err
+		}
+		// A reset is how a suspected compromise is answered: personal keys
+		// the old password could have minted go too.
+		if err := tx.Model(&APIKey{}).Where("owner_user_id = ? AND revoked_at IS NULL", id).Update("revoked_at", now).Error; err != nil {
 			return err
 		}
 		return revokeSubject(tx, UserSubject(id), now)

@@ -353,6 +353,23 @@ func (s *Service) Update(ctx context.Context, id int64, in Input) (before, after
 	if err != nil {
 		return
 	}
+	if err = requireSecretsOnMove(before, after, tok, key); err != nil {
+		return
+	}
+	if !sameDepartment(before.DepartmentID, after.DepartmentID) {
+		// Agents were validated against the old owner; moving the machine
+		// under them could hand it to people who may not use it.
+		var n int64
+		n, err = s.usage(ctx, id)
+		if err != nil {
+			return
+		}
+		if n > 0 {
+			err = apperr.New(apperr.ErrConflict, "environment_in_use",
+				"Environment %q is used by %d agent(s); remove it from them before moving it to another department.", before.Name, n)
+			return
+		}
+	}
 	after.UpdatedAt = s.now()
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Model(&Environment{}).Where("id = ?", id).Updates(map[string]any{
@@ -370,22 +387,56 @@ func (s *Service) Update(ctx context.Context, id int64, in Input) (before, after
 	return
 }
 
+// usage counts the agents that allow or default to an environment.
+func (s *Service) usage(ctx context.Context, id int64) (int64, error) {
+	var n, d int64
+	if err := s.DB.WithContext(ctx).Table("agent_environments").Where("environment_id = ?", id).Count(&n).Error; err != nil {
+		return 0, err
+	}
+	if err := s.DB.WithContext(ctx).Table("agents").Where("default_environment_id = ?", id).Count(&d).Error; err != nil {
+		return 0, err
+	}
+	return max(n, d), nil
+}
+
+func sameDepartment(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+// requireSecretsOnMove refuses to keep a stored secret when the address it
+// is sent to changes: whoever may edit an environment could otherwise point
+// it at their own server and receive the token on the next probe.
+func requireSecretsOnMove(before, after Environment, tok, key *string) error {
+	v := apperr.Validation()
+	moved := before.URL != after.URL || before.SandboxDomain != after.SandboxDomain ||
+		before.ProxyBaseURL != after.ProxyBaseURL || before.SandboxScheme != after.SandboxScheme
+	if !moved {
+		return nil
+	}
+	if tok == nil && before.HasAgentdToken() {
+		v.Add("agentd_token", "Re-enter the agentd token when changing the address: a stored token is never sent to a new address.")
+	}
+	if key == nil && before.HasAPIKey() && before.URL != after.URL {
+		v.Add("api_key", "Re-enter the backend API key when changing the API URL: a stored key is never sent to a new address.")
+	}
+	return v.Err()
+}
+
 // Delete removes an environment unless an agent still uses it.
 func (s *Service) Delete(ctx context.Context, id int64) (Environment, error) {
 	e, err := s.Get(ctx, id)
 	if err != nil {
 		return e, err
 	}
-	var n int64
-	if err := s.DB.WithContext(ctx).Table("agent_environments").Where("environment_id = ?", id).Count(&n).Error; err != nil {
+	n, err := s.usage(ctx, id)
+	if err != nil {
 		return e, err
 	}
-	var d int64
-	if err := s.DB.WithContext(ctx).Table("agents").Where("default_environment_id = ?", id).Count(&d).Error; err != nil {
-		return e, err
-	}
-	if n+d > 0 {
-		return e, apperr.New(apperr.ErrConflict, "environment_in_use", "Environment %q is used by %d agent(s); remove it from them first.", e.Name, max(n, d))
+	if n > 0 {
+		return e, apperr.New(apperr.ErrConflict, "environment_in_use", "Environment %q is used by %d agent(s); remove it from them first.", e.Name, n)
 	}
 	if err := s.DB.WithContext(ctx).Delete(&Environment{}, id).Error; err != nil {
 		if strings.Contains(err.Error(), "FOREIGN KEY") || strings.Contains(err.Error(), "foreign key") {

@@ -221,7 +221,16 @@ func TestCRUD(t *testing.T) {
 			}
 			// The sandbox's API key: nil leaves it, a value replaces it, ""
 			// clears it.
-			if _, _, err := f.envs.Update(ctx, s.ID, envs.Input{SandboxDomain: ptr("cube.app")}); err != nil {
+			// A stored secret never follows a changed address.
+			_, _, err = f.envs.Update(ctx, h.ID, envs.Input{URL: ptr("https://attacker.example:49984")})
+			var ve *apperr.ValidationError
+			if !errors.As(err, &ve) || ve.Fields["agentd_token"] == "" {
+				t.Fatalf("moving a host without re-entering its token: %v", err)
+			}
+			if got, _ := f.envs.Get(ctx, h.ID); got.URL == "https://attacker.example:49984" {
+				t.Fatal("the refused move was stored")
+			}
+			if _, _, err := f.envs.Update(ctx, s.ID, envs.Input{SandboxDomain: ptr("cube.app"), AgentdToken: ptr(tokA)}); err != nil {
 				t.Fatal(err)
 			}
 			if got, _ := f.envs.Get(ctx, s.ID); got.SealedAPIKey != s.SealedAPIKey || got.SandboxDomain != "cube.app" {

@@ -210,7 +210,7 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 				return err
 			}
 			c.Set(ctxPrincipal, p)
-			if p.MustChangePassword && perm.Scope != rbac.ScopeAuthenticated {
+			if p.MustChangePassword && !passwordChangeRoute(c.Path()) {
 				if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 					return c.Redirect(http.StatusSeeOther, "/admin/password")
 				}
@@ -222,6 +222,19 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
+}
+
+// passwordChangeRoute lists what a principal signed in with a one-time
+// password may reach: changing it, signing out, and seeing who it is.
+// Everything else — keys included, which would outlive the password —
+// waits until the password is changed.
+func passwordChangeRoute(route string) bool {
+	for _, suffix := range []string{"/auth/password", "/auth/logout", "/me", "/password", "/logout"} {
+		if strings.HasSuffix(route, suffix) {
+			return true
+		}
+	}
+	return false
 }
 
 // platformPrincipal authenticates a platform admin from a bearer token or,
@@ -263,7 +276,18 @@ func (s *Server) loginURLFor(c echo.Context) string {
 
 // safeNext keeps post-login redirects on this site.
 func safeNext(next, fallback string) string {
-	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.Contains(next, "\\") {
+	if next == "" || !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") {
+		return fallback
+	}
+	// Browsers drop tabs and newlines and read "\\" as "/", so "/\t/evil"
+	// or "/\\evil" would leave the site.
+	for _, r := range next {
+		if r < 0x21 || r == 0x7f || r == '\\' {
+			return fallback
+		}
+	}
+	u, err := url.Parse(next)
+	if err != nil || u.Scheme != "" || u.Host != "" || u.User != nil {
 		return fallback
 	}
 	return next

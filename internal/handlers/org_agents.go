@@ -170,13 +170,17 @@ func (r agentRequest) input() agents.Input {
 func (s *Server) agentAllowedIn(c echo.Context, dept *int64) error {
 	dom := rbac.DomainOrg
 	if dept != nil && *dept != 0 {
+		dom = rbac.DeptDomain(*dept)
+	}
+	// Permission first: a department one may not use and one that does
+	// not exist must look the same.
+	if ok, err := s.allowedOn(c, dom, "agents", "create"); err != nil || !ok {
+		return apperr.New(apperr.ErrForbidden, "forbidden", "You may not configure agents there: department owners manage their department's agents, org admins all.")
+	}
+	if dom != rbac.DomainOrg {
 		if _, err := tenantOf(c).Dir.GetDepartment(c.Request().Context(), *dept); err != nil {
 			return &apperr.ValidationError{Fields: map[string]string{"department_id": "That department does not exist."}}
 		}
-		dom = rbac.DeptDomain(*dept)
-	}
-	if ok, err := s.allowedOn(c, dom, "agents", "create"); err != nil || !ok {
-		return apperr.New(apperr.ErrForbidden, "forbidden", "You may not configure agents there: department owners manage their department's agents, org admins all.")
 	}
 	return nil
 }

@@ -145,6 +145,9 @@ func (s *Server) revokeKey(c echo.Context, id int64) (directory.APIKey, error) {
 	t, p := tenantOf(c), principalOf(c)
 	ctx := c.Request().Context()
 	k, err := t.Dir.GetKey(ctx, id)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return k, notFoundErr() // the same answer as for someone else's key
+	}
 	if err != nil {
 		return k, err
 	}

@@ -163,7 +163,7 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 	if err := s.appendOrg(c, t, actorOf(p), "platform_admin.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	return s.issueOrgToken(c, t, "platform:"+p.ID, p.Name)
+	return s.issueOrgToken(c, t, "platform:"+p.ID, p.Name, p.SessionID)
 }
 
 func (s *Server) apiEnterOrg(c echo.Context) error {

@@ -352,6 +352,9 @@ func (s *Server) assign(c echo.Context, a rbac.Assignment) error {
 
 func (s *Server) unassign(c echo.Context, a rbac.Assignment) error {
 	changed, err := tenantOf(c).Enforcer.Unassign(c.Request().Context(), a)
+	if errors.Is(err, rbac.ErrBuiltin) {
+		return builtinErr()
+	}
 	if err != nil {
 		return err
 	}
@@ -386,6 +389,11 @@ func (s *Server) checkSubject(c echo.Context, sub string) error {
 		return err
 	}
 	return bad
+}
+
+func builtinErr() error {
+	return apperr.New(apperr.ErrConflict, "builtin_rule",
+		"That is a built-in rule (a role's definition, or platform admins' access) and cannot be removed; add a deny rule instead.")
 }
 
 func (s *Server) apiAssignRole(c echo.Context) error {
@@ -449,6 +457,9 @@ func (s *Server) apiAddRule(c echo.Context) error {
 func (s *Server) apiRemoveRule(c echo.Context) error {
 	r := rbac.Rule{Subject: c.QueryParam("subject"), Domain: c.QueryParam("domain"), Object: c.QueryParam("object"), Action: c.QueryParam("action"), Effect: c.QueryParam("effect")}
 	ok, err := tenantOf(c).Enforcer.RemoveRule(c.Request().Context(), r)
+	if errors.Is(err, rbac.ErrBuiltin) {
+		return builtinErr()
+	}
 	if err != nil {
 		return err
 	}

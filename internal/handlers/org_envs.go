@@ -2,7 +2,9 @@ package handlers
 
 import (
 	"errors"
+	"net"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -212,6 +214,9 @@ func (s *Server) createEnv(c echo.Context, req envRequest) (envs.Environment, er
 				return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "You can share a private environment only with a department you belong to."}}
 			}
 		}
+		if err := privateTargetOK(deref(req.URL)); err != nil {
+			return envs.Environment{}, err
+		}
 		uid := p.UserID
 		owner = &uid
 	} else {
@@ -274,6 +279,11 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 			return e, &apperr.ValidationError{Fields: map[string]string{"department_id": "You may not move the environment there."}}
 		}
 	}
+	if e.Private() && req.URL != nil {
+		if err := privateTargetOK(*req.URL); err != nil {
+			return e, err
+		}
+	}
 	in := req.input()
 	in.Kind = e.Kind
 	before, after, err := s.envService(c).Update(c.Request().Context(), e.ID, in)
@@ -288,6 +298,28 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 		a["api_key"] = "[redacted: replaced]"
 	}
 	return after, s.audited(c, "environment.update", envTarget(after), map[string]any{"before": b, "after": a})
+}
+
+// privateTargetOK keeps private environments, which anyone may register,
+// off the console's own machine and link-local metadata services, so the
+// health prober cannot be aimed at them. Shared environments are set up by
+// department owners and admins and may point anywhere (a dev agentd on
+// loopback included). Names are not resolved here; the prober repeats no
+// response bodies, which is what would make a rebinding trick pay.
+func privateTargetOK(raw string) error {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return nil // the domain's URL validation explains it
+	}
+	host := strings.ToLower(u.Hostname())
+	bad := host == "localhost" || strings.HasSuffix(host, ".localhost")
+	if ip := net.ParseIP(host); ip != nil {
+		bad = bad || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast()
+	}
+	if bad {
+		return &apperr.ValidationError{Fields: map[string]string{"url": "A private environment cannot point at this machine (loopback) or a link-local address; use the host's network address."}}
+	}
+	return nil
 }
 
 func sameDept(cur *int64, target int64) bool {

@@ -84,8 +84,16 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 		}
 
 		// A member registers a private workstation: invisible to others.
-		r = e.json(http.MethodPost, base, plain, map[string]any{"name": "plain-laptop", "kind": "host", "private": true,
-			"url": "http://127.0.0.1:1", "os": "macos", "deployment": "bare-metal", "agentd_token": "laptop-token-0123456789"})
+		laptop := map[string]any{"name": "plain-laptop", "kind": "host", "private": true,
+			"url": "http://127.0.0.1:1", "os": "macos", "deployment": "bare-metal", "agentd_token": "laptop-token-0123456789"}
+		for _, target := range []string{"http://127.0.0.1:1", "http://localhost:49984", "http://169.254.169.254/latest", "http://[::1]:49984"} {
+			laptop["url"] = target
+			r = e.json(http.MethodPost, base, plain, laptop)
+			wantStatus(t, "private env at "+target, r, http.StatusBadRequest)
+			mustContain(t, "private target rule", r.envelope(t).Error.Fields["url"], "loopback")
+		}
+		laptop["url"] = "http://192.0.2.10:49984" // TEST-NET-1: never answers
+		r = e.json(http.MethodPost, base, plain, laptop)
 		wantStatus(t, "private env", r, http.StatusCreated)
 		var priv envOut
 		r.decode(t, &priv)

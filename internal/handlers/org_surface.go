@@ -147,7 +147,7 @@ func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerF
 		return err
 	}
 	c.Set(ctxPrincipal, p)
-	if p.MustChangePassword && perm.Scope != rbac.ScopeAuthenticated {
+	if p.MustChangePassword && !passwordChangeRoute(c.Path()) {
 		if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 			return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
 		}
@@ -256,7 +256,15 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 		}
 		p.Kind, p.ID, p.Name, p.Subject, p.UserID, p.MustChangePassword = audit.ActorUser, itoa(u.ID), u.Email, claims.Subject, u.ID, u.MustChangePassword
 	case strings.HasPrefix(claims.Subject, "platform:"):
-		p.Kind, p.ID, p.Name, p.Subject = audit.ActorPlatformAdmin, strings.TrimPrefix(claims.Subject, "platform:"), claims.Name, rbac.PlatformSubject
+		adminID := strings.TrimPrefix(claims.Subject, "platform:")
+		// An entered admin's org session ends with their platform session
+		// (logout, expiry, deletion).
+		if ok, err := s.Platform.SessionActive(ctx, claims.Parent, adminID); err != nil {
+			return nil, err
+		} else if !ok {
+			return nil, unauth
+		}
+		p.Kind, p.ID, p.Name, p.Subject = audit.ActorPlatformAdmin, adminID, claims.Name, rbac.PlatformSubject
 	default:
 		return nil, unauth
 	}
@@ -291,12 +299,13 @@ func idParam(c echo.Context, name string) (int64, error) {
 	return id, nil
 }
 
-// issueOrgToken opens a session for subject and signs a token for it.
-func (s *Server) issueOrgToken(c echo.Context, t *tenant.Tenant, subject, name string) (string, error) {
+// issueOrgToken opens a session for subject, tied to a parent platform
+// session, and signs a token for it.
+func (s *Server) issueOrgToken(c echo.Context, t *tenant.Tenant, subject, name, parent string) (string, error) {
 	sid, err := t.Dir.CreateSession(c.Request().Context(), subject, t.Signer.TTL())
 	if err != nil {
 		return "", err
 	}
-	tok, _, err := t.Signer.Issue(subject, sid, name)
+	tok, _, err := t.Signer.IssueChild(subject, sid, name, parent)
 	return tok, err
 }

@@ -178,6 +178,20 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Admin, *auth.
 	return a, c, nil
 }
 
+// SessionActive reports whether platform session sid of adminID is live
+// (not revoked or expired, admin still present).
+func (s *Service) SessionActive(ctx context.Context, sid, adminID string) (bool, error) {
+	if sid == "" {
+		return false, nil
+	}
+	var sess sessionRow
+	res := s.DB.WithContext(ctx).Where("id = ?", sid).Limit(1).Find(&sess)
+	if res.Error != nil {
+		return false, fmt.Errorf("read session: %w", res.Error)
+	}
+	return res.RowsAffected == 1 && sess.RevokedAt == nil && s.now().Before(sess.ExpiresAt) && fmt.Sprint(sess.AdminID) == adminID, nil
+}
+
 // Logout revokes the session behind claims.
 func (s *Service) Logout(ctx context.Context, sessionID string) error {
 	now := s.now()

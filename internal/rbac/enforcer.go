@@ -3,6 +3,7 @@ package rbac
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -295,8 +296,24 @@ func (en *Enforcer) Assign(ctx context.Context, a Assignment) (bool, error) {
 	return ok, en.changed(ctx, ok)
 }
 
+// ErrBuiltin refuses changes to the built-in role definitions and the
+// platform admins' access, which every org must keep.
+var ErrBuiltin = errors.New("built-in rule")
+
+func isBuiltin(rules [][]string, rule ...string) bool {
+	for _, b := range rules {
+		if strings.Join(b, "\x00") == strings.Join(rule, "\x00") {
+			return true
+		}
+	}
+	return false
+}
+
 // Unassign removes a role assignment.
 func (en *Enforcer) Unassign(ctx context.Context, a Assignment) (bool, error) {
+	if isBuiltin(builtinGrouping, a.Subject, a.Role, a.Domain) {
+		return false, ErrBuiltin
+	}
 	en.mu.Lock()
 	ok, err := en.e.RemoveGroupingPolicy(a.Subject, a.Role, a.Domain)
 	en.mu.Unlock()
@@ -355,6 +372,9 @@ func (en *Enforcer) AddRule(ctx context.Context, r Rule) (bool, error) {
 
 // RemoveRule removes an explicit rule.
 func (en *Enforcer) RemoveRule(ctx context.Context, r Rule) (bool, error) {
+	if isBuiltin(builtinPolicies, r.Subject, r.Domain, r.Object, r.Action, r.Effect) {
+		return false, ErrBuiltin
+	}
 	en.mu.Lock()
 	ok, err := en.e.RemovePolicy(r.Subject, r.Domain, r.Object, r.Action, r.Effect)
 	en.mu.Unlock()

@@ -385,10 +385,9 @@ func parseError(op string, resp *http.Response) error {
 	} else if ej.Message != "" {
 		e.Message = ej.Message
 	} else {
-		e.Message = strings.TrimSpace(string(b))
-		if len(e.Message) > 200 {
-			e.Message = e.Message[:200]
-		}
+		// Not the API's error shape: do not repeat whatever the server
+		// sent, so a backend URL cannot be used to read arbitrary pages.
+		e.Message = "the server did not answer like an E2B-compatible API"
 	}
 	if !isAPI && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
 		return &routeMissingError{e}

@@ -382,7 +382,7 @@ func TestErrorsFromServer(t *testing.T) {
 	}{
 		{"rate limited", 429, `{"code":429,"message":"slow down","error_code":"rate_limited"}`, "7", sandbox.ErrRateLimited, "slow down", "rate_limited", 7 * time.Second},
 		{"capacity", 503, `{"code":503,"message":"no capacity","error_code":"sandbox_capacity_unavailable"}`, "", sandbox.ErrUnavailable, "no capacity", "sandbox_capacity_unavailable", 0},
-		{"gateway", 502, `<html>bad gateway</html>`, "", sandbox.ErrUnavailable, "<html>bad gateway</html>", "", 0},
+		{"gateway", 502, `<html>bad gateway</html>`, "", sandbox.ErrUnavailable, "the server did not answer like an E2B-compatible API", "", 0},
 		{"forbidden", 403, `{"code":403,"message":"team blocked"}`, "", sandbox.ErrUnauthorized, "team blocked", "", 0},
 		{"gone", 410, `{"code":410,"message":"killed"}`, "", sandbox.ErrNotFound, "killed", "", 0},
 		{"internal", 500, `{"code":500,"message":"boom"}`, "", nil, "boom", "", 0},

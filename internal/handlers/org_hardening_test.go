@@ -1,0 +1,89 @@
+package handlers_test
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// TestHardening covers the holes a security review found, one case each.
+func TestHardening(t *testing.T) {
+	t.Parallel()
+	f := newOrgFixture(t, store.SQLite)
+	e := f.e
+	admin := f.tokens["admin"]
+
+	t.Run("one-time password reaches nothing but the password change", func(t *testing.T) {
+		r := e.json(http.MethodPost, "/api/v1/orgs/acme/users", admin, map[string]string{"email": "fresh@acme.test"})
+		wantStatus(t, "create", r, http.StatusCreated)
+		var cu struct {
+			OneTimePassword string `json:"one_time_password"`
+		}
+		r.decode(t, &cu)
+		tok := e.orgLogin("acme", "fresh@acme.test", cu.OneTimePassword)
+		for _, c := range []struct{ method, path string }{
+			{http.MethodPost, "/api/v1/orgs/acme/api-keys"},
+			{http.MethodPost, "/api/v1/orgs/acme/environments"},
+			{http.MethodGet, "/api/v1/orgs/acme/agents"},
+		} {
+			r := e.json(c.method, c.path, tok, map[string]string{"name": "persist"})
+			wantStatus(t, c.method+" "+c.path, r, http.StatusForbidden)
+			if code := r.envelope(t).Error.Code; code != "password_change_required" {
+				t.Fatalf("%s %s: code %q", c.method, c.path, code)
+			}
+		}
+		wantStatus(t, "me", e.json(http.MethodGet, "/api/v1/orgs/acme/me", tok, nil), http.StatusOK)
+	})
+
+	t.Run("an entered admin's org session ends with the platform session", func(t *testing.T) {
+		plat := e.adminToken()
+		orgTok := e.enterOrg(plat, "acme")
+		wantStatus(t, "entered", e.json(http.MethodGet, "/api/v1/orgs/acme/users", orgTok, nil), http.StatusOK)
+		wantStatus(t, "platform logout", e.json(http.MethodPost, "/api/v1/auth/logout", plat, nil), http.StatusNoContent)
+		wantStatus(t, "entered after logout", e.json(http.MethodGet, "/api/v1/orgs/acme/users", orgTok, nil), http.StatusUnauthorized)
+	})
+
+	t.Run("sign-in never redirects off the site", func(t *testing.T) {
+		for _, next := range []string{"/\t/evil.example", "/\\evil.example", "//evil.example", "https://evil.example/"} {
+			csrf := "hardening-csrf-token-0123456789"
+			form := url.Values{"email": {"plain@acme.test"}, "password": {userPassword}, "next": {next}, "_csrf": {csrf}}
+			r := e.do(request{method: http.MethodPost, path: "/o/acme/login", contentType: "application/x-www-form-urlencoded",
+				body: strings.NewReader(form.Encode()), cookies: []*http.Cookie{{Name: "gh_csrf", Value: csrf}}})
+			wantStatus(t, "login next="+next, r, http.StatusSeeOther)
+			if loc := r.header.Get("Location"); loc != "/o/acme/" {
+				t.Fatalf("next=%q redirected to %q", next, loc)
+			}
+		}
+	})
+
+	t.Run("built-in rules cannot be removed", func(t *testing.T) {
+		r := e.json(http.MethodDelete, "/api/v1/orgs/acme/roles?subject=platform-admin&role=org-admin&domain=org", admin, nil)
+		wantStatus(t, "remove platform access", r, http.StatusConflict)
+		r = e.json(http.MethodDelete, "/api/v1/orgs/acme/policies?subject=org-admin&domain=*&object=*&action=*&effect=allow", admin, nil)
+		wantStatus(t, "remove org-admin definition", r, http.StatusConflict)
+		wantStatus(t, "entered admin still in", e.json(http.MethodGet, "/api/v1/orgs/acme/users", f.tokens["entered-admin"], nil), http.StatusOK)
+	})
+
+	t.Run("someone else's key looks like a missing one", func(t *testing.T) {
+		var list struct{ Items []struct{ ID int64 } }
+		e.json(http.MethodGet, "/api/v1/orgs/acme/api-keys", f.tokens["member"], nil).decode(t, &list)
+		if len(list.Items) == 0 {
+			t.Fatal("member has no key")
+		}
+		other := e.json(http.MethodDelete, fmt.Sprintf("/api/v1/orgs/acme/api-keys/%d", list.Items[0].ID), f.tokens["plain"], nil)
+		missing := e.json(http.MethodDelete, "/api/v1/orgs/acme/api-keys/999999", f.tokens["plain"], nil)
+		if other.status != http.StatusNotFound || string(other.body) != string(missing.body) {
+			t.Fatalf("hidden key %d %s vs missing key %d %s", other.status, other.body, missing.status, missing.body)
+		}
+	})
+
+	t.Run("a password reset revokes personal keys", func(t *testing.T) {
+		wantStatus(t, "key works", e.json(http.MethodGet, "/api/v1/orgs/acme/me", f.keys["member-key"], nil), http.StatusOK)
+		wantStatus(t, "reset", e.json(http.MethodPost, fmt.Sprintf("/api/v1/orgs/acme/users/%d/reset-password", f.ids["member"]), admin, nil), http.StatusOK)
+		wantStatus(t, "key after reset", e.json(http.MethodGet, "/api/v1/orgs/acme/me", f.keys["member-key"], nil), http.StatusUnauthorized)
+	})
+}
