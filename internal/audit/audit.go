@@ -134,6 +134,37 @@ const chainLockKey = 7_470_117_032_002
 // hash and stores it. Callers treat an error as "do not proceed": an action
 // that cannot be audited is not performed.
 func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
+	e, err := prepare(e)
+	if err != nil {
+		return Event{}, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		e, err = l.appendIn(tx, e)
+		return err
+	})
+	if err != nil {
+		return Event{}, err
+	}
+	return e, nil
+}
+
+// AppendTx appends inside the caller's transaction on the same database,
+// so a change and its audit record commit together or not at all. It does
+// not take the in-process lock: the transaction's database lock (SQLite's
+// write lock, a Postgres advisory lock) serializes the chain, and taking
+// the mutex while holding a write lock would deadlock with Append.
+func (l *Log) AppendTx(ctx context.Context, tx *gorm.DB, e Event) (Event, error) {
+	e, err := prepare(e)
+	if err != nil {
+		return Event{}, err
+	}
+	return l.appendIn(tx.WithContext(ctx), e)
+}
+
+func prepare(e Event) (Event, error) {
 	if e.Action == "" || e.Actor.Type == "" {
 		return Event{}, fmt.Errorf("audit event needs an action and an actor type")
 	}
@@ -148,40 +179,36 @@ func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
 		return Event{}, fmt.Errorf("audit details: %w", err)
 	}
 	e.Details = canon
+	return e, nil
+}
 
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if store.DialectOfDB(tx) == store.Postgres {
-			if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", chainLockKey).Error; err != nil {
-				return fmt.Errorf("lock audit chain: %w", err)
-			}
+// appendIn links e to the chain head and inserts it within tx.
+func (l *Log) appendIn(tx *gorm.DB, e Event) (Event, error) {
+	if store.DialectOfDB(tx) == store.Postgres {
+		if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", chainLockKey).Error; err != nil {
+			return Event{}, fmt.Errorf("lock audit chain: %w", err)
 		}
-		var last row
-		res := tx.Table(l.table).Order("seq DESC").Limit(1).Find(&last)
-		if res.Error != nil {
-			return fmt.Errorf("read chain head: %w", res.Error)
-		}
-		// Taken under the lock and never earlier than the event before, so
-		// occurred_at does not decrease along the chain even across
-		// replicas with skewed clocks: Query relies on it to turn a time
-		// range into a seq range. Postgres keeps microseconds; hash what
-		// the database will give back.
-		e.Time = l.now().UTC().Truncate(time.Microsecond)
-		if res.RowsAffected > 0 && e.Time.Before(last.OccurredAt) {
-			e.Time = last.OccurredAt.UTC()
-		}
-		e.Seq = last.Seq + 1
-		e.PrevHash = last.Hash
-		e.Hash = Hash(e)
-		r := toRow(e)
-		if err := tx.Table(l.table).Create(&r).Error; err != nil {
-			return fmt.Errorf("insert audit event: %w", err)
-		}
-		return nil
-	})
-	if err != nil {
-		return Event{}, err
+	}
+	var last row
+	res := tx.Table(l.table).Order("seq DESC").Limit(1).Find(&last)
+	if res.Error != nil {
+		return Event{}, fmt.Errorf("read chain head: %w", res.Error)
+	}
+	// Taken under the lock and never earlier than the event before, so
+	// occurred_at does not decrease along the chain even across replicas
+	// with skewed clocks: Query relies on it to turn a time range into a
+	// seq range. Postgres keeps microseconds; hash what the database will
+	// give back.
+	e.Time = l.now().UTC().Truncate(time.Microsecond)
+	if res.RowsAffected > 0 && e.Time.Before(last.OccurredAt) {
+		e.Time = last.OccurredAt.UTC()
+	}
+	e.Seq = last.Seq + 1
+	e.PrevHash = last.Hash
+	e.Hash = Hash(e)
+	r := toRow(e)
+	if err := tx.Table(l.table).Create(&r).Error; err != nil {
+		return Event{}, fmt.Errorf("insert audit event: %w", err)
 	}
 	return e, nil
 }

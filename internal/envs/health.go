@@ -95,19 +95,23 @@ func scrub(msg string) string {
 // the system. It returns the new health.
 func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.Log, timeout time.Duration) (Health, error) {
 	h := s.Check(ctx, e, timeout)
-	prev, err := s.RecordHealth(ctx, e.ID, h)
-	if err != nil {
-		return h, err
-	}
-	if prev != "" && log != nil {
-		_, err = log.Append(ctx, audit.Event{
+	// The probe is done; record it and its audit event together.
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		in := *s
+		in.DB = tx
+		prev, err := in.RecordHealth(ctx, e.ID, h)
+		if err != nil || prev == "" || log == nil {
+			return err
+		}
+		_, err = log.AppendTx(ctx, tx, audit.Event{
 			Actor:  audit.Actor{Type: audit.ActorSystem, Name: "health-checker"},
 			Action: "environment.health_change",
 			Target: audit.Target{Type: "environment", ID: fmt.Sprint(e.ID), Name: e.Name},
 			Details: audit.Details(map[string]any{"before": map[string]any{"status": prev},
 				"after": map[string]any{"status": h.Status, "error": h.Error}}),
 		})
-	}
+		return err
+	})
 	return h, err
 }
 

@@ -124,31 +124,43 @@ func (s *Service) AddTemplate(ctx context.Context, envID int64, in TemplateInput
 	return t, nil
 }
 
-// ImportTemplate registers a template with the resources the backend
-// reports for it.
-func (s *Service) ImportTemplate(ctx context.Context, envID int64, backendID string) (Template, error) {
+// ImportInput reads a template's resources from the backend, ready for
+// AddTemplate. Callers do the network call before opening a transaction.
+func (s *Service) ImportInput(ctx context.Context, envID int64, backendID string) (TemplateInput, error) {
 	e, err := s.Get(ctx, envID)
 	if err != nil {
-		return Template{}, err
+		return TemplateInput{}, err
+	}
+	if e.Kind != KindSandbox {
+		return TemplateInput{}, &apperr.ValidationError{Fields: map[string]string{"environment_id": "Templates belong to sandbox environments; this one is a host."}}
 	}
 	b, err := s.Backend(e)
 	if err != nil {
-		return Template{}, err
+		return TemplateInput{}, err
 	}
 	bt, err := b.GetTemplate(ctx, backendID)
 	if errors.Is(err, sandbox.ErrNotFound) {
-		return Template{}, &apperr.ValidationError{Fields: map[string]string{
-			"backend_template_id": fmt.Sprintf("The backend has no template %q.", backendID)}}
+		return TemplateInput{}, &apperr.ValidationError{Fields: map[string]string{"backend_template_id": fmt.Sprintf("The backend has no template %q.", backendID)}}
 	}
 	if err != nil {
-		return Template{}, backendError("read the template from the backend", err)
+		return TemplateInput{}, backendError("read the template from the backend", err)
 	}
 	name := backendID
 	if len(bt.Aliases) > 0 {
 		name = bt.Aliases[0]
 	}
-	return s.AddTemplate(ctx, envID, TemplateInput{BackendTemplateID: bt.ID, Name: name, VCPU: bt.CPU, MemoryMB: bt.MemoryMB,
-		WritableLayerMB: bt.DiskSizeMB, BackendStatus: normalizeStatus(bt.BuildStatus)})
+	return TemplateInput{BackendTemplateID: bt.ID, Name: name, VCPU: bt.CPU, MemoryMB: bt.MemoryMB,
+		WritableLayerMB: bt.DiskSizeMB, BackendStatus: normalizeStatus(bt.BuildStatus)}, nil
+}
+
+// ImportTemplate registers a template with the resources the backend
+// reports for it.
+func (s *Service) ImportTemplate(ctx context.Context, envID int64, backendID string) (Template, error) {
+	in, err := s.ImportInput(ctx, envID, backendID)
+	if err != nil {
+		return Template{}, err
+	}
+	return s.AddTemplate(ctx, envID, in)
 }
 
 // BackendTemplates lists what the backend offers, for the import chooser.

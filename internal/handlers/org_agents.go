@@ -189,11 +189,15 @@ func (s *Server) createAgent(c echo.Context, req agentRequest) (agents.Agent, er
 	if err := s.agentAllowedIn(c, req.DepartmentID); err != nil {
 		return agents.Agent{}, err
 	}
-	a, err := s.agentService(c).Create(c.Request().Context(), req.input(), principalOf(c).Name, s.canUseEnvFor(c))
-	if err != nil {
-		return a, err
-	}
-	return a, s.audited(c, "agent.create", agentTarget(a), map[string]any{"after": toAgentJSON(a)})
+	var a agents.Agent
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if a, err = m.Agents().Create(c.Request().Context(), req.input(), principalOf(c).Name, s.canUseEnvFor(c)); err != nil {
+			return err
+		}
+		return m.audit("agent.create", agentTarget(a), map[string]any{"after": toAgentJSON(a)})
+	})
+	return a, err
 }
 
 func (s *Server) apiCreateAgent(c echo.Context) error {
@@ -221,11 +225,16 @@ func (s *Server) updateAgent(c echo.Context, req agentRequest) (agents.Agent, er
 			return a, err
 		}
 	}
-	before, after, err := s.agentService(c).Update(c.Request().Context(), a.ID, req.input(), s.canUseEnvFor(c))
-	if err != nil {
-		return after, err
-	}
-	return after, s.audited(c, "agent.update", agentTarget(after), map[string]any{"before": toAgentJSON(before), "after": toAgentJSON(after)})
+	var after agents.Agent
+	err = s.mutate(c, func(m *orgTx) error {
+		before, updated, err := m.Agents().Update(c.Request().Context(), a.ID, req.input(), s.canUseEnvFor(c))
+		if err != nil {
+			return err
+		}
+		after = updated
+		return m.audit("agent.update", agentTarget(after), map[string]any{"before": toAgentJSON(before), "after": toAgentJSON(after)})
+	})
+	return after, err
 }
 
 func (s *Server) apiUpdateAgent(c echo.Context) error {
@@ -240,10 +249,12 @@ func (s *Server) deleteAgent(c echo.Context) (agents.Agent, error) {
 	if err != nil {
 		return a, err
 	}
-	if _, err := s.agentService(c).Delete(c.Request().Context(), a.ID); err != nil {
-		return a, err
-	}
-	return a, s.audited(c, "agent.delete", agentTarget(a), map[string]any{"before": toAgentJSON(a)})
+	return a, s.mutate(c, func(m *orgTx) error {
+		if _, err := m.Agents().Delete(c.Request().Context(), a.ID); err != nil {
+			return err
+		}
+		return m.audit("agent.delete", agentTarget(a), map[string]any{"before": toAgentJSON(a)})
+	})
 }
 
 func (s *Server) apiDeleteAgent(c echo.Context) error {

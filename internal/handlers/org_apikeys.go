@@ -114,17 +114,47 @@ func (s *Server) createKey(c echo.Context, req createKeyRequest) (directory.APIK
 		in.Owner = &p.UserID
 		in.Roles = req.Roles
 	}
-	k, secret, err := t.Dir.CreateKey(ctx, in)
+	var k directory.APIKey
+	var secret string
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if k, secret, err = m.Dir.CreateKey(ctx, in); err != nil {
+			return err
+		}
+		return m.audit("api_key.create", keyTarget(k), map[string]any{"after": map[string]any{
+			"name": k.Name, "kind": toKeyJSON(k).Kind, "roles": k.RoleList(), "expires_at": k.ExpiresAt, "secret": "[redacted]"}})
+	})
 	if err != nil {
 		return k, "", err
 	}
+	// Until its roles are in place a service key can do nothing; if they
+	// cannot be granted, the key is revoked rather than left half-made.
 	for _, r := range k.RoleList() {
 		if _, err := t.Enforcer.Assign(ctx, rbac.Assignment{Subject: k.Subject(), Role: r.Role, Domain: r.Domain}); err != nil {
+			if _, rerr := s.revokeKeyRow(c, k.ID, "its roles could not be granted"); rerr != nil {
+				s.Logger.Error("revoke half-made api key", "org", t.Org.Slug, "key", k.ID, "error", rerr)
+			}
 			return k, "", err
 		}
 	}
-	return k, secret, s.audited(c, "api_key.create", keyTarget(k), map[string]any{"after": map[string]any{
-		"name": k.Name, "kind": toKeyJSON(k).Kind, "roles": k.RoleList(), "expires_at": k.ExpiresAt, "secret": "[redacted]"}})
+	return k, secret, nil
+}
+
+// revokeKeyRow revokes a key and records it in one transaction.
+func (s *Server) revokeKeyRow(c echo.Context, id int64, reason string) (directory.APIKey, error) {
+	var k directory.APIKey
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if k, err = m.Dir.RevokeKey(c.Request().Context(), id); err != nil {
+			return err
+		}
+		var details any
+		if reason != "" {
+			details = map[string]string{"reason": reason}
+		}
+		return m.audit("api_key.revoke", keyTarget(k), details)
+	})
+	return k, err
 }
 
 func (s *Server) apiCreateKey(c echo.Context) error {
@@ -155,15 +185,17 @@ func (s *Server) revokeKey(c echo.Context, id int64) (directory.APIKey, error) {
 	if !own && !s.canManageKeys(c) {
 		return k, notFoundErr()
 	}
-	if k, err = t.Dir.RevokeKey(ctx, id); err != nil {
+	if k, err = s.revokeKeyRow(c, id, ""); err != nil {
 		return k, err
 	}
 	if k.IsService() {
+		// A revoked key no longer authenticates, so its grants are inert;
+		// removing them after the commit only tidies the policy.
 		if err := t.Enforcer.RemoveSubject(ctx, k.Subject()); err != nil {
 			return k, err
 		}
 	}
-	return k, s.audited(c, "api_key.revoke", keyTarget(k), nil)
+	return k, nil
 }
 
 func (s *Server) apiRevokeKey(c echo.Context) error {

@@ -44,17 +44,9 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 		}
 		return u, loginResponse{}, err
 	}
-	sub := directory.UserSubject(u.ID)
-	sid, err := t.Dir.CreateSession(ctx, sub, t.Signer.TTL())
-	if err != nil {
-		return u, loginResponse{}, err
-	}
-	tok, exp, err := t.Signer.Issue(sub, sid, u.Email)
-	if err != nil {
-		return u, loginResponse{}, err
-	}
 	actor := audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}
-	if err := s.appendOrg(c, t, actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}, audit.Allow, nil); err != nil {
+	tok, exp, err := s.openSession(c, directory.UserSubject(u.ID), u.Email, "", actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email})
+	if err != nil {
 		return u, loginResponse{}, err
 	}
 	return u, loginResponse{Token: tok, ExpiresAt: exp, MustChangePassword: u.MustChangePassword}, nil
@@ -90,14 +82,16 @@ func (s *Server) apiOrgLogout(c echo.Context) error {
 }
 
 func (s *Server) orgLogout(c echo.Context) error {
-	p, t := principalOf(c), tenantOf(c)
+	p := principalOf(c)
 	if p.SessionID == "" {
 		return apperr.New(apperr.ErrInvalid, "not_a_session", "API keys have no session to end; revoke the key instead.")
 	}
-	if err := t.Dir.RevokeSession(c.Request().Context(), p.SessionID); err != nil {
-		return err
-	}
-	return s.audited(c, "user.logout", audit.Target{Type: p.Kind, ID: p.ID, Name: p.Name}, nil)
+	return s.mutate(c, func(m *orgTx) error {
+		if err := m.Dir.RevokeSession(c.Request().Context(), p.SessionID); err != nil {
+			return err
+		}
+		return m.audit("user.logout", audit.Target{Type: p.Kind, ID: p.ID, Name: p.Name}, nil)
+	})
 }
 
 func (s *Server) orgChangePassword(c echo.Context, current, next string) error {
@@ -105,10 +99,12 @@ func (s *Server) orgChangePassword(c echo.Context, current, next string) error {
 	if p.Kind != audit.ActorUser || p.KeyID != 0 {
 		return apperr.New(apperr.ErrForbidden, "not_a_user", "Only a signed-in user can change their password.")
 	}
-	if err := tenantOf(c).Dir.ChangePassword(c.Request().Context(), p.UserID, current, next); err != nil {
-		return err
-	}
-	return s.audited(c, "user.password_change", audit.Target{Type: "user", ID: p.ID, Name: p.Name}, nil)
+	return s.mutate(c, func(m *orgTx) error {
+		if err := m.Dir.ChangePassword(c.Request().Context(), p.UserID, current, next); err != nil {
+			return err
+		}
+		return m.audit("user.password_change", audit.Target{Type: "user", ID: p.ID, Name: p.Name}, nil)
+	})
 }
 
 func (s *Server) apiOrgChangePassword(c echo.Context) error {
@@ -155,15 +151,14 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 		return "", err
 	}
 	defer t.Release()
+	c.Set(ctxTenant, t)
 	p := principalOf(c)
 	target := audit.Target{Type: "organization", ID: t.Org.Slug, Name: t.Org.Name}
 	if err := s.platformEvent(c, actorOf(p), "org.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	if err := s.appendOrg(c, t, actorOf(p), "platform_admin.enter", target, audit.Allow, nil); err != nil {
-		return "", err
-	}
-	return s.issueOrgToken(c, t, "platform:"+p.ID, p.Name, p.SessionID)
+	tok, _, err := s.openSession(c, "platform:"+p.ID, p.Name, p.SessionID, actorOf(p), "platform_admin.enter", target)
+	return tok, err
 }
 
 func (s *Server) apiEnterOrg(c echo.Context) error {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -78,11 +79,15 @@ type deptRequest struct {
 }
 
 func (s *Server) createDepartment(c echo.Context, name, desc string) (directory.Department, error) {
-	d, err := tenantOf(c).Dir.CreateDepartment(c.Request().Context(), name, desc)
-	if err != nil {
-		return d, err
-	}
-	return d, s.audited(c, "department.create", deptTarget(d), map[string]any{"after": toDeptJSON(d)})
+	var d directory.Department
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if d, err = m.Dir.CreateDepartment(c.Request().Context(), name, desc); err != nil {
+			return err
+		}
+		return m.audit("department.create", deptTarget(d), map[string]any{"after": toDeptJSON(d)})
+	})
+	return d, err
 }
 
 func (s *Server) apiCreateDepartment(c echo.Context) error {
@@ -120,11 +125,16 @@ func (s *Server) apiUpdateDepartment(c echo.Context) error {
 	if err := decodeJSON(c, &req); err != nil {
 		return err
 	}
-	before, after, err := tenantOf(c).Dir.UpdateDepartment(c.Request().Context(), id, req.Name, req.Description)
+	var after directory.Department
+	err = s.mutate(c, func(m *orgTx) error {
+		before, a, err := m.Dir.UpdateDepartment(c.Request().Context(), id, req.Name, req.Description)
+		if err != nil {
+			return err
+		}
+		after = a
+		return m.audit("department.update", deptTarget(after), map[string]any{"before": toDeptJSON(before), "after": toDeptJSON(after)})
+	})
 	if err != nil {
-		return err
-	}
-	if err := s.audited(c, "department.update", deptTarget(after), map[string]any{"before": toDeptJSON(before), "after": toDeptJSON(after)}); err != nil {
 		return err
 	}
 	return c.JSON(http.StatusOK, toDeptJSON(after))
@@ -132,14 +142,19 @@ func (s *Server) apiUpdateDepartment(c echo.Context) error {
 
 func (s *Server) deleteDepartment(c echo.Context, id int64) error {
 	t := tenantOf(c)
-	d, err := t.Dir.DeleteDepartment(c.Request().Context(), id)
+	err := s.mutate(c, func(m *orgTx) error {
+		d, err := m.Dir.DeleteDepartment(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		return m.audit("department.delete", deptTarget(d), map[string]any{"before": toDeptJSON(d)})
+	})
 	if err != nil {
 		return err
 	}
-	if err := t.Enforcer.RemoveDomain(c.Request().Context(), rbac.DeptDomain(id)); err != nil {
-		return err
-	}
-	return s.audited(c, "department.delete", deptTarget(d), map[string]any{"before": toDeptJSON(d)})
+	// Role assignments in a domain that no longer exists grant nothing, so
+	// clearing them after the commit cannot leave anyone with access.
+	return t.Enforcer.RemoveDomain(c.Request().Context(), rbac.DeptDomain(id))
 }
 
 func (s *Server) apiDeleteDepartment(c echo.Context) error {
@@ -237,17 +252,9 @@ func (s *Server) setMember(c echo.Context, deptID, userID int64, role string) er
 		return err
 	}
 	dom, sub := rbac.DeptDomain(deptID), directory.UserSubject(userID)
-	for _, other := range []string{rbac.RoleDeptOwner, rbac.RoleMember} {
-		if other != r {
-			if _, err := t.Enforcer.Unassign(ctx, rbac.Assignment{Subject: sub, Role: other, Domain: dom}); err != nil {
-				return err
-			}
-		}
-	}
-	if _, err := t.Enforcer.Assign(ctx, rbac.Assignment{Subject: sub, Role: r, Domain: dom}); err != nil {
-		return err
-	}
-	return s.audited(c, "department.member_set", deptTarget(d), map[string]any{"after": map[string]any{"user": u.Email, "role": r}})
+	return s.auditedRoles(c, sub, dom, func() error {
+		return t.Enforcer.SetRoles(ctx, sub, dom, []string{r})
+	}, "department.member_set", deptTarget(d), map[string]any{"after": map[string]any{"user": u.Email, "role": r}})
 }
 
 func (s *Server) removeMember(c echo.Context, deptID, userID int64) error {
@@ -258,18 +265,12 @@ func (s *Server) removeMember(c echo.Context, deptID, userID int64) error {
 		return err
 	}
 	dom, sub := rbac.DeptDomain(deptID), directory.UserSubject(userID)
-	removed := false
-	for _, r := range []string{rbac.RoleDeptOwner, rbac.RoleMember} {
-		ok, err := t.Enforcer.Unassign(ctx, rbac.Assignment{Subject: sub, Role: r, Domain: dom})
-		if err != nil {
-			return err
-		}
-		removed = removed || ok
-	}
-	if !removed {
+	if len(t.Enforcer.RolesIn(sub, dom)) == 0 {
 		return apperr.New(apperr.ErrNotFound, "member_not_found", "That user is not in this department.")
 	}
-	return s.audited(c, "department.member_remove", deptTarget(d), map[string]any{"before": map[string]any{"user_id": userID}})
+	return s.auditedRoles(c, sub, dom, func() error {
+		return t.Enforcer.SetRoles(ctx, sub, dom, nil)
+	}, "department.member_remove", deptTarget(d), map[string]any{"before": map[string]any{"user_id": userID}})
 }
 
 func (s *Server) apiPutMember(c echo.Context) error {
@@ -340,28 +341,48 @@ func (s *Server) assign(c echo.Context, a rbac.Assignment) error {
 			return err
 		}
 	}
-	changed, err := t.Enforcer.Assign(ctx, a)
-	if err != nil {
+	for _, r := range t.Enforcer.RolesIn(a.Subject, a.Domain) {
+		if r == a.Role {
+			return nil // already held: nothing to change or record
+		}
+	}
+	return s.auditedRoles(c, a.Subject, a.Domain, func() error {
+		_, err := t.Enforcer.Assign(ctx, a)
 		return err
-	}
-	if !changed {
-		return nil
-	}
-	return s.audited(c, "role.assign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"after": a})
+	}, "role.assign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"after": a})
 }
 
 func (s *Server) unassign(c echo.Context, a rbac.Assignment) error {
-	changed, err := tenantOf(c).Enforcer.Unassign(c.Request().Context(), a)
-	if errors.Is(err, rbac.ErrBuiltin) {
-		return builtinErr()
-	}
-	if err != nil {
+	t := tenantOf(c)
+	return s.auditedRoles(c, a.Subject, a.Domain, func() error {
+		changed, err := t.Enforcer.Unassign(c.Request().Context(), a)
+		if errors.Is(err, rbac.ErrBuiltin) {
+			return builtinErr()
+		}
+		if err == nil && !changed {
+			return apperr.New(apperr.ErrNotFound, "assignment_not_found", "That subject does not hold that role there.")
+		}
+		return err
+	}, "role.unassign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"before": a})
+}
+
+// auditedRoles applies a change to sub's roles in dom and audits it. Casbin
+// writes use the adapter's own connection, so they cannot share the audit
+// record's transaction; instead, when the record cannot be written the
+// roles are put back as they were, so nothing is half-written.
+func (s *Server) auditedRoles(c echo.Context, sub, dom string, change func() error, action string, target audit.Target, details any) error {
+	t := tenantOf(c)
+	prev := t.Enforcer.RolesIn(sub, dom)
+	if err := change(); err != nil {
 		return err
 	}
-	if !changed {
-		return apperr.New(apperr.ErrNotFound, "assignment_not_found", "That subject does not hold that role there.")
+	if err := s.audited(c, action, target, details); err != nil {
+		if rerr := t.Enforcer.SetRoles(context.WithoutCancel(c.Request().Context()), sub, dom, prev); rerr != nil {
+			s.Logger.Error("restore roles after failed audit", "org", t.Org.Slug, "subject", sub, "domain", dom, "error", rerr)
+		}
+		return err
 	}
-	return s.audited(c, "role.unassign", audit.Target{Type: "subject", ID: a.Subject}, map[string]any{"before": a})
+	return nil
 }
 
 // checkSubject makes sure a user or key subject exists in this org.
@@ -445,10 +466,16 @@ func (s *Server) apiAddRule(c echo.Context) error {
 	if err := validRule(r); err != nil {
 		return err
 	}
-	if _, err := tenantOf(c).Enforcer.AddRule(c.Request().Context(), r); err != nil {
+	en := tenantOf(c).Enforcer
+	added, err := en.AddRule(c.Request().Context(), r)
+	if err != nil {
 		return err
 	}
+	if !added {
+		return c.NoContent(http.StatusNoContent)
+	}
 	if err := s.audited(c, "policy.add", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"after": r}); err != nil {
+		_, _ = en.RemoveRule(context.WithoutCancel(c.Request().Context()), r) // nothing half-written
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -467,6 +494,7 @@ func (s *Server) apiRemoveRule(c echo.Context) error {
 		return apperr.New(apperr.ErrNotFound, "rule_not_found", "No such rule exists.")
 	}
 	if err := s.audited(c, "policy.remove", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"before": r}); err != nil {
+		_, _ = tenantOf(c).Enforcer.AddRule(context.WithoutCancel(c.Request().Context()), r) // nothing half-written
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"gorm.io/gorm"
 	"net"
 	"net/http"
 	"net/url"
@@ -18,8 +19,12 @@ import (
 
 // envService binds the environments domain to the request's org.
 func (s *Server) envService(c echo.Context) *envs.Service {
-	t := tenantOf(c)
-	return &envs.Service{DB: t.DB, Box: s.Box, Org: t.Org.Slug, HTTPClient: s.OutboundHTTP}
+	return s.envServiceOn(c, tenantOf(c).DB)
+}
+
+// envServiceOn is envService on a given handle (a transaction).
+func (s *Server) envServiceOn(c echo.Context, db *gorm.DB) *envs.Service {
+	return &envs.Service{DB: db, Box: s.Box, Org: tenantOf(c).Org.Slug, HTTPClient: s.OutboundHTTP}
 }
 
 // envDomain is the casbin domain an environment belongs to.
@@ -234,11 +239,15 @@ func (s *Server) createEnv(c echo.Context, req envRequest) (envs.Environment, er
 			return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "That department does not exist."}}
 		}
 	}
-	e, err := s.envService(c).Create(ctx, req.input(), owner, p.Name)
-	if err != nil {
-		return e, err
-	}
-	return e, s.audited(c, "environment.create", envTarget(e), map[string]any{"after": envAudit(e)})
+	var e envs.Environment
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if e, err = m.Envs().Create(ctx, req.input(), owner, p.Name); err != nil {
+			return err
+		}
+		return m.audit("environment.create", envTarget(e), map[string]any{"after": envAudit(e)})
+	})
+	return e, err
 }
 
 func (s *Server) apiCreateEnv(c echo.Context) error {
@@ -286,18 +295,23 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 	}
 	in := req.input()
 	in.Kind = e.Kind
-	before, after, err := s.envService(c).Update(c.Request().Context(), e.ID, in)
-	if err != nil {
-		return after, err
-	}
-	b, a := envAudit(before), envAudit(after)
-	if req.AgentdToken != nil {
-		a["agentd_token"] = "[redacted: replaced]"
-	}
-	if req.APIKey != nil {
-		a["api_key"] = "[redacted: replaced]"
-	}
-	return after, s.audited(c, "environment.update", envTarget(after), map[string]any{"before": b, "after": a})
+	var after envs.Environment
+	err = s.mutate(c, func(m *orgTx) error {
+		before, updated, err := m.Envs().Update(c.Request().Context(), e.ID, in)
+		if err != nil {
+			return err
+		}
+		after = updated
+		b, a := envAudit(before), envAudit(after)
+		if req.AgentdToken != nil {
+			a["agentd_token"] = "[redacted: replaced]"
+		}
+		if req.APIKey != nil {
+			a["api_key"] = "[redacted: replaced]"
+		}
+		return m.audit("environment.update", envTarget(after), map[string]any{"before": b, "after": a})
+	})
+	return after, err
 }
 
 // privateTargetOK keeps private environments, which anyone may register,
@@ -354,10 +368,12 @@ func (s *Server) deleteEnv(c echo.Context) (envs.Environment, error) {
 	if err != nil {
 		return e, err
 	}
-	if _, err := s.envService(c).Delete(c.Request().Context(), e.ID); err != nil {
-		return e, err
-	}
-	return e, s.audited(c, "environment.delete", envTarget(e), map[string]any{"before": envAudit(e)})
+	return e, s.mutate(c, func(m *orgTx) error {
+		if _, err := m.Envs().Delete(c.Request().Context(), e.ID); err != nil {
+			return err
+		}
+		return m.audit("environment.delete", envTarget(e), map[string]any{"before": envAudit(e)})
+	})
 }
 
 func (s *Server) apiDeleteEnv(c echo.Context) error {
@@ -485,19 +501,25 @@ func (s *Server) addTemplate(c echo.Context, req templateRequest) (envs.Template
 	if err != nil {
 		return envs.Template{}, err
 	}
-	svc := s.envService(c)
 	ctx := c.Request().Context()
-	var t envs.Template
+	in := envs.TemplateInput{BackendTemplateID: req.BackendTemplateID, Name: req.Name, Image: req.Image,
+		WritableLayerMB: req.WritableLayerMB, VCPU: req.VCPU, MemoryMB: req.MemoryMB, EnvdPort: req.EnvdPort, AgentdPort: req.AgentdPort, ProbePort: req.ProbePort}
 	if req.Import {
-		t, err = svc.ImportTemplate(ctx, e.ID, strings.TrimSpace(req.BackendTemplateID))
-	} else {
-		t, err = svc.AddTemplate(ctx, e.ID, envs.TemplateInput{BackendTemplateID: req.BackendTemplateID, Name: req.Name, Image: req.Image,
-			WritableLayerMB: req.WritableLayerMB, VCPU: req.VCPU, MemoryMB: req.MemoryMB, EnvdPort: req.EnvdPort, AgentdPort: req.AgentdPort, ProbePort: req.ProbePort})
+		// Ask the backend before the transaction: no database lock is held
+		// across a network call.
+		if in, err = s.envService(c).ImportInput(ctx, e.ID, strings.TrimSpace(req.BackendTemplateID)); err != nil {
+			return envs.Template{}, err
+		}
 	}
-	if err != nil {
-		return t, err
-	}
-	return t, s.audited(c, "template.create", templateTarget(t), map[string]any{"after": toTemplateJSON(t)})
+	var t envs.Template
+	err = s.mutate(c, func(m *orgTx) error {
+		var err error
+		if t, err = m.Envs().AddTemplate(ctx, e.ID, in); err != nil {
+			return err
+		}
+		return m.audit("template.create", templateTarget(t), map[string]any{"after": toTemplateJSON(t)})
+	})
+	return t, err
 }
 
 func (s *Server) apiAddTemplate(c echo.Context) error {
@@ -522,10 +544,12 @@ func (s *Server) deleteTemplate(c echo.Context) (envs.Template, error) {
 	if err != nil || t.EnvironmentID != e.ID {
 		return t, notFoundErr()
 	}
-	if _, err := svc.DeleteTemplate(ctx, tid); err != nil {
-		return t, err
-	}
-	return t, s.audited(c, "template.delete", templateTarget(t), map[string]any{"before": toTemplateJSON(t)})
+	return t, s.mutate(c, func(m *orgTx) error {
+		if _, err := m.Envs().DeleteTemplate(ctx, tid); err != nil {
+			return err
+		}
+		return m.audit("template.delete", templateTarget(t), map[string]any{"before": toTemplateJSON(t)})
+	})
 }
 
 func (s *Server) apiDeleteTemplate(c echo.Context) error {

@@ -1,6 +1,11 @@
 package handlers
 
 import (
+	"gorm.io/gorm"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"net/http"
 	"strconv"
 	"strings"
@@ -285,6 +290,48 @@ func (s *Server) orgEvent(c echo.Context, t *tenant.Tenant, action string, targe
 	return err
 }
 
+// orgTx is one transaction on the org's database: domain services bound
+// to it, and audit records that commit with the change or not at all.
+type orgTx struct {
+	s   *Server
+	c   echo.Context
+	tx  *gorm.DB
+	Dir *directory.Directory
+}
+
+// Envs is the environments service inside the transaction.
+func (m *orgTx) Envs() *envs.Service { return m.s.envServiceOn(m.c, m.tx) }
+
+// Agents is the agents service inside the transaction.
+func (m *orgTx) Agents() *agents.Service {
+	return &agents.Service{DB: m.tx, Envs: m.Envs()}
+}
+
+// audit appends the mutation's record in the same transaction.
+func (m *orgTx) audit(action string, target audit.Target, details any) error {
+	return m.auditAs(actorOf(principalOf(m.c)), action, target, details)
+}
+
+// auditAs is audit with an explicit actor (at sign-in, before a principal
+// exists).
+func (m *orgTx) auditAs(actor audit.Actor, action string, target audit.Target, details any) error {
+	ctx := m.c.Request().Context()
+	_, err := tenantOf(m.c).Audit.AppendTx(ctx, m.tx, audit.Event{
+		Actor: actor, SourceIP: m.c.RealIP(), UserAgent: m.c.Request().UserAgent(), Action: action,
+		Target: target, Decision: audit.Allow, Details: audit.Details(details),
+	})
+	return err
+}
+
+// mutate runs fn in one transaction so that nothing is half-written: a
+// change whose audit record cannot be written is rolled back. Casbin
+// writes go through their own adapter connection and stay outside fn.
+func (s *Server) mutate(c echo.Context, fn func(m *orgTx) error) error {
+	return tenantOf(c).DB.WithContext(c.Request().Context()).Transaction(func(tx *gorm.DB) error {
+		return fn(&orgTx{s: s, c: c, tx: tx, Dir: &directory.Directory{DB: tx}})
+	})
+}
+
 // audited runs a mutation's audit record; callers return its error so a
 // change that cannot be recorded is reported, never silently accepted.
 func (s *Server) audited(c echo.Context, action string, target audit.Target, details any) error {
@@ -299,13 +346,22 @@ func idParam(c echo.Context, name string) (int64, error) {
 	return id, nil
 }
 
-// issueOrgToken opens a session for subject, tied to a parent platform
-// session, and signs a token for it.
-func (s *Server) issueOrgToken(c echo.Context, t *tenant.Tenant, subject, name, parent string) (string, error) {
-	sid, err := t.Dir.CreateSession(c.Request().Context(), subject, t.Signer.TTL())
-	if err != nil {
-		return "", err
-	}
-	tok, _, err := t.Signer.IssueChild(subject, sid, name, parent)
-	return tok, err
+// openSession creates an org session for subject (tied to a parent
+// platform session when set), signs its token and records action, all in
+// one transaction: no session exists without its audit record.
+func (s *Server) openSession(c echo.Context, subject, name, parent string, actor audit.Actor, action string, target audit.Target) (string, time.Time, error) {
+	t := tenantOf(c)
+	var tok string
+	var exp time.Time
+	err := s.mutate(c, func(m *orgTx) error {
+		sid, err := m.Dir.CreateSession(c.Request().Context(), subject, t.Signer.TTL())
+		if err != nil {
+			return err
+		}
+		if tok, exp, err = t.Signer.IssueChild(subject, sid, name, parent); err != nil {
+			return err
+		}
+		return m.auditAs(actor, action, target, nil)
+	})
+	return tok, exp, err
 }

@@ -85,11 +85,15 @@ type createUserResponse struct {
 }
 
 func (s *Server) createUser(c echo.Context, req createUserRequest) (directory.User, string, error) {
-	u, otp, err := tenantOf(c).Dir.CreateUser(c.Request().Context(), req.Email, req.Name)
-	if err != nil {
-		return u, "", err
-	}
-	err = s.audited(c, "user.create", userTarget(u), map[string]any{"after": map[string]any{"email": u.Email, "name": u.Name, "status": u.Status, "password": "[redacted]"}})
+	var u directory.User
+	var otp string
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if u, otp, err = m.Dir.CreateUser(c.Request().Context(), req.Email, req.Name); err != nil {
+			return err
+		}
+		return m.audit("user.create", userTarget(u), map[string]any{"after": map[string]any{"email": u.Email, "name": u.Name, "status": u.Status, "password": "[redacted]"}})
+	})
 	return u, otp, err
 }
 
@@ -126,17 +130,22 @@ func (s *Server) updateUser(c echo.Context, id int64, req updateUserRequest) (di
 	if req.Status != nil && *req.Status == directory.StatusDisabled && principalOf(c).UserID == id {
 		return directory.User{}, &apperr.ValidationError{Fields: map[string]string{"status": "You cannot disable your own account."}}
 	}
-	before, after, err := tenantOf(c).Dir.UpdateUser(c.Request().Context(), id, req.Name, req.Status)
-	if err != nil {
-		return after, err
-	}
-	action := "user.update"
-	if before.Status != after.Status {
-		action = "user." + map[string]string{directory.StatusDisabled: "disable", directory.StatusActive: "enable"}[after.Status]
-	}
-	return after, s.audited(c, action, userTarget(after), map[string]any{
-		"before": map[string]any{"name": before.Name, "status": before.Status},
-		"after":  map[string]any{"name": after.Name, "status": after.Status}})
+	var after directory.User
+	err := s.mutate(c, func(m *orgTx) error {
+		var before directory.User
+		var err error
+		if before, after, err = m.Dir.UpdateUser(c.Request().Context(), id, req.Name, req.Status); err != nil {
+			return err
+		}
+		action := "user.update"
+		if before.Status != after.Status {
+			action = "user." + map[string]string{directory.StatusDisabled: "disable", directory.StatusActive: "enable"}[after.Status]
+		}
+		return m.audit(action, userTarget(after), map[string]any{
+			"before": map[string]any{"name": before.Name, "status": before.Status},
+			"after":  map[string]any{"name": after.Name, "status": after.Status}})
+	})
+	return after, err
 }
 
 func (s *Server) apiUpdateUser(c echo.Context) error {
@@ -156,13 +165,19 @@ func (s *Server) apiUpdateUser(c echo.Context) error {
 }
 
 func (s *Server) resetPassword(c echo.Context, id int64) (string, error) {
-	t := tenantOf(c)
-	otp, err := t.Dir.ResetPassword(c.Request().Context(), id)
-	if err != nil {
-		return "", err
-	}
-	u, _ := t.Dir.GetUser(c.Request().Context(), id)
-	return otp, s.audited(c, "user.password_reset", userTarget(u), map[string]any{"after": map[string]any{"password": "[redacted]"}})
+	var otp string
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if otp, err = m.Dir.ResetPassword(c.Request().Context(), id); err != nil {
+			return err
+		}
+		u, err := m.Dir.GetUser(c.Request().Context(), id)
+		if err != nil {
+			return err
+		}
+		return m.audit("user.password_reset", userTarget(u), map[string]any{"after": map[string]any{"password": "[redacted]", "personal_keys": "revoked"}})
+	})
+	return otp, err
 }
 
 func (s *Server) apiResetPassword(c echo.Context) error {

@@ -323,6 +323,32 @@ func (en *Enforcer) Unassign(ctx context.Context, a Assignment) (bool, error) {
 	return ok, en.changed(ctx, ok)
 }
 
+// SetRoles makes roles exactly the roles sub holds in dom (used to put an
+// assignment back when its audit record could not be written).
+func (en *Enforcer) SetRoles(ctx context.Context, sub, dom string, roles []string) error {
+	en.mu.Lock()
+	_, err := en.e.RemoveFilteredGroupingPolicy(0, sub, "", dom)
+	for _, r := range roles {
+		if err == nil {
+			_, err = en.e.AddGroupingPolicy(sub, r, dom)
+		}
+	}
+	en.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("set roles: %w", err)
+	}
+	return en.changed(ctx, true)
+}
+
+// RolesIn lists the roles sub holds in dom.
+func (en *Enforcer) RolesIn(sub, dom string) []string {
+	var out []string
+	for _, a := range en.Assignments(sub, dom) {
+		out = append(out, a.Role)
+	}
+	return out
+}
+
 // RemoveSubject drops every assignment and rule of sub (user or key gone).
 func (en *Enforcer) RemoveSubject(ctx context.Context, sub string) error {
 	en.mu.Lock()
