@@ -48,6 +48,8 @@ func TestParseQuery(t *testing.T) {
 		{name: "empty value", q: "actor:", wantErr: "needs a value"},
 		{name: "twice", q: "actor:a actor:b", wantErr: "given twice"},
 		{name: "unclosed quote", q: `actor:"Jane`, wantErr: "quote is not closed"},
+		{name: "short free text", q: "rm", wantErr: "at least 3 characters"},
+		{name: "short term beside a filter", q: "action:agent. zq", wantErr: `"zq" is too short`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

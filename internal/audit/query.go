@@ -43,6 +43,9 @@ func (f Filter) IsZero() bool {
 		f.From.IsZero() && f.Until.IsZero() && len(f.Text) == 0
 }
 
+// MinTextTerm is the shortest free-text term a query accepts.
+const MinTextTerm = 3
+
 // ParseQuery reads the review search box syntax:
 //
 //	actor:jane@example.com    actor ID or name, exact
@@ -66,6 +69,12 @@ func ParseQuery(q string) (Filter, error) {
 	seen := map[string]bool{}
 	for _, t := range toks {
 		if t.key == "" {
+			// Shorter terms cannot use the trigram index, and a rare one
+			// would scan the whole log; an audit search must stay fast at
+			// millions of events, so it says so instead.
+			if utf8.RuneCountInString(t.value) < MinTextTerm {
+				return Filter{}, invalidQuery("Free-text terms need at least %d characters (%q is too short); quote a phrase like \"rm -rf\", or use action:, actor: or target: for exact matches.", MinTextTerm, t.value)
+			}
 			f.Text = append(f.Text, t.value)
 			continue
 		}

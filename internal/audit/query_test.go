@@ -75,9 +75,9 @@ func TestQueryFilters(t *testing.T) {
 			{`"rm -rf"`, 10},
 			{"100%_done", 10},
 			{"100%", 10},
-			{"%", 10},
-			{"_", 10},
-			{`\`, 0},
+			{"0%_", 10}, // LIKE wildcards match literally
+			{"%_d", 10},
+			{`x\y`, 0},
 			{"JANET", 10}, // actor name via free text
 			{"web-1", 20}, // target name via free text
 			{"actor:u1 target:prod", 5},
