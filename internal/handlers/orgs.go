@@ -102,9 +102,19 @@ func (s *Server) createOrg(c echo.Context, req createOrgRequest) (orgs.Org, erro
 	if err != nil {
 		return o, err
 	}
-	err = s.platformEvent(c, actorOf(principalOf(c)), "org.create", orgTarget(o), audit.Allow,
-		map[string]any{"after": map[string]any{"slug": o.Slug, "name": o.Name, "dialect": o.Dialect, "attached": o.Attached}})
-	return o, err
+	details := map[string]any{"after": map[string]any{"slug": o.Slug, "name": o.Name, "dialect": o.Dialect, "attached": o.Attached}}
+	if err := s.platformEvent(c, actorOf(principalOf(c)), "org.create", orgTarget(o), audit.Allow, details); err != nil {
+		return o, err
+	}
+	// The org's own log starts with who created it.
+	if t, err := s.Tenants.Open(c.Request().Context(), o.Slug); err == nil {
+		err = s.appendOrg(c, t, actorOf(principalOf(c)), "organization.create", orgTarget(o), audit.Allow, details)
+		t.Release()
+		if err != nil {
+			s.Logger.Error("first org audit event", "org", o.Slug, "error", err)
+		}
+	}
+	return o, nil
 }
 
 func (s *Server) apiCreateOrg(c echo.Context) error {
