@@ -107,6 +107,16 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 			wantStatus(t, who+" deletes private env", e.json(http.MethodDelete, privPath, f.tokens[who], nil), http.StatusNotFound)
 		}
 		wantStatus(t, "missing env looks the same", e.json(http.MethodGet, base+"/999999", member, nil), http.StatusNotFound)
+
+		// A machine registers itself at boot with its user's personal key;
+		// a service key, which belongs to nobody, cannot own one.
+		boot := map[string]any{"name": "member-workstation", "kind": "host", "private": true, "url": "http://192.0.2.11:49984",
+			"os": "linux", "deployment": "cloud-vm", "agentd_token": "workstation-token-0123456789"}
+		r = e.json(http.MethodPost, base, f.keys["member-key"], boot)
+		wantStatus(t, "register by personal key", r, http.StatusCreated)
+		mustContain(t, "owned by the key's user", string(r.body), `"private":true`, fmt.Sprintf(`"owner_user_id":%d`, f.ids["member"]))
+		boot["name"] = "bot-workstation"
+		wantStatus(t, "register by service key", e.json(http.MethodPost, base, f.keys["auditor-key"], boot), http.StatusForbidden)
 		wantStatus(t, "owner reads own", e.json(http.MethodGet, privPath, plain, nil), http.StatusOK)
 		wantStatus(t, "admin reads private", e.json(http.MethodGet, privPath, admin, nil), http.StatusOK)
 		var list struct{ Items []envOut }
@@ -115,8 +125,8 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 		for _, x := range list.Items {
 			names = append(names, x.Name)
 		}
-		if strings.Join(names, ",") != "build-01,cube" {
-			t.Fatalf("member sees %v, want build-01 and cube", names)
+		if strings.Join(names, ",") != "build-01,cube,member-workstation" {
+			t.Fatalf("member sees %v, want build-01, cube and their own workstation (not plain's laptop)", names)
 		}
 		e.json(http.MethodGet, base, f.tokens["auditor"], nil).decode(t, &list)
 		if len(list.Items) != 1 || list.Items[0].Name != "cube" {
@@ -161,7 +171,7 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 		wantStatus(t, "replace token", r, http.StatusOK)
 
 		// No secret anywhere: API responses, pages, audit, logs.
-		secrets := []string{agentdToken, apiKey, "laptop-token-0123456789", newToken}
+		secrets := []string{agentdToken, apiKey, "laptop-token-0123456789", newToken, "workstation-token-0123456789"}
 		var seen strings.Builder
 		for _, path := range []string{base, fmt.Sprintf("%s/%d", base, host.ID), fmt.Sprintf("%s/%d", base, sb.ID), privPath,
 			fmt.Sprintf("%s/%d/templates", base, sb.ID), "/api/v1/orgs/acme/audit?limit=100", "/api/v1/orgs/acme/audit/export?format=jsonl",
