@@ -198,7 +198,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 	}
 	mustContain(t, "flash after agent create", text(t, ctx, testid("flash")), "triage-bot", "created")
 	mustContain(t, "effective configuration", text(t, ctx, testid("agent-effective")),
-		"department Research", "claude-sonnet-4", "off", "build-01 (host)")
+		"department Research", "claude-sonnet-4", "off", "build-01 (host, healthy)")
 	mustContain(t, "configuration JSON", text(t, ctx, css(`main pre code`)), `"system_prompt":"be brief"`)
 	noSecretInPage(t, ctx, "agent page", agentdToken)
 	do(t, ctx, "list agents", chromedp.Navigate(srv.url+"/o/acme/agents"))

@@ -91,7 +91,7 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	if err != nil {
 		if fields, ok := formFailure(err); ok {
 			return render(c, http.StatusBadRequest, views.AuditLog(s.orgPage(c, "Audit log"),
-				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, Verify: firstNonEmpty(fields["q"], fields["form"])}))
+				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}))
 		}
 		return err
 	}

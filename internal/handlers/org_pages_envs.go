@@ -457,7 +457,7 @@ func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *v
 	for _, id := range a.EnvironmentIDs {
 		name := "#" + itoa(id)
 		if e, err := svc.Get(ctx, id); err == nil {
-			name = e.Name + " (" + e.Kind + ")"
+			name = e.Name + " (" + e.Kind + ", " + e.HealthStatus + ")"
 		}
 		d.Environments = append(d.Environments, name)
 		if id == a.DefaultEnvironmentID {

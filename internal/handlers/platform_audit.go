@@ -90,7 +90,7 @@ func (s *Server) pagePlatformAudit(c echo.Context) error {
 	if err != nil {
 		if fields, ok := formFailure(err); ok {
 			return render(c, http.StatusBadRequest, views.AuditLog(s.page(c, "Platform audit log"),
-				views.AuditPage{Heading: "Platform audit log", Query: q, Action: "/admin/audit", Verify: firstNonEmpty(fields["q"], fields["form"])}))
+				views.AuditPage{Heading: "Platform audit log", Query: q, Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}))
 		}
 		return err
 	}
