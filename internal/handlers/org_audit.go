@@ -40,6 +40,15 @@ func (s *Server) apiOrgAudit(c echo.Context) error {
 
 // apiOrgAuditExport streams the filtered set as JSONL or CSV.
 func (s *Server) apiOrgAuditExport(c echo.Context) error {
+	t := tenantOf(c)
+	return s.exportLog(c, t.Audit, t.Org.Slug, func(q, format string) error {
+		return s.audited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": q, "format": format})
+	})
+}
+
+// exportLog streams log's events matching ?q= as ?format= (jsonl or csv),
+// after record has audited the export itself.
+func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record func(q, format string) error) error {
 	format := c.QueryParam("format")
 	if format == "" {
 		format = "jsonl"
@@ -47,12 +56,12 @@ func (s *Server) apiOrgAuditExport(c echo.Context) error {
 	if format != "jsonl" && format != "csv" {
 		return apperr.New(apperr.ErrInvalid, "bad_format", "format must be jsonl or csv.")
 	}
-	f, err := audit.ParseQuery(c.QueryParam("q"))
+	q := c.QueryParam("q")
+	f, err := audit.ParseQuery(q)
 	if err != nil {
 		return err
 	}
-	t := tenantOf(c)
-	if err := s.audited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": c.QueryParam("q"), "format": format}); err != nil {
+	if err := record(q, format); err != nil {
 		return err
 	}
 	ct := "application/x-ndjson"
@@ -61,11 +70,11 @@ func (s *Server) apiOrgAuditExport(c echo.Context) error {
 	}
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, ct)
-	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, t.Org.Slug, time.Now().UTC().Format("20060102T150405Z"), format))
+	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, name, time.Now().UTC().Format("20060102T150405Z"), format))
 	c.Response().WriteHeader(http.StatusOK)
-	if err := t.Audit.Export(c.Request().Context(), f, c.Response(), format); err != nil {
+	if err := log.Export(c.Request().Context(), f, c.Response(), format); err != nil {
 		// Headers are sent; the truncated body is all we can signal.
-		s.Logger.Error("audit export failed", "org", t.Org.Slug, "error", err)
+		s.Logger.Error("audit export failed", "log", name, "error", err)
 	}
 	return nil
 }
@@ -120,9 +129,5 @@ func (s *Server) pageOrgAuditVerify(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	msg := fmt.Sprintf("Chain intact: %d events verified.", res.Checked)
-	if !res.OK {
-		msg = fmt.Sprintf("Chain broken at sequence %d: %s", res.BrokenAt, res.Reason)
-	}
-	return s.renderOrgAudit(c, msg)
+	return s.renderOrgAudit(c, verifyMessage(res))
 }

@@ -87,3 +87,25 @@ func TestHardening(t *testing.T) {
 		wantStatus(t, "key after reset", e.json(http.MethodGet, "/api/v1/orgs/acme/me", f.keys["member-key"], nil), http.StatusUnauthorized)
 	})
 }
+
+func TestPlatformAuditExportAndVerify(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, store.SQLite)
+	tok := e.adminToken()
+	e.createOrg(tok, "acme", "Acme")
+	r := e.json(http.MethodGet, "/api/v1/audit/export?format=jsonl&q=action:org.", tok, nil)
+	wantStatus(t, "export", r, http.StatusOK)
+	lines := strings.Split(strings.TrimSpace(string(r.body)), "\n")
+	if len(lines) != 1 || !strings.Contains(lines[0], `"action":"org.create"`) {
+		t.Fatalf("export of action:org. = %q", r.body)
+	}
+	r = e.json(http.MethodGet, "/api/v1/audit/export?format=csv", tok, nil)
+	wantStatus(t, "csv export", r, http.StatusOK)
+	mustContain(t, "csv", string(r.body), "seq,time,actor_type", "platform.login")
+	wantStatus(t, "bad format", e.json(http.MethodGet, "/api/v1/audit/export?format=xml", tok, nil), http.StatusBadRequest)
+	r = e.json(http.MethodPost, "/api/v1/audit/verify", tok, nil)
+	wantStatus(t, "verify", r, http.StatusOK)
+	mustContain(t, "verify", string(r.body), `"ok":true`)
+	r = e.json(http.MethodGet, "/api/v1/audit?q=action:platform.audit_", tok, nil)
+	mustContain(t, "export and verify are audited", string(r.body), "platform.audit_export", "platform.audit_verify")
+}

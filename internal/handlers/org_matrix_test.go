@@ -336,3 +336,39 @@ func mustParse(t *testing.T, q string) audit.Filter {
 	}
 	return f
 }
+
+// TestPlatformRouteMatrix: every platform route refuses anonymous callers
+// and principals of an org (their tokens are for another audience), and
+// lets a platform admin through.
+func TestPlatformRouteMatrix(t *testing.T) {
+	t.Parallel()
+	f := newOrgFixture(t, store.SQLite)
+	e := f.e
+	checked := 0
+	for _, rt := range e.c.Server.Routes() {
+		if rt.Perm.Scope != rbac.ScopePlatform {
+			continue
+		}
+		path := strings.NewReplacer(":org", "globex").Replace(rt.Path)
+		if rt.Method == http.MethodDelete {
+			path += "?confirm=wrong"
+		}
+		for name, tok := range map[string]string{"anonymous": "", "org admin": f.tokens["admin"], "org key": f.keys["member-key"],
+			"entered admin's org token": f.tokens["entered-admin"]} {
+			r := e.do(request{method: rt.Method, path: path, token: tok, contentType: "application/json", body: strings.NewReader(`{}`)})
+			checked++
+			if r.status < 300 || (r.status != http.StatusUnauthorized && r.status != http.StatusSeeOther && r.status != http.StatusForbidden) {
+				t.Errorf("%s %s as %s: %d %.200s", rt.Method, path, name, r.status, r.body)
+			}
+		}
+		// The platform admin passes authorization (whatever the handler
+		// then says about the empty body).
+		r := e.do(request{method: rt.Method, path: path, token: f.platform, contentType: "application/json", body: strings.NewReader(`{}`)})
+		if r.status == http.StatusUnauthorized || r.status == http.StatusForbidden {
+			t.Errorf("%s %s as platform admin: %d %.200s", rt.Method, path, r.status, r.body)
+		}
+	}
+	if checked < 80 {
+		t.Fatalf("only %d platform route checks", checked)
+	}
+}

@@ -166,6 +166,8 @@ func (s *Server) registerPlatformAPI() {
 	api.handle(http.MethodPost, "/orgs/:org/suspend", rbac.Platform("orgs/:org", "suspend"), s.apiSuspendOrg)
 	api.handle(http.MethodPost, "/orgs/:org/resume", rbac.Platform("orgs/:org", "resume"), s.apiResumeOrg)
 	api.handle(http.MethodGet, "/audit", rbac.Platform("audit", "read"), s.apiPlatformAudit)
+	api.handle(http.MethodGet, "/audit/export", rbac.Platform("audit", "export"), s.apiPlatformAuditExport)
+	api.handle(http.MethodPost, "/audit/verify", rbac.Platform("audit", "verify"), s.apiPlatformAuditVerify)
 }
 
 // registerPlatformPages is the platform admin console.
@@ -185,4 +187,6 @@ func (s *Server) registerPlatformPages() {
 	pg.handle(http.MethodGet, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDeleteConfirm)
 	pg.handle(http.MethodPost, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDelete)
 	pg.handle(http.MethodGet, "/admin/audit", rbac.Platform("audit", "read"), s.pagePlatformAudit)
+	pg.handle(http.MethodGet, "/admin/audit/export", rbac.Platform("audit", "export"), s.apiPlatformAuditExport)
+	pg.handle(http.MethodPost, "/admin/audit/verify", rbac.Platform("audit", "verify"), s.pagePlatformAuditVerify)
 }
