@@ -6,8 +6,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
+	"net"
+	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"gorm.io/gorm"
@@ -37,7 +40,7 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		hz, err := c.Health(ctx)
 		h.Latency = time.Since(start)
 		if err != nil {
-			return Health{Status: HealthUnreachable, Error: scrub(err.Error()), Latency: h.Latency}
+			return Health{Status: HealthUnreachable, Error: explain(err), Latency: h.Latency}
 		}
 		h.Version, h.ActiveSessions = hz.Version, hz.ActiveSessions
 		if hz.Status != "ok" {
@@ -58,7 +61,7 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 			return Health{Status: HealthUnreachable, Error: err.Error()}
 		}
 		if err := b.Health(ctx); err != nil {
-			return Health{Status: HealthUnreachable, Error: scrub(err.Error()), Latency: time.Since(start)}
+			return Health{Status: HealthUnreachable, Error: explain(err), Latency: time.Since(start)}
 		}
 		ts, err := b.ListTemplates(ctx)
 		h.Latency = time.Since(start)
@@ -82,6 +85,32 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 // isFileError reports answers that still prove the token was accepted.
 func isFileError(err error) bool {
 	return errors.Is(err, agentd.ErrNotFound) || errors.Is(err, agentd.ErrPathOutsideRoot) || errors.Is(err, agentd.ErrBadRequest)
+}
+
+// explain turns a failed probe into what an admin can act on, keeping the
+// underlying error as detail.
+func explain(err error) string {
+	var dnsErr *net.DNSError
+	var opErr *net.OpError
+	hint := ""
+	switch {
+	case errors.Is(err, context.DeadlineExceeded) || os.IsTimeout(err):
+		hint = "No answer in time: is the host up, and does a firewall let the console reach it?"
+	case errors.As(err, &dnsErr):
+		hint = "The host name does not resolve."
+	case errors.Is(err, syscall.ECONNREFUSED):
+		hint = "Connection refused: is agentd (or the backend) running and listening on that port?"
+	case errors.Is(err, syscall.EHOSTUNREACH) || errors.Is(err, syscall.ENETUNREACH):
+		hint = "No route to the host."
+	case errors.As(err, &opErr) && opErr.Op == "remote error":
+		hint = "The TLS handshake failed: check the scheme and the certificate."
+	case strings.Contains(err.Error(), "x509:") || strings.Contains(err.Error(), "tls:"):
+		hint = "The TLS handshake failed: check the scheme and the certificate."
+	}
+	if hint == "" {
+		return scrub(err.Error())
+	}
+	return hint + " (" + scrub(err.Error()) + ")"
 }
 
 // scrub keeps an error message to one line; URLs carry no credentials

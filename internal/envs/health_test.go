@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -448,5 +449,23 @@ func TestCheckerAdvisoryLock(t *testing.T) {
 	}
 	if released.Load() != 3 {
 		t.Errorf("org deps released %d times, want 3", released.Load())
+	}
+}
+
+// TestHealthExplainsFailures: a probe that fails says what to check, not
+// just the raw network error.
+func TestHealthExplainsFailures(t *testing.T) {
+	t.Parallel()
+	f := setup(t, store.SQLite)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := "http://" + ln.Addr().String()
+	ln.Close() // nothing listens there now
+	e := f.mustCreate(t, hostInput("refused", closed, token("r")))
+	h := f.envs.Check(context.Background(), e, 5*time.Second)
+	if h.Status != envs.HealthUnreachable || !strings.Contains(h.Error, "Connection refused: is agentd") {
+		t.Fatalf("health = %+v, want an unreachable status that says the connection was refused", h)
 	}
 }
