@@ -109,3 +109,13 @@ func TestPlatformAuditExportAndVerify(t *testing.T) {
 	r = e.json(http.MethodGet, "/api/v1/audit?q=action:platform.audit_", tok, nil)
 	mustContain(t, "export and verify are audited", string(r.body), "platform.audit_export", "platform.audit_verify")
 }
+
+func TestOrgNotFoundKeepsNavigation(t *testing.T) {
+	t.Parallel()
+	f := newOrgFixture(t, store.SQLite)
+	r := f.e.do(request{method: http.MethodGet, path: "/o/acme/no-such-page", cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["admin"]}}})
+	wantStatus(t, "unknown org page", r, http.StatusNotFound)
+	mustContain(t, "404 page", string(r.body), "admin@acme.test", `href="/o/acme/users"`, "nothing at this address")
+	r = f.e.do(request{method: http.MethodGet, path: "/o/nowhere/x"})
+	wantStatus(t, "unknown org", r, http.StatusNotFound)
+}

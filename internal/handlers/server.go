@@ -89,8 +89,21 @@ func New(d Deps) *Server {
 	s.registerPlatformPages()
 	s.registerOrgSurface()
 	// Unknown paths answer 404 through the same error handler.
-	e.RouteNotFound("/*", func(c echo.Context) error {
+	notFound := func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusNotFound, "There is nothing at this address.")
+	}
+	e.RouteNotFound("/*", notFound)
+	// Inside an org, a wrong address still shows the org's navigation and
+	// who is signed in, rather than looking like a signed-out page.
+	e.RouteNotFound("/o/:org/*", func(c echo.Context) error {
+		if t, err := s.Tenants.Open(c.Request().Context(), c.Param("org")); err == nil {
+			defer t.Release()
+			c.Set(ctxTenant, t)
+			if p, err := s.orgPrincipal(c, t); err == nil {
+				c.Set(ctxPrincipal, p)
+			}
+		}
+		return notFound(c)
 	})
 	return s
 }
