@@ -10,7 +10,7 @@ type Scope int
 // Scopes. The zero value is invalid so an undeclared route cannot slip
 // through as "public".
 const (
-	scopeInvalid Scope = iota
+	_ Scope = iota // zero: undeclared, never valid
 	// ScopePublic routes need no principal (login, health, static files).
 	ScopePublic
 	// ScopeAuthenticated routes need any signed-in principal of the surface
