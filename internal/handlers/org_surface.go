@@ -97,6 +97,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/users", rbac.Org("users", "create"), s.pageCreateUser)
 	pg.handle(http.MethodGet, "/users/:id", rbac.Org("users/:id", "read"), s.pageUser)
 	pg.handle(http.MethodPost, "/users/:id/status", rbac.Org("users/:id", "update"), s.pageUserStatus)
+	pg.handle(http.MethodPost, "/users/:id/name", rbac.Org("users/:id", "update"), s.pageUserName)
 	pg.handle(http.MethodPost, "/users/:id/reset-password", rbac.Org("users/:id", "update"), s.pageUserReset)
 	pg.handle(http.MethodPost, "/users/:id/roles", rbac.Org("roles", "update"), s.pageUserRole)
 	pg.handle(http.MethodGet, "/departments", rbac.Org("departments", "read"), s.pageDepartments)

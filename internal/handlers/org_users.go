@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -199,9 +200,15 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	t := tenantOf(c)
 	rows := make([]views.UserRow, len(us))
 	for i, u := range us {
-		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt}
+		var roles []string
+		for _, a := range t.Enforcer.Assignments(directory.UserSubject(u.ID), "") {
+			roles = append(roles, a.Role+" in "+strings.TrimPrefix(s.domainLabel(c.Request().Context(), t, a.Domain), "department "))
+		}
+		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt,
+			Roles: strings.Join(roles, "; ")}
 	}
 	return rows, nil
 }
@@ -275,6 +282,19 @@ func (s *Server) pageUserStatus(c echo.Context) error {
 	}
 	s.setFlash(c, "The account is now "+st+".")
 	return c.Redirect(http.StatusSeeOther, c.Request().URL.Path[:len(c.Request().URL.Path)-len("/status")])
+}
+
+func (s *Server) pageUserName(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	name := c.FormValue("name")
+	if _, err := s.updateUser(c, id, updateUserRequest{Name: &name}); err != nil {
+		return err
+	}
+	s.setFlash(c, "The name was saved.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/users/"+itoa(id))
 }
 
 func (s *Server) pageUserReset(c echo.Context) error {
