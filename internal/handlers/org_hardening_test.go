@@ -119,3 +119,33 @@ func TestOrgNotFoundKeepsNavigation(t *testing.T) {
 	r = f.e.do(request{method: http.MethodGet, path: "/o/nowhere/x"})
 	wantStatus(t, "unknown org", r, http.StatusNotFound)
 }
+
+func TestUsersPagePages(t *testing.T) {
+	t.Parallel()
+	f := newOrgFixture(t, store.SQLite)
+	e := f.e
+	for i := 0; i < 50; i++ {
+		wantStatus(t, "create", e.json(http.MethodPost, "/api/v1/orgs/acme/users", f.tokens["admin"],
+			map[string]string{"email": fmt.Sprintf("bulk%02d@acme.test", i)}), http.StatusCreated)
+	}
+	ck := []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["admin"]}}
+	first := e.do(request{method: http.MethodGet, path: "/o/acme/users", cookies: ck})
+	wantStatus(t, "first page", first, http.StatusOK)
+	if strings.Count(string(first.body), `data-testid="user-row-`) != 50 {
+		t.Fatalf("first page has %d rows, want 50", strings.Count(string(first.body), `data-testid="user-row-`))
+	}
+	i := strings.Index(string(first.body), `href="/o/acme/users?after=`)
+	if i < 0 {
+		t.Fatal("no next-page link")
+	}
+	next := string(first.body)[i+6:]
+	next = next[:strings.Index(next, `"`)]
+	second := e.do(request{method: http.MethodGet, path: next, cookies: ck})
+	wantStatus(t, "second page", second, http.StatusOK)
+	if n := strings.Count(string(second.body), `data-testid="user-row-`); n != 6 {
+		t.Fatalf("second page has %d rows, want the remaining 6", n)
+	}
+	if strings.Contains(string(second.body), "users?after=") {
+		t.Fatal("the last page offers a next page")
+	}
+}

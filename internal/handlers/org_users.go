@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -195,10 +196,21 @@ func (s *Server) apiResetPassword(c echo.Context) error {
 
 // Pages.
 
-func (s *Server) userRows(c echo.Context) ([]views.UserRow, error) {
-	us, err := tenantOf(c).Dir.ListUsers(c.Request().Context(), 0, 0)
+// usersPageSize keeps the users page fast for large orgs.
+const usersPageSize = 50
+
+// userRows is one page of users after ?after=, and the id to continue
+// from (0 at the end).
+func (s *Server) userRows(c echo.Context) ([]views.UserRow, int64, error) {
+	after, _ := strconv.ParseInt(c.QueryParam("after"), 10, 64)
+	us, err := tenantOf(c).Dir.ListUsers(c.Request().Context(), max(after, 0), usersPageSize+1)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
+	}
+	var next int64
+	if len(us) > usersPageSize {
+		us = us[:usersPageSize]
+		next = us[len(us)-1].ID
 	}
 	t := tenantOf(c)
 	rows := make([]views.UserRow, len(us))
@@ -210,15 +222,31 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, error) {
 		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt,
 			Roles: strings.Join(roles, "; ")}
 	}
-	return rows, nil
+	return rows, next, nil
+}
+
+func (s *Server) usersData(c echo.Context) (views.UsersData, error) {
+	rows, next, err := s.userRows(c)
+	if err != nil {
+		return views.UsersData{}, err
+	}
+	base := "/o/" + tenantOf(c).Org.Slug + "/users"
+	d := views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows}
+	if next > 0 {
+		d.NextURL = base + "?after=" + itoa(next)
+	}
+	if c.QueryParam("after") != "" {
+		d.FirstURL = base
+	}
+	return d, nil
 }
 
 func (s *Server) pageUsers(c echo.Context) error {
-	rows, err := s.userRows(c)
+	d, err := s.usersData(c)
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.Users(s.orgPage(c, "Users"), views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows}))
+	return render(c, http.StatusOK, views.Users(s.orgPage(c, "Users"), d))
 }
 
 func (s *Server) pageCreateUser(c echo.Context) error {
@@ -226,12 +254,12 @@ func (s *Server) pageCreateUser(c echo.Context) error {
 	u, otp, err := s.createUser(c, req)
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
-		rows, lerr := s.userRows(c)
+		d, lerr := s.usersData(c)
 		if lerr != nil {
 			return lerr
 		}
-		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"),
-			views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows, Email: req.Email, Name: req.Name, Errors: ve.Fields}))
+		d.Email, d.Name, d.Errors = req.Email, req.Name, ve.Fields
+		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"), d))
 	}
 	if err != nil {
 		return err
