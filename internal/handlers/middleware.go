@@ -210,7 +210,7 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 				return err
 			}
 			c.Set(ctxPrincipal, p)
-			if p.MustChangePassword && !passwordChangeRoute(c.Path()) {
+			if p.MustChangePassword && perm.Scope != rbac.ScopeSession {
 				if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 					return c.Redirect(http.StatusSeeOther, "/admin/password")
 				}
@@ -222,19 +222,6 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 			return next(c)
 		}
 	}
-}
-
-// passwordChangeRoute lists what a principal signed in with a one-time
-// password may reach: changing it, signing out, and seeing who it is.
-// Everything else — keys included, which would outlive the password —
-// waits until the password is changed.
-func passwordChangeRoute(route string) bool {
-	for _, suffix := range []string{"/auth/password", "/auth/logout", "/me", "/password", "/logout"} {
-		if strings.HasSuffix(route, suffix) {
-			return true
-		}
-	}
-	return false
 }
 
 // platformPrincipal authenticates a platform admin from a bearer token or,

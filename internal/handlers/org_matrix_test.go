@@ -225,7 +225,7 @@ func TestOrgRouteMatrix(t *testing.T) {
 			for _, r := range roles {
 				want[r] = true
 			}
-		case rbac.ScopeAuthenticated:
+		case rbac.ScopeAuthenticated, rbac.ScopeSession:
 			for _, p := range f.principals() {
 				want[p.name] = p.acme
 			}
@@ -262,7 +262,7 @@ func TestOrgRouteMatrix(t *testing.T) {
 				}
 				continue
 			}
-			if rt.Perm.Scope == rbac.ScopeAuthenticated {
+			if rt.Perm.SignedIn() {
 				// Any signed-in principal of the org passes the route; which
 				// objects it sees is decided per object (tested separately).
 				if res.status == http.StatusUnauthorized || (res.status == http.StatusSeeOther && strings.Contains(res.header.Get("Location"), "/login")) {

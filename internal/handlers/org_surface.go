@@ -31,9 +31,9 @@ func tenantOf(c echo.Context) *tenant.Tenant {
 func (s *Server) registerOrgSurface() {
 	api := s.group("/api/v1/orgs/:org", orgSurface)
 	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiOrgLogin)
-	api.handle(http.MethodPost, "/auth/logout", rbac.Authenticated(), s.apiOrgLogout)
-	api.handle(http.MethodPost, "/auth/password", rbac.Authenticated(), s.apiOrgChangePassword)
-	api.handle(http.MethodGet, "/me", rbac.Authenticated(), s.apiOrgMe)
+	api.handle(http.MethodPost, "/auth/logout", rbac.Session(), s.apiOrgLogout)
+	api.handle(http.MethodPost, "/auth/password", rbac.Session(), s.apiOrgChangePassword)
+	api.handle(http.MethodGet, "/me", rbac.Session(), s.apiOrgMe)
 
 	api.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.apiListUsers)
 	api.handle(http.MethodPost, "/users", rbac.Org("users", "create"), s.apiCreateUser)
@@ -88,9 +88,9 @@ func (s *Server) registerOrgSurface() {
 	pg := s.group("/o/:org", orgSurface)
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)
 	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageOrgLoginSubmit)
-	pg.handle(http.MethodPost, "/logout", rbac.Authenticated(), s.pageOrgLogout)
-	pg.handle(http.MethodGet, "/password", rbac.Authenticated(), s.pageOrgPassword)
-	pg.handle(http.MethodPost, "/password", rbac.Authenticated(), s.pageOrgPasswordSubmit)
+	pg.handle(http.MethodPost, "/logout", rbac.Session(), s.pageOrgLogout)
+	pg.handle(http.MethodGet, "/password", rbac.Session(), s.pageOrgPassword)
+	pg.handle(http.MethodPost, "/password", rbac.Session(), s.pageOrgPasswordSubmit)
 	pg.handle(http.MethodGet, "", rbac.Authenticated(), s.pageOrgHome)
 	pg.handle(http.MethodGet, "/", rbac.Authenticated(), s.pageOrgHome)
 	pg.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.pageUsers)
@@ -153,14 +153,14 @@ func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerF
 		return err
 	}
 	c.Set(ctxPrincipal, p)
-	if p.MustChangePassword && !passwordChangeRoute(c.Path()) {
+	if p.MustChangePassword && perm.Scope != rbac.ScopeSession {
 		if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 			return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
 		}
 		return apperr.New(apperr.ErrForbidden, "password_change_required",
 			"Change your one-time password (POST /api/v1/orgs/%s/auth/password) before doing anything else.", t.Org.Slug)
 	}
-	if perm.Scope == rbac.ScopeAuthenticated {
+	if perm.SignedIn() {
 		return next(c)
 	}
 	obj := perm.Resolve(c.Param)

@@ -16,6 +16,10 @@ const (
 	// ScopeAuthenticated routes need any signed-in principal of the surface
 	// but no particular permission (logout, change own password).
 	ScopeAuthenticated
+	// ScopeSession routes concern the caller's own sign-in (change the
+	// password, sign out, who am I). They are the only routes a principal
+	// signed in with a one-time password may reach.
+	ScopeSession
 	// ScopePlatform routes need a platform admin.
 	ScopePlatform
 	// ScopeOrg routes need a casbin allow in the org of the URL.
@@ -34,7 +38,7 @@ type Perm struct {
 // Valid reports whether p was declared through one of the constructors.
 func (p Perm) Valid() bool {
 	switch p.Scope {
-	case ScopePublic, ScopeAuthenticated:
+	case ScopePublic, ScopeAuthenticated, ScopeSession:
 		return true
 	case ScopePlatform, ScopeOrg:
 		return p.Object != "" && p.Action != ""
@@ -49,6 +53,8 @@ func (p Perm) String() string {
 		return "public"
 	case ScopeAuthenticated:
 		return "authenticated"
+	case ScopeSession:
+		return "session"
 	case ScopePlatform:
 		return "platform:" + p.Object + ":" + p.Action
 	case ScopeOrg:
@@ -62,6 +68,13 @@ func Public() Perm { return Perm{Scope: ScopePublic} }
 
 // Authenticated declares a route open to any signed-in principal.
 func Authenticated() Perm { return Perm{Scope: ScopeAuthenticated} }
+
+// Session declares a route about the caller's own sign-in, reachable even
+// before a one-time password is changed.
+func Session() Perm { return Perm{Scope: ScopeSession} }
+
+// SignedIn reports whether p needs a principal but no permission.
+func (p Perm) SignedIn() bool { return p.Scope == ScopeAuthenticated || p.Scope == ScopeSession }
 
 // Platform declares a platform-admin route.
 func Platform(object, action string) Perm {
