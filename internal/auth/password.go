@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/crypto/argon2"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
 // argon2id parameters (RFC 9106 second recommendation, lighter memory so a
@@ -78,6 +80,26 @@ func verifyArgon(encoded, pw string) (bool, error) {
 	}
 	got := argon2.IDKey([]byte(pw), salt, t, m, p, uint32(len(want)))
 	return subtle.ConstantTimeCompare(got, want) == 1, nil
+}
+
+// NewPasswordHash checks a password change — the current password must
+// match currentHash, the new one must be long enough and different — and
+// returns the new hash, or a validation error naming the fields "current"
+// and "new". Platform admins and org users share this rule.
+func NewPasswordHash(currentHash, current, next string) (string, error) {
+	v := apperr.Validation()
+	if !CheckPassword(currentHash, current) {
+		v.Add("current", "The current password is incorrect.")
+	}
+	if len(next) < MinPasswordLength {
+		v.Add("new", "The new password must be at least %d characters.", MinPasswordLength)
+	} else if next == current {
+		v.Add("new", "The new password must differ from the current one.")
+	}
+	if err := v.Err(); err != nil {
+		return "", err
+	}
+	return HashPassword(next)
 }
 
 // RandomPassword returns a one-time password that is easy to type and

@@ -202,19 +202,7 @@ func (d *Directory) ChangePassword(ctx context.Context, id int64, current, next 
 	if err != nil {
 		return err
 	}
-	v := apperr.Validation()
-	if !auth.CheckPassword(u.PasswordHash, current) {
-		v.Add("current", "The current password is incorrect.")
-	}
-	if len(next) < auth.MinPasswordLength {
-		v.Add("new", "The new password must be at least 12 characters.")
-	} else if next == current {
-		v.Add("new", "The new password must differ from the current one.")
-	}
-	if err := v.Err(); err != nil {
-		return err
-	}
-	h, err := auth.HashPassword(next)
+	h, err := auth.NewPasswordHash(u.PasswordHash, current, next)
 	if err != nil {
 		return err
 	}

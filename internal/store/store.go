@@ -112,9 +112,6 @@ func DialectOfDB(db *gorm.DB) Dialect {
 	return SQLite
 }
 
-// ErrNotFound is the store-level "no such row".
-var ErrNotFound = errors.New("not found")
-
 // IsUniqueViolation reports whether err is a unique-constraint failure on
 // either engine.
 func IsUniqueViolation(err error) bool {
