@@ -55,11 +55,7 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 // appendOrg appends an event with an explicit actor (before a principal
 // exists, at sign-in).
 func (s *Server) appendOrg(c echo.Context, t *tenant.Tenant, actor audit.Actor, action string, target audit.Target, decision string, details any) error {
-	ctx, cancel := detached(c.Request().Context())
-	defer cancel()
-	_, err := t.Audit.Append(ctx, audit.Event{Actor: actor, SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(),
-		Action: action, Target: target, Decision: decision, Details: audit.Details(details)})
-	return err
+	return s.appendTo(c, t.Audit, "org "+t.Org.Slug, requestEvent(c, actor, action, target, decision, details))
 }
 
 func (s *Server) apiOrgLogin(c echo.Context) error {

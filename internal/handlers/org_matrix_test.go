@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
@@ -311,7 +312,7 @@ func isDenial(r response) bool {
 	}
 	if bytes.HasPrefix(bytes.TrimSpace(r.body), []byte("{")) {
 		var env errorEnvelope
-		_ = jsonUnmarshal(r.body, &env)
+		_ = json.Unmarshal(r.body, &env)
 		return env.Error.Code == "forbidden" || env.Error.Code == "not_found" || env.Error.Code == "unauthenticated"
 	}
 	// Pages: the error page says the same things.

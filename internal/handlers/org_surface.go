@@ -279,16 +279,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 
 // orgEvent appends to the org's audit log for the current request.
 func (s *Server) orgEvent(c echo.Context, t *tenant.Tenant, action string, target audit.Target, decision string, details any) error {
-	ctx, cancel := detached(c.Request().Context())
-	defer cancel()
-	_, err := t.Audit.Append(ctx, audit.Event{
-		Actor: actorOf(principalOf(c)), SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(), Action: action,
-		Target: target, Decision: decision, Details: audit.Details(details),
-	})
-	if err != nil {
-		s.Logger.Error("org audit append failed", "org", t.Org.Slug, "action", action, "error", err)
-	}
-	return err
+	return s.appendOrg(c, t, actorOf(principalOf(c)), action, target, decision, details)
 }
 
 // orgTx is one transaction on the org's database: domain services bound
@@ -316,11 +307,7 @@ func (m *orgTx) audit(action string, target audit.Target, details any) error {
 // auditAs is audit with an explicit actor (at sign-in, before a principal
 // exists).
 func (m *orgTx) auditAs(actor audit.Actor, action string, target audit.Target, details any) error {
-	ctx := m.c.Request().Context()
-	_, err := tenantOf(m.c).Audit.AppendTx(ctx, m.tx, audit.Event{
-		Actor: actor, SourceIP: m.c.RealIP(), UserAgent: m.c.Request().UserAgent(), Action: action,
-		Target: target, Decision: audit.Allow, Details: audit.Details(details),
-	})
+	_, err := tenantOf(m.c).Audit.AppendTx(m.c.Request().Context(), m.tx, requestEvent(m.c, actor, action, target, audit.Allow, details))
 	return err
 }
 

@@ -17,14 +17,24 @@ import (
 // platformEvent appends to the platform audit log with the request's
 // actor, address and agent filled in.
 func (s *Server) platformEvent(c echo.Context, actor audit.Actor, action string, target audit.Target, decision string, details any) error {
+	return s.appendTo(c, s.PlatformAudit, "platform", requestEvent(c, actor, action, target, decision, details))
+}
+
+// requestEvent is an audit event of the current request: who, from where,
+// with which client.
+func requestEvent(c echo.Context, actor audit.Actor, action string, target audit.Target, decision string, details any) audit.Event {
+	return audit.Event{Actor: actor, SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(), Action: action,
+		Target: target, Decision: decision, Details: audit.Details(details)}
+}
+
+// appendTo appends e to log on its own, with a deadline of its own so the
+// record of an action already taken is written even if the client left.
+func (s *Server) appendTo(c echo.Context, log *audit.Log, name string, e audit.Event) error {
 	ctx, cancel := detached(c.Request().Context())
 	defer cancel()
-	_, err := s.PlatformAudit.Append(ctx, audit.Event{
-		Actor: actor, SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent(), Action: action,
-		Target: target, Decision: decision, Details: audit.Details(details),
-	})
+	_, err := log.Append(ctx, e)
 	if err != nil {
-		s.Logger.Error("platform audit append failed", "action", action, "error", err)
+		s.Logger.Error("audit append failed", "log", name, "action", e.Action, "error", err)
 	}
 	return err
 }
