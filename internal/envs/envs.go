@@ -133,6 +133,7 @@ type Input struct {
 var (
 	validOS         = map[string]bool{"linux": true, "windows": true, "macos": true}
 	validDeployment = map[string]bool{"bare-metal": true, "cloud-vm": true, "kubernetes": true}
+	windowsAbsRE    = regexp.MustCompile(`^[A-Za-z]:\\`)
 	hostnameRE      = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
 )
 
@@ -180,7 +181,7 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 		if !validDeployment[e.Deployment] {
 			v.Add("deployment", "Deployment must be bare-metal, cloud-vm or kubernetes.")
 		}
-		if e.WorkspaceRoot != "" && !strings.HasPrefix(e.WorkspaceRoot, "/") && !regexp.MustCompile(`^[A-Za-z]:\\`).MatchString(e.WorkspaceRoot) {
+		if e.WorkspaceRoot != "" && !strings.HasPrefix(e.WorkspaceRoot, "/") && !windowsAbsRE.MatchString(e.WorkspaceRoot) {
 			v.Add("workspace_root", "The workspace root must be an absolute path, like /srv/work or C:\\work.")
 		}
 		e.SandboxDomain, e.SandboxScheme, e.ProxyBaseURL = "", "", ""

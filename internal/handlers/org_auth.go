@@ -280,12 +280,10 @@ func (s *Server) pageOrgHome(c echo.Context) error {
 // domainLabel names a casbin domain for people.
 func (s *Server) domainLabel(ctx context.Context, t *tenant.Tenant, dom string) string {
 	if id, ok := strings.CutPrefix(dom, "dept:"); ok {
-		var n int64
-		for _, ch := range id {
-			n = n*10 + int64(ch-'0')
-		}
-		if d, err := t.Dir.GetDepartment(ctx, n); err == nil {
-			return "department " + d.Name
+		if n, err := parseID(id); err == nil {
+			if d, err := t.Dir.GetDepartment(ctx, n); err == nil {
+				return "department " + d.Name
+			}
 		}
 		return "department #" + id
 	}
