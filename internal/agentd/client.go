@@ -100,10 +100,12 @@ func (c *Client) Poll(ctx context.Context, id string, cursor uint64, wait time.D
 // followWait is the long-poll duration Follow asks for.
 const followWait = 30 * time.Second
 
-// Follow polls session id from cursor until it ends, calling fn with every
-// poll response that carries output or truncation (in order), and returns
-// the final response (whose chunks were already passed to fn). It returns
-// fn's error if fn fails, or ctx's error.
+// Follow polls session id from cursor until it ends and all its output has
+// been read (responses are capped in size, so this may take several polls
+// after the end), calling fn with every poll response that carries output
+// or truncation (in order), and returns the final response (whose chunks
+// were already passed to fn). It returns fn's error if fn fails, or ctx's
+// error.
 func (c *Client) Follow(ctx context.Context, id string, cursor uint64, fn func(*SessionResponse) error) (*SessionResponse, error) {
 	for {
 		resp, err := c.Poll(ctx, id, cursor, followWait)
@@ -116,7 +118,7 @@ func (c *Client) Follow(ctx context.Context, id string, cursor uint64, fn func(*
 			}
 		}
 		cursor = resp.NextCursor
-		if resp.State != StateRunning {
+		if resp.State != StateRunning && !resp.More {
 			return resp, nil
 		}
 	}
@@ -153,7 +155,7 @@ func (c *Client) Run(ctx context.Context, req CreateSessionRequest) (*Result, er
 	}
 	collect(resp)
 	final := resp
-	if resp.State == StateRunning {
+	if resp.State == StateRunning || resp.More {
 		if final, err = c.Follow(ctx, resp.SessionID, resp.NextCursor, collect); err != nil {
 			return nil, err
 		}

@@ -24,7 +24,8 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	if req.WaitMS > 0 {
-		wait := time.NewTimer(min(time.Duration(req.WaitMS)*time.Millisecond, maxWait))
+		// Clamp before converting: a huge wait_ms would overflow.
+		wait := time.NewTimer(time.Duration(min(req.WaitMS, maxWait.Milliseconds())) * time.Millisecond)
 		select {
 		case <-sess.done:
 		case <-wait.C:
@@ -128,7 +129,7 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		s.cfg.Logger.Error("start command", "error", err)
 		return nil, newError(CodeBadRequest, "The command could not be started.")
 	}
-	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace}
+	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace, pollBytes: s.cfg.PollBytes}
 	sess := newSession(newSessionID(), proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
 
 	s.mu.Lock()

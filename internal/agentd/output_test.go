@@ -5,6 +5,8 @@ package agentd_test
 import (
 	"bytes"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -66,11 +68,23 @@ func TestRingOverflowReportsTruncation(t *testing.T) {
 	const ringBytes = 4096
 	c := newClient(t, agentdtest.WithConfig(func(cfg *agentd.Config) { cfg.RingBytes = ringBytes }))
 	ctx := testCtx(t)
-	// The pause makes "start" its own first chunk, so a cursor of 1 has
-	// seen exactly 5 bytes.
+	// Reading "start" before the rest is written makes it its own first
+	// chunk (chunks grow only while unread), so a cursor of 1 has seen
+	// exactly 5 bytes.
 	full := append([]byte("start"), seqOutput(20000)...)
-	resp, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "printf start; sleep 0.05; seq 1 20000", WaitMS: 10000})
+	stdinPath := filepath.Join(t.TempDir(), "go")
+	resp, err := c.CreateSession(ctx, agentd.CreateSessionRequest{
+		Command: fmt.Sprintf("printf start; while [ ! -e %s ]; do sleep 0.01; done; seq 1 20000", stdinPath),
+	})
 	if err != nil {
+		t.Fatal(err)
+	}
+	var first streams
+	waitOutput(t, c, resp.SessionID, 0, &first, "start")
+	if err := os.WriteFile(stdinPath, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err = c.Follow(ctx, resp.SessionID, 1, nil); err != nil {
 		t.Fatal(err)
 	}
 	if resp.State != agentd.StateExited {

@@ -95,8 +95,11 @@ type Chunk struct {
 }
 
 // SessionResponse is the answer to POST /v1/sessions and
-// GET /v1/sessions/{id}. When State is not running, Chunks holds all output
-// that remained after the requested cursor.
+// GET /v1/sessions/{id}. One response carries at most about the server's
+// poll byte cap of chunk data; More is set when chunks remain after
+// NextCursor, so a reader continues from NextCursor until More is false.
+// Once State is not running and More is false, the reader has seen all
+// output.
 type SessionResponse struct {
 	SessionID    string  `json:"session_id"`
 	PID          int     `json:"pid,omitempty"`
@@ -105,6 +108,7 @@ type SessionResponse struct {
 	ExitCode     *int    `json:"exit_code"`
 	Chunks       []Chunk `json:"chunks"`
 	NextCursor   uint64  `json:"next_cursor"`
+	More         bool    `json:"more"`
 	Truncated    bool    `json:"truncated"`
 	DroppedBytes uint64  `json:"dropped_bytes"`
 }

@@ -1,17 +1,28 @@
 package agentd
 
-// ring is a session's bounded output buffer: a deque of chunks whose data
-// together stays within max bytes. Chunk data is allocated per chunk as
-// output arrives, so an idle session holds no buffer at all. Chunk data is
-// never mutated once appended, so readers may keep slices of it after the
-// session lock is released. ring is not safe for concurrent use.
+// ring is a session's bounded output buffer: a deque of chunks whose cost
+// together stays within max. A chunk costs its data capacity plus
+// chunkOverhead, so a flood of one-byte writes cannot hold millions of
+// chunk headers within a limit meant for data. Small reads are coalesced
+// into the newest chunk while no reader has been handed it, which keeps
+// the chunk count low for any write pattern.
+//
+// Chunk data is allocated per chunk as output arrives, so an idle session
+// holds no buffer at all. Chunk data is never mutated once a reader has
+// been given the chunk (or a cursor at or past it), so readers may keep
+// slices of it after the session lock is released. ring is not safe for
+// concurrent use.
 type ring struct {
 	max    int
 	chunks []chunk // live chunks are chunks[head:]
 	head   int
-	bytes  int    // bytes held by live chunks
+	bytes  int    // cost of the live chunks
 	lastID uint64 // id of the newest chunk ever appended (0: none)
 	total  uint64 // bytes ever appended, including dropped ones
+
+	// served is the highest cursor handed out to any reader. Chunks above
+	// it are unread and may still grow by coalescing.
+	served uint64
 
 	// blocking rings never evict a chunk above acked, the highest cursor a
 	// poller has asked for; the producer waits for room instead.
@@ -33,8 +44,17 @@ type chunk struct {
 	data   []byte // may have lost its head if it alone exceeded max
 }
 
-// evictedWindow is how many evicted chunks keep their end offsets.
-const evictedWindow = 4096
+const (
+	// evictedWindow is how many evicted chunks keep their end offsets.
+	evictedWindow = 4096
+	// chunkOverhead is what a chunk costs besides its data: the chunk
+	// header (48 bytes), its share of the deque's spare capacity and the
+	// allocator's rounding of the data.
+	chunkOverhead = 128
+	// coalesceMax bounds a chunk grown by coalescing, so one chunk never
+	// dominates a poll response or a ring.
+	coalesceMax = 64 << 10
+)
 
 // Stream numbers stored in chunks.
 const (
@@ -56,14 +76,21 @@ func streamName(s uint8) string {
 
 func (r *ring) live() []chunk { return r.chunks[r.head:] }
 
+// maxData is the most data one chunk may hold so that it fits the ring.
+func (r *ring) maxData() int { return max(r.max-chunkOverhead, 1) }
+
+// coalesceLimit is the size up to which the newest chunk may grow.
+func (r *ring) coalesceLimit() int { return min(coalesceMax, r.max/4) }
+
 // fits reports whether n more bytes can be appended in blocking mode without
 // evicting output no poller has asked past. Non-blocking rings always fit.
 func (r *ring) fits(n int) bool {
 	if !r.blocking {
 		return true
 	}
-	r.evict(r.bytes+n-r.max, true)
-	return r.bytes == 0 || r.bytes+n <= r.max
+	cost := min(n, r.maxData()) + chunkOverhead
+	r.evict(r.bytes+cost-r.max, true)
+	return r.bytes == 0 || r.bytes+cost <= r.max
 }
 
 // ack records that a poller asked for chunks after cursor, which makes older
@@ -76,17 +103,50 @@ func (r *ring) ack(cursor uint64) bool {
 	return true
 }
 
-// add appends a chunk whose data the ring now owns, evicting (or trimming)
-// the oldest output so the ring stays within max bytes.
+// serve records that cursor was handed to a reader: the chunks up to it
+// must not change any more.
+func (r *ring) serve(cursor uint64) {
+	r.served = max(r.served, cursor)
+}
+
+// add appends data (which the ring now owns), coalescing it into the newest
+// chunk while that is unread, and evicts (or trims) the oldest output so
+// the ring stays within max.
 func (r *ring) add(stream uint8, data []byte) {
 	r.total += uint64(len(data))
-	if len(data) > r.max {
-		data = data[len(data)-r.max:]
+	if live := r.live(); len(live) > 0 {
+		c := &live[len(live)-1]
+		need := len(c.data) + len(data)
+		newCap := cap(c.data)
+		if need > newCap {
+			newCap = min(max(2*newCap, need, 256), r.coalesceLimit())
+		}
+		// A blocking ring coalesces only into room it has: fits
+		// reserved room for a new chunk, not for a grown one.
+		room := !r.blocking || r.bytes+newCap-cap(c.data) <= r.max
+		if c.id > r.served && c.stream == stream && need <= r.coalesceLimit() && room {
+			before := cap(c.data)
+			if newCap > cap(c.data) {
+				grown := make([]byte, len(c.data), newCap)
+				copy(grown, c.data)
+				c.data = grown
+			}
+			c.data = append(c.data, data...)
+			c.end = r.total
+			r.bytes += cap(c.data) - before
+			// Never evicts c itself: it is at most a quarter of max.
+			r.evict(r.bytes-r.max, false)
+			return
+		}
 	}
-	r.evict(r.bytes+len(data)-r.max, false)
+	if len(data) > r.maxData() {
+		data = data[len(data)-r.maxData():]
+	}
+	cost := cap(data) + chunkOverhead
+	r.evict(r.bytes+cost-r.max, false)
 	r.lastID++
 	r.chunks = append(r.chunks, chunk{id: r.lastID, stream: stream, end: r.total, data: data})
-	r.bytes += len(data)
+	r.bytes += cost
 }
 
 // evict drops the oldest chunks until need bytes are freed (or, with
@@ -102,8 +162,9 @@ func (r *ring) evict(need int, ackedOnly bool) {
 		}
 		r.evictedEnds[c.id%evictedWindow] = c.end
 		r.lastEvicted = c.id
-		need -= len(c.data)
-		r.bytes -= len(c.data)
+		cost := cap(c.data) + chunkOverhead
+		need -= cost
+		r.bytes -= cost
 		*c = chunk{}
 		r.head++
 	}
@@ -113,6 +174,13 @@ func (r *ring) evict(need int, ackedOnly bool) {
 		n := copy(r.chunks, r.chunks[r.head:])
 		clear(r.chunks[n:])
 		r.chunks, r.head = r.chunks[:n], 0
+	}
+	// Give back a deque that a burst of chunks grew far beyond what is
+	// live, so its spare capacity stays within the per-chunk overhead.
+	if live := len(r.chunks) - r.head; cap(r.chunks) > 1024 && live*4 < cap(r.chunks) {
+		shrunk := make([]chunk, live, live*2)
+		copy(shrunk, r.chunks[r.head:])
+		r.chunks, r.head = shrunk, 0
 	}
 }
 
@@ -141,25 +209,45 @@ func (r *ring) endOffset(id uint64) uint64 {
 	return r.evictedEnds[id%evictedWindow]
 }
 
-// read returns the chunks after cursor (sharing their data), the cursor to
-// use next, and how many bytes between cursor and the first returned chunk
-// were dropped. cursor must not exceed lastID.
-func (r *ring) read(cursor uint64, out []Chunk) ([]Chunk, uint64, uint64) {
+// readResult is what one read of the ring returns.
+type readResult struct {
+	chunks  []Chunk
+	next    uint64 // cursor to use next
+	dropped uint64 // bytes between cursor and the first chunk that were lost
+	more    bool   // chunks remain after next (the byte cap was reached)
+}
+
+// read returns the chunks after cursor (sharing their data) up to about
+// maxBytes of data (at least one chunk), so a poll costs what it returns
+// however much is buffered. cursor must not exceed lastID.
+func (r *ring) read(cursor uint64, maxBytes int) readResult {
 	live := r.live()
 	retainedStart := r.total
 	if len(live) > 0 {
 		retainedStart = live[0].end - uint64(len(live[0].data))
 	}
-	var dropped uint64
+	var res readResult
 	if seen := r.endOffset(cursor); seen < retainedStart {
-		dropped = retainedStart - seen
+		res.dropped = retainedStart - seen
 	}
 	first := 0
 	if len(live) > 0 && cursor >= live[0].id {
 		first = int(cursor - live[0].id + 1)
 	}
-	for _, c := range live[first:] {
-		out = append(out, Chunk{ID: c.id, Stream: streamName(c.stream), Data: c.data})
+	rest := live[first:]
+	n, size := 0, 0
+	for n < len(rest) && (n == 0 || size+len(rest[n].data) <= maxBytes) {
+		size += len(rest[n].data)
+		n++
 	}
-	return out, r.lastID, dropped
+	res.chunks = make([]Chunk, n)
+	for i, c := range rest[:n] {
+		res.chunks[i] = Chunk{ID: c.id, Stream: streamName(c.stream), Data: c.data}
+	}
+	res.next = r.lastID
+	if n < len(rest) {
+		res.next, res.more = rest[n-1].id, true
+	}
+	r.serve(res.next)
+	return res
 }

@@ -31,8 +31,13 @@ type Config struct {
 	Shell string
 	// MaxSessions caps concurrently running sessions. Default 256.
 	MaxSessions int
-	// RingBytes bounds each session's buffered output. Default 4 MiB.
+	// RingBytes bounds each session's buffered output, counting every
+	// chunk's data capacity plus a fixed per-chunk overhead. Default 4 MiB.
 	RingBytes int
+	// PollBytes caps the chunk data of one session response (at least one
+	// chunk is always returned); readers continue from next_cursor.
+	// Default 1 MiB.
+	PollBytes int
 	// SessionTTL is how long ended sessions stay readable. Default 5m.
 	SessionTTL time.Duration
 	// KillGrace is the wait between SIGTERM and SIGKILL. Default 3s.
@@ -59,6 +64,7 @@ const (
 	DefaultMaxSessions      = 256
 	DefaultMaxEndedSessions = 1024
 	DefaultRingBytes        = 4 << 20
+	DefaultPollBytes        = 1 << 20
 	DefaultSessionTTL       = 5 * time.Minute
 	DefaultKillGrace        = 3 * time.Second
 	DefaultDrainGrace       = 250 * time.Millisecond
@@ -78,6 +84,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.RingBytes <= 0 {
 		c.RingBytes = DefaultRingBytes
+	}
+	if c.PollBytes <= 0 {
+		c.PollBytes = DefaultPollBytes
 	}
 	if c.SessionTTL <= 0 {
 		c.SessionTTL = DefaultSessionTTL

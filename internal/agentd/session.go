@@ -30,6 +30,7 @@ type procSpec struct {
 type sessionTiming struct {
 	killGrace  time.Duration
 	drainGrace time.Duration
+	pollBytes  int // data bytes one response may carry
 }
 
 // session is one command execution and its buffered output.
@@ -106,7 +107,7 @@ func (s *session) start(timeout time.Duration) {
 // pump copies one output stream into the ring until EOF or close.
 func (s *session) pump(o outputPipe) {
 	// No chunk may exceed the ring, or a blocking ring would have to trim it.
-	limit := min(readBufMax, s.ring.max)
+	limit := min(readBufMax, s.ring.maxData())
 	buf := make([]byte, min(readBufStart, limit))
 	for {
 		n, err := o.f.Read(buf)
@@ -252,7 +253,8 @@ func (s *session) snapshotLocked(cursor uint64, ack bool) (SessionResponse, erro
 		TTY:       s.tty,
 		State:     s.state,
 	}
-	resp.Chunks, resp.NextCursor, resp.DroppedBytes = s.ring.read(cursor, make([]Chunk, 0, len(s.ring.live())))
+	res := s.ring.read(cursor, s.timing.pollBytes)
+	resp.Chunks, resp.NextCursor, resp.DroppedBytes, resp.More = res.chunks, res.next, res.dropped, res.more
 	resp.Truncated = resp.DroppedBytes > 0
 	if s.state != StateRunning {
 		code := s.exitCode
@@ -395,6 +397,9 @@ func (s *session) status() SessionResponse {
 		Chunks:     []Chunk{},
 		NextCursor: s.ring.lastID,
 	}
+	// A reader may continue from this cursor, so the newest chunk must not
+	// grow any more.
+	s.ring.serve(s.ring.lastID)
 	if s.state != StateRunning {
 		code := s.exitCode
 		resp.ExitCode = &code
