@@ -15,13 +15,13 @@ var ErrInvalidToken = errors.New("invalid or expired token")
 // Claims are what Gatehouse puts in its JWTs.
 type Claims struct {
 	jwt.RegisteredClaims
-	// SessionID names the server-side session so logout and disabling an
+	// LoginID names the server-side sign-in (login) so logout and disabling an
 	// account take effect on the next request.
-	SessionID string `json:"sid"`
+	LoginID string `json:"sid"`
 	// Name is a display name for pages; never trusted for authorization.
 	Name string `json:"name,omitempty"`
-	// Parent is the platform session a platform admin entered an org
-	// from; the org session ends when it does.
+	// Parent is the platform sign-in a platform admin entered an org
+	// from; the org sign-in ends when it does.
 	Parent string `json:"psid,omitempty"`
 }
 
@@ -48,14 +48,14 @@ func NewSigner(kid string, key []byte, audience string, ttl time.Duration, now f
 // TTL is how long issued tokens live.
 func (s *Signer) TTL() time.Duration { return s.ttl }
 
-// Issue signs a token for subject bound to a server-side session.
-func (s *Signer) Issue(subject, sessionID, name string) (string, time.Time, error) {
-	return s.IssueChild(subject, sessionID, name, "")
+// Issue signs a token for subject bound to a server-side sign-in (login).
+func (s *Signer) Issue(subject, loginID, name string) (string, time.Time, error) {
+	return s.IssueChild(subject, loginID, name, "")
 }
 
-// IssueChild is Issue for a session that lives only as long as a parent
-// session elsewhere (a platform admin inside an org).
-func (s *Signer) IssueChild(subject, sessionID, name, parent string) (string, time.Time, error) {
+// IssueChild is Issue for a login that lives only as long as a parent
+// login elsewhere (a platform admin inside an org).
+func (s *Signer) IssueChild(subject, loginID, name, parent string) (string, time.Time, error) {
 	now := s.now()
 	exp := now.Add(s.ttl)
 	c := Claims{
@@ -68,7 +68,7 @@ func (s *Signer) IssueChild(subject, sessionID, name, parent string) (string, ti
 			ExpiresAt: jwt.NewNumericDate(exp),
 			ID:        RandomToken(12),
 		},
-		SessionID: sessionID,
+		LoginID: loginID,
 		Name:      name,
 		Parent:    parent,
 	}
@@ -101,8 +101,8 @@ func (s *Signer) Verify(token string) (*Claims, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrInvalidToken, err)
 	}
-	if c.SessionID == "" || c.Subject == "" {
-		return nil, fmt.Errorf("%w: missing subject or session", ErrInvalidToken)
+	if c.LoginID == "" || c.Subject == "" {
+		return nil, fmt.Errorf("%w: missing subject or login", ErrInvalidToken)
 	}
 	return &c, nil
 }

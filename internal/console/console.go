@@ -135,7 +135,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	}
 	if created {
 		if _, err := c.Audit.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem, Name: "bootstrap"},
-			Action: "platform.admin_create", Target: audit.Target{Type: "platform_admin", Name: c.AdminEmail}}); err != nil {
+			Action: "platform.admin_create", Target: audit.Target{Type: audit.ActorPlatformAdmin, Name: c.AdminEmail}}); err != nil {
 			c.Close()
 			return nil, err
 		}

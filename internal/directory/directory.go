@@ -1,5 +1,5 @@
 // Package directory holds an org's principals: user accounts and their
-// sessions, departments, and API keys. Every method works on one org's
+// sign-ins (logins), departments, and API keys. Every method works on one org's
 // database; nothing here can reach another org.
 package directory
 
@@ -130,7 +130,7 @@ func (d *Directory) UsersByID(ctx context.Context, ids []int64) (map[int64]User,
 }
 
 // UpdateUser changes name and/or status. Disabling revokes the user's
-// sessions so it takes effect on the next request.
+// sign-ins so it takes effect on the next request.
 func (d *Directory) UpdateUser(ctx context.Context, id int64, name, status *string) (before, after User, err error) {
 	before, err = d.GetUser(ctx, id)
 	if err != nil {
@@ -167,7 +167,7 @@ func (d *Directory) UpdateUser(ctx context.Context, id int64, name, status *stri
 	return
 }
 
-// ResetPassword sets a new one-time password, ends the user's sessions,
+// ResetPassword sets a new one-time password, ends the user's sign-ins,
 // revokes their personal API keys and returns the password once.
 func (d *Directory) ResetPassword(ctx context.Context, id int64) (string, error) {
 	if _, err := d.GetUser(ctx, id); err != nil {
@@ -223,11 +223,11 @@ func (d *Directory) CheckLogin(ctx context.Context, email, password string) (Use
 	return u, ok, nil
 }
 
-// UserSubject is the session subject of a user ("user:<id>"), the same
+// UserSubject is the login subject of a user ("user:<id>"), the same
 // string casbin uses.
 func UserSubject(id int64) string { return fmt.Sprintf("user:%d", id) }
 
-type sessionRow struct {
+type loginRow struct {
 	ID        string `gorm:"primaryKey"`
 	Subject   string
 	CreatedAt time.Time
@@ -235,14 +235,14 @@ type sessionRow struct {
 	RevokedAt *time.Time
 }
 
-func (sessionRow) TableName() string { return "user_sessions" }
+func (loginRow) TableName() string { return "user_logins" }
 
-// CreateSession records a session for subject and returns its id.
-func (d *Directory) CreateSession(ctx context.Context, subject string, ttl time.Duration) (string, error) {
+// CreateLogin records a sign-in (login) for subject and returns its id.
+func (d *Directory) CreateLogin(ctx context.Context, subject string, ttl time.Duration) (string, error) {
 	now := d.now()
-	s := sessionRow{ID: auth.RandomToken(18), Subject: subject, CreatedAt: now, ExpiresAt: now.Add(ttl)}
+	s := loginRow{ID: auth.RandomToken(18), Subject: subject, CreatedAt: now, ExpiresAt: now.Add(ttl)}
 	if err := d.DB.WithContext(ctx).Create(&s).Error; err != nil {
-		return "", fmt.Errorf("create session: %w", err)
+		return "", fmt.Errorf("create login: %w", err)
 	}
 	if strings.HasPrefix(subject, "user:") {
 		d.DB.WithContext(ctx).Model(&User{}).Where("id = ?", strings.TrimPrefix(subject, "user:")).Update("last_login_at", now)
@@ -250,23 +250,23 @@ func (d *Directory) CreateSession(ctx context.Context, subject string, ttl time.
 	return s.ID, nil
 }
 
-// SessionValid reports whether session id of subject is live.
-func (d *Directory) SessionValid(ctx context.Context, id, subject string) (bool, error) {
-	var s sessionRow
+// LoginValid reports whether login id of subject is live.
+func (d *Directory) LoginValid(ctx context.Context, id, subject string) (bool, error) {
+	var s loginRow
 	res := d.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&s)
 	if res.Error != nil {
-		return false, fmt.Errorf("read session: %w", res.Error)
+		return false, fmt.Errorf("read login: %w", res.Error)
 	}
 	return res.RowsAffected == 1 && s.Subject == subject && s.RevokedAt == nil && d.now().Before(s.ExpiresAt), nil
 }
 
-// RevokeSession ends one session.
-func (d *Directory) RevokeSession(ctx context.Context, id string) error {
-	return d.DB.WithContext(ctx).Model(&sessionRow{}).Where("id = ? AND revoked_at IS NULL", id).Update("revoked_at", d.now()).Error
+// RevokeLogin ends one sign-in.
+func (d *Directory) RevokeLogin(ctx context.Context, id string) error {
+	return d.DB.WithContext(ctx).Model(&loginRow{}).Where("id = ? AND revoked_at IS NULL", id).Update("revoked_at", d.now()).Error
 }
 
 func revokeSubject(tx *gorm.DB, subject string, now time.Time) error {
-	return tx.Model(&sessionRow{}).Where("subject = ? AND revoked_at IS NULL", subject).Update("revoked_at", now).Error
+	return tx.Model(&loginRow{}).Where("subject = ? AND revoked_at IS NULL", subject).Update("revoked_at", now).Error
 }
 
 // UserByEmail finds a user by email.

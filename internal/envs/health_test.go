@@ -130,7 +130,7 @@ func TestHealthHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 60"})
+		sess, err := c.CreateLogin(ctx, agentd.CreateSessionRequest{Command: "sleep 60"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestHealthHost(t *testing.T) {
 			t.Errorf("row = %+v", row)
 		}
 		changedAt := *row.HealthChangedAt
-		_, _ = c.Kill(ctx, sess.SessionID)
+		_, _ = c.Kill(ctx, sess.LoginID)
 
 		stop()
 		h = f.envs.Check(ctx, e, 5*time.Second)

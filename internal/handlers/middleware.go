@@ -18,7 +18,9 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 )
 
@@ -26,8 +28,8 @@ const maxBodyBytes = 1 << 20
 
 // Cookie names.
 const (
-	platformCookie = "gh_session"
-	// orgCookiePrefix + slug holds an org user's session.
+	platformCookie = "gh_login"
+	// orgCookiePrefix + slug holds an org user's sign-in token.
 	orgCookiePrefix = "gh_org_"
 	csrfCookie      = "gh_csrf"
 	flashCookie     = "gh_flash"
@@ -39,29 +41,8 @@ const (
 	ctxCSRF      = "gh.csrf"
 )
 
-// Principal is who is making a request.
-type Principal struct {
-	// Kind is an audit actor type: platform_admin, user or api_key.
-	Kind string
-	ID   string
-	Name string
-	// SessionID is the server-side session behind a cookie or token.
-	SessionID string
-	// MustChangePassword restricts the principal to changing it.
-	MustChangePassword bool
-	// ViaCookie is true when the browser's cookie carried the credentials.
-	ViaCookie bool
-	// Subject is the casbin subject inside an org (user:<id>, key:<id> or
-	// the platform-admin subject).
-	Subject string
-	// UserID is the org user acting (directly or through a personal key).
-	UserID int64
-	// KeyID is set when an API key authenticated the request.
-	KeyID int64
-}
-
-func principalOf(c echo.Context) *Principal {
-	p, _ := c.Get(ctxPrincipal).(*Principal)
+func principalOf(c echo.Context) *authz.Principal {
+	p, _ := c.Get(ctxPrincipal).(*authz.Principal)
 	return p
 }
 
@@ -120,7 +101,7 @@ func limitBody(n int64) echo.MiddlewareFunc {
 }
 
 // csrf implements the double-submit cookie pattern for cookie-authenticated
-// requests: every unsafe request that could carry the session cookie must
+// requests: every unsafe request that could carry a sign-in cookie must
 // echo the CSRF cookie in a form field or header. Requests that carry their
 // own Authorization header cannot be forged by another site, and cookies
 // are then ignored for authentication.
@@ -143,10 +124,10 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		if _, ok := bearer(r); ok {
 			return next(c)
 		}
-		// An API call without a session cookie carries no ambient authority
+		// An API call without a sign-in cookie carries no ambient authority
 		// a forged request could borrow; its own credentials are checked by
 		// the route.
-		if strings.HasPrefix(r.URL.Path, "/api/") && !hasSessionCookie(r) {
+		if strings.HasPrefix(r.URL.Path, "/api/") && !hasLoginCookie(r) {
 			return next(c)
 		}
 		sent := r.Header.Get("X-CSRF-Token")
@@ -161,8 +142,8 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// hasSessionCookie reports whether the browser sent any sign-in cookie.
-func hasSessionCookie(r *http.Request) bool {
+// hasLoginCookie reports whether the browser sent any sign-in cookie.
+func hasLoginCookie(r *http.Request) bool {
 	for _, ck := range r.Cookies() {
 		if ck.Name == platformCookie || strings.HasPrefix(ck.Name, orgCookiePrefix) {
 			return true
@@ -210,7 +191,7 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 				return err
 			}
 			c.Set(ctxPrincipal, p)
-			if p.MustChangePassword && perm.Scope != rbac.ScopeSession {
+			if p.MustChangePassword && perm.Scope != rbac.ScopeOwnLogin {
 				if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 					return c.Redirect(http.StatusSeeOther, "/admin/password")
 				}
@@ -225,8 +206,8 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 }
 
 // platformPrincipal authenticates a platform admin from a bearer token or,
-// when none is sent, the session cookie.
-func (s *Server) platformPrincipal(c echo.Context) (*Principal, error) {
+// when none is sent, the sign-in cookie.
+func (s *Server) platformPrincipal(c echo.Context) (*authz.Principal, error) {
 	r := c.Request()
 	tok, hasBearer := bearer(r)
 	viaCookie := false
@@ -249,7 +230,7 @@ func (s *Server) platformPrincipal(c echo.Context) (*Principal, error) {
 		}
 		return nil, err
 	}
-	return &Principal{Kind: "platform_admin", ID: fmt.Sprint(a.ID), Name: a.Email, SessionID: claims.SessionID,
+	return &authz.Principal{Kind: audit.ActorPlatformAdmin, ID: fmt.Sprint(a.ID), Name: a.Email, LoginID: claims.LoginID,
 		MustChangePassword: a.MustChangePassword, ViaCookie: viaCookie}, nil
 }
 

@@ -45,7 +45,7 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 		return u, loginResponse{}, err
 	}
 	actor := audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}
-	tok, exp, err := s.openSession(c, directory.UserSubject(u.ID), u.Email, "", actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email})
+	tok, exp, err := s.openLogin(c, directory.UserSubject(u.ID), u.Email, "", actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email})
 	if err != nil {
 		return u, loginResponse{}, err
 	}
@@ -79,11 +79,11 @@ func (s *Server) apiOrgLogout(c echo.Context) error {
 
 func (s *Server) orgLogout(c echo.Context) error {
 	p := principalOf(c)
-	if p.SessionID == "" {
-		return apperr.New(apperr.ErrInvalid, "not_a_session", "API keys have no session to end; revoke the key instead.")
+	if p.LoginID == "" {
+		return apperr.New(apperr.ErrInvalid, "not_a_login", "API keys have no sign-in to end; revoke the key instead.")
 	}
 	return s.mutate(c, func(m *orgTx) error {
-		if err := m.Dir.RevokeSession(c.Request().Context(), p.SessionID); err != nil {
+		if err := m.Dir.RevokeLogin(c.Request().Context(), p.LoginID); err != nil {
 			return err
 		}
 		return m.audit("user.logout", audit.Target{Type: p.Kind, ID: p.ID, Name: p.Name}, nil)
@@ -139,7 +139,7 @@ func (s *Server) apiOrgMe(c echo.Context) error {
 }
 
 // enterOrg lets a platform admin into an org as an org-admin, for a
-// session recorded in both the platform and the org audit log.
+// sign-in recorded in both the platform and the org audit log.
 func (s *Server) enterOrg(c echo.Context) (string, error) {
 	ctx := c.Request().Context()
 	t, err := s.Tenants.Open(ctx, c.Param("org"))
@@ -153,7 +153,7 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 	if err := s.platformEvent(c, actorOf(p), "org.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	tok, _, err := s.openSession(c, "platform:"+p.ID, p.Name, p.SessionID, actorOf(p), "platform_admin.enter", target)
+	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, actorOf(p), "platform_admin.enter", target)
 	return tok, err
 }
 
@@ -170,7 +170,7 @@ func (s *Server) pageEnterOrg(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	s.setSessionCookie(c, orgCookieName(c.Param("org")), tok, s.Now().Add(s.Platform.Signer.TTL()))
+	s.setLoginCookie(c, orgCookieName(c.Param("org")), tok, s.Now().Add(s.Platform.Signer.TTL()))
 	return c.Redirect(http.StatusSeeOther, "/o/"+c.Param("org")+"/")
 }
 
@@ -230,7 +230,7 @@ func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
 		return render(c, status, views.Login(s.orgPage(c, "Sign in"), views.LoginForm{
 			Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Email: email, Error: body.Message, Next: next}))
 	}
-	s.setSessionCookie(c, orgCookieName(t.Org.Slug), resp.Token, resp.ExpiresAt)
+	s.setLoginCookie(c, orgCookieName(t.Org.Slug), resp.Token, resp.ExpiresAt)
 	if u.MustChangePassword {
 		return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
 	}
@@ -239,7 +239,7 @@ func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
 
 func (s *Server) pageOrgLogout(c echo.Context) error {
 	t := tenantOf(c)
-	if principalOf(c).SessionID != "" {
+	if principalOf(c).LoginID != "" {
 		if err := s.orgLogout(c); err != nil {
 			return err
 		}

@@ -39,7 +39,7 @@ func TestHardening(t *testing.T) {
 		wantStatus(t, "me", e.json(http.MethodGet, "/api/v1/orgs/acme/me", tok, nil), http.StatusOK)
 	})
 
-	t.Run("an entered admin's org session ends with the platform session", func(t *testing.T) {
+	t.Run("an entered admin's org sign-in ends with the platform sign-in", func(t *testing.T) {
 		plat := e.adminToken()
 		orgTok := e.enterOrg(plat, "acme")
 		wantStatus(t, "entered", e.json(http.MethodGet, "/api/v1/orgs/acme/users", orgTok, nil), http.StatusOK)

@@ -226,7 +226,7 @@ func TestOrgRouteMatrix(t *testing.T) {
 			for _, r := range roles {
 				want[r] = true
 			}
-		case rbac.ScopeAuthenticated, rbac.ScopeSession:
+		case rbac.ScopeAuthenticated, rbac.ScopeOwnLogin:
 			for _, p := range f.principals() {
 				want[p.name] = p.acme
 			}

@@ -1,14 +1,17 @@
 package handlers
 
 import (
-	"gorm.io/gorm"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/agents"
-	"github.com/gatehouse/gatehouse/internal/envs"
+	"gorm.io/gorm"
+
 	"net/http"
 	"strconv"
 	"strings"
+
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
 
 	"github.com/labstack/echo/v4"
 
@@ -31,9 +34,9 @@ func tenantOf(c echo.Context) *tenant.Tenant {
 func (s *Server) registerOrgSurface() {
 	api := s.group("/api/v1/orgs/:org", orgSurface)
 	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiOrgLogin)
-	api.handle(http.MethodPost, "/auth/logout", rbac.Session(), s.apiOrgLogout)
-	api.handle(http.MethodPost, "/auth/password", rbac.Session(), s.apiOrgChangePassword)
-	api.handle(http.MethodGet, "/me", rbac.Session(), s.apiOrgMe)
+	api.handle(http.MethodPost, "/auth/logout", rbac.OwnLogin(), s.apiOrgLogout)
+	api.handle(http.MethodPost, "/auth/password", rbac.OwnLogin(), s.apiOrgChangePassword)
+	api.handle(http.MethodGet, "/me", rbac.OwnLogin(), s.apiOrgMe)
 
 	api.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.apiListUsers)
 	api.handle(http.MethodPost, "/users", rbac.Org("users", "create"), s.apiCreateUser)
@@ -88,9 +91,9 @@ func (s *Server) registerOrgSurface() {
 	pg := s.group("/o/:org", orgSurface)
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)
 	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageOrgLoginSubmit)
-	pg.handle(http.MethodPost, "/logout", rbac.Session(), s.pageOrgLogout)
-	pg.handle(http.MethodGet, "/password", rbac.Session(), s.pageOrgPassword)
-	pg.handle(http.MethodPost, "/password", rbac.Session(), s.pageOrgPasswordSubmit)
+	pg.handle(http.MethodPost, "/logout", rbac.OwnLogin(), s.pageOrgLogout)
+	pg.handle(http.MethodGet, "/password", rbac.OwnLogin(), s.pageOrgPassword)
+	pg.handle(http.MethodPost, "/password", rbac.OwnLogin(), s.pageOrgPasswordSubmit)
 	pg.handle(http.MethodGet, "", rbac.Authenticated(), s.pageOrgHome)
 	pg.handle(http.MethodGet, "/", rbac.Authenticated(), s.pageOrgHome)
 	pg.handle(http.MethodGet, "/users", rbac.Org("users", "read"), s.pageUsers)
@@ -153,7 +156,7 @@ func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerF
 		return err
 	}
 	c.Set(ctxPrincipal, p)
-	if p.MustChangePassword && perm.Scope != rbac.ScopeSession {
+	if p.MustChangePassword && perm.Scope != rbac.ScopeOwnLogin {
 		if !wantsJSON(c) && c.Request().Method == http.MethodGet {
 			return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/password")
 		}
@@ -209,10 +212,10 @@ func (s *Server) allowedOn(c echo.Context, dom, obj, act string) (bool, error) {
 	return t.Enforcer.Allowed(c.Request().Context(), p.Subject, dom, obj, act)
 }
 
-// orgPrincipal authenticates a bearer JWT or API key, or the org's session
-// cookie. Sessions, users and keys are checked live so disabling a user or
+// orgPrincipal authenticates a bearer JWT or API key, or the org's sign-in
+// cookie. Logins, users and keys are checked live so disabling a user or
 // revoking a key takes effect on the next request.
-func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, error) {
+func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principal, error) {
 	r := c.Request()
 	ctx := r.Context()
 	unauth := apperr.New(apperr.ErrUnauthorized, "unauthenticated", "Sign in to this organization to continue.")
@@ -233,7 +236,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 		if err != nil {
 			return nil, err
 		}
-		p := &Principal{Kind: audit.ActorAPIKey, ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")", Subject: k.Subject()}
+		p := &authz.Principal{Kind: audit.ActorAPIKey, ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")", Subject: k.Subject()}
 		if owner != nil {
 			p.Name = k.Name + " (gh_" + k.Prefix + ", key of " + owner.Email + ")"
 			p.UserID = owner.ID
@@ -245,14 +248,14 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 	if err != nil {
 		return nil, unauth
 	}
-	ok, err := t.Dir.SessionValid(ctx, claims.SessionID, claims.Subject)
+	ok, err := t.Dir.LoginValid(ctx, claims.LoginID, claims.Subject)
 	if err != nil {
 		return nil, err
 	}
 	if !ok {
 		return nil, unauth
 	}
-	p := &Principal{SessionID: claims.SessionID, ViaCookie: viaCookie}
+	p := &authz.Principal{LoginID: claims.LoginID, ViaCookie: viaCookie}
 	switch {
 	case strings.HasPrefix(claims.Subject, "user:"):
 		id, _ := strconv.ParseInt(strings.TrimPrefix(claims.Subject, "user:"), 10, 64)
@@ -263,9 +266,9 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*Principal, err
 		p.Kind, p.ID, p.Name, p.Subject, p.UserID, p.MustChangePassword = audit.ActorUser, itoa(u.ID), u.Email, claims.Subject, u.ID, u.MustChangePassword
 	case strings.HasPrefix(claims.Subject, "platform:"):
 		adminID := strings.TrimPrefix(claims.Subject, "platform:")
-		// An entered admin's org session ends with their platform session
+		// An entered admin's org sign-in ends with their platform sign-in
 		// (logout, expiry, deletion).
-		if ok, err := s.Platform.SessionActive(ctx, claims.Parent, adminID); err != nil {
+		if ok, err := s.Platform.LoginActive(ctx, claims.Parent, adminID); err != nil {
 			return nil, err
 		} else if !ok {
 			return nil, unauth
@@ -334,15 +337,15 @@ func idParam(c echo.Context, name string) (int64, error) {
 	return id, nil
 }
 
-// openSession creates an org session for subject (tied to a parent
-// platform session when set), signs its token and records action, all in
-// one transaction: no session exists without its audit record.
-func (s *Server) openSession(c echo.Context, subject, name, parent string, actor audit.Actor, action string, target audit.Target) (string, time.Time, error) {
+// openLogin creates an org sign-in for subject (tied to a parent
+// platform sign-in when set), signs its token and records action, all in
+// one transaction: no login exists without its audit record.
+func (s *Server) openLogin(c echo.Context, subject, name, parent string, actor audit.Actor, action string, target audit.Target) (string, time.Time, error) {
 	t := tenantOf(c)
 	var tok string
 	var exp time.Time
 	err := s.mutate(c, func(m *orgTx) error {
-		sid, err := m.Dir.CreateSession(c.Request().Context(), subject, t.Signer.TTL())
+		sid, err := m.Dir.CreateLogin(c.Request().Context(), subject, t.Signer.TTL())
 		if err != nil {
 			return err
 		}

@@ -132,7 +132,7 @@ func TestPlatformCSRF(t *testing.T) {
 	t.Parallel()
 	e := newEnv(t, store.SQLite)
 	tok := e.adminToken()
-	session := &http.Cookie{Name: "gh_session", Value: tok}
+	session := &http.Cookie{Name: "gh_login", Value: tok}
 	csrfToken := strings.Repeat("c", 32)
 	csrf := &http.Cookie{Name: "gh_csrf", Value: csrfToken}
 	form := func(v string) *strings.Reader { return strings.NewReader(v) }

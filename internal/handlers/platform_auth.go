@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -39,7 +40,7 @@ func (s *Server) appendTo(c echo.Context, log *audit.Log, name string, e audit.E
 	return err
 }
 
-func actorOf(p *Principal) audit.Actor {
+func actorOf(p *authz.Principal) audit.Actor {
 	if p == nil {
 		return audit.Actor{Type: audit.ActorAnonymous}
 	}
@@ -91,7 +92,7 @@ func (s *Server) apiLogin(c echo.Context) error {
 
 func (s *Server) apiLogout(c echo.Context) error {
 	p := principalOf(c)
-	if err := s.Platform.Logout(c.Request().Context(), p.SessionID); err != nil {
+	if err := s.Platform.Logout(c.Request().Context(), p.LoginID); err != nil {
 		return err
 	}
 	_ = s.platformEvent(c, actorOf(p), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)
@@ -108,7 +109,7 @@ func (s *Server) changePassword(c echo.Context, current, next string) error {
 	if err := s.Platform.ChangePassword(c.Request().Context(), p.ID, current, next); err != nil {
 		return err
 	}
-	return s.platformEvent(c, actorOf(p), "platform.password_change", audit.Target{Type: "platform_admin", ID: p.ID, Name: p.Name}, audit.Allow, nil)
+	return s.platformEvent(c, actorOf(p), "platform.password_change", audit.Target{Type: audit.ActorPlatformAdmin, ID: p.ID, Name: p.Name}, audit.Allow, nil)
 }
 
 func (s *Server) apiChangePassword(c echo.Context) error {
@@ -155,14 +156,14 @@ func (s *Server) pageLoginSubmit(c echo.Context) error {
 		return render(c, status, views.Login(s.page(c, "Sign in"), views.LoginForm{
 			Action: "/login", Heading: "Sign in to Gatehouse", Email: email, Error: body.Message, Next: next}))
 	}
-	s.setSessionCookie(c, platformCookie, res.Token, res.ExpiresAt)
+	s.setLoginCookie(c, platformCookie, res.Token, res.ExpiresAt)
 	if res.Admin.MustChangePassword {
 		return c.Redirect(http.StatusSeeOther, "/admin/password")
 	}
 	return c.Redirect(http.StatusSeeOther, safeNext(next, "/admin/orgs"))
 }
 
-func (s *Server) setSessionCookie(c echo.Context, name, token string, exp time.Time) {
+func (s *Server) setLoginCookie(c echo.Context, name, token string, exp time.Time) {
 	c.SetCookie(&http.Cookie{Name: name, Value: token, Path: "/", Expires: exp, HttpOnly: true,
 		Secure: s.SecureCookies, SameSite: http.SameSiteLaxMode})
 }
@@ -173,7 +174,7 @@ func (s *Server) clearCookie(c echo.Context, name string) {
 
 func (s *Server) pageLogout(c echo.Context) error {
 	p := principalOf(c)
-	if err := s.Platform.Logout(c.Request().Context(), p.SessionID); err != nil {
+	if err := s.Platform.Logout(c.Request().Context(), p.LoginID); err != nil {
 		return err
 	}
 	_ = s.platformEvent(c, actorOf(p), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)

@@ -77,11 +77,11 @@ func TestPlatformTokensRejected(t *testing.T) {
 	wrongIssuer := claims
 	wrongIssuer.Issuer = "someone-else"
 	orgSigner := auth.NewSigner(kid, realKey, "org:x", time.Hour, nil)
-	orgTok, _, err := orgSigner.Issue(claims.Subject, claims.SessionID, claims.Name)
+	orgTok, _, err := orgSigner.Issue(claims.Subject, claims.LoginID, claims.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pastTok, _, err := auth.NewSigner(kid, realKey, "platform", time.Hour, past).Issue(claims.Subject, claims.SessionID, claims.Name)
+	pastTok, _, err := auth.NewSigner(kid, realKey, "platform", time.Hour, past).Issue(claims.Subject, claims.LoginID, claims.Name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +124,7 @@ func TestPlatformTokensRejected(t *testing.T) {
 				}
 			}
 			// The same token in the browser cookie is refused as well.
-			r := e.do(request{method: "GET", path: "/admin/orgs", cookies: []*http.Cookie{{Name: "gh_session", Value: tc.token}}})
+			r := e.do(request{method: "GET", path: "/admin/orgs", cookies: []*http.Cookie{{Name: "gh_login", Value: tc.token}}})
 			wantStatus(t, tc.name+" as cookie", r, http.StatusSeeOther)
 		})
 	}

@@ -1,5 +1,5 @@
 // Package platform holds platform administrators: their accounts in the
-// catalog, sign-in with throttling, and server-side sessions that back the
+// catalog, sign-in with throttling, and server-side sign-in (login)s that back the
 // JWTs so logout takes effect at once.
 package platform
 
@@ -32,7 +32,7 @@ type Admin struct {
 // TableName binds Admin to its table.
 func (Admin) TableName() string { return "platform_admins" }
 
-type sessionRow struct {
+type loginRow struct {
 	ID        string `gorm:"primaryKey"`
 	AdminID   int64
 	CreatedAt time.Time
@@ -40,7 +40,7 @@ type sessionRow struct {
 	RevokedAt *time.Time
 }
 
-func (sessionRow) TableName() string { return "platform_sessions" }
+func (loginRow) TableName() string { return "platform_logins" }
 
 // Service signs admins in and out.
 type Service struct {
@@ -115,7 +115,7 @@ type Login struct {
 }
 
 // Login checks credentials with per-address and per-account throttling and
-// opens a session. It returns ErrBadCredentials or a too-many error; the
+// opens a login. It returns ErrBadCredentials or a too-many error; the
 // caller audits either outcome.
 func (s *Service) Login(ctx context.Context, email, password, ip string) (Login, error) {
 	email = NormalizeEmail(email)
@@ -131,9 +131,9 @@ func (s *Service) Login(ctx context.Context, email, password, ip string) (Login,
 		return Login{}, LoginError(err)
 	}
 	now := s.now()
-	sess := sessionRow{ID: auth.RandomToken(18), AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(s.Signer.TTL())}
+	sess := loginRow{ID: auth.RandomToken(18), AdminID: a.ID, CreatedAt: now, ExpiresAt: now.Add(s.Signer.TTL())}
 	if err := s.DB.WithContext(ctx).Create(&sess).Error; err != nil {
-		return Login{}, fmt.Errorf("create session: %w", err)
+		return Login{}, fmt.Errorf("create login: %w", err)
 	}
 	s.DB.WithContext(ctx).Model(&Admin{}).Where("id = ?", a.ID).Update("last_login_at", now)
 	tok, exp, err := s.Signer.Issue(fmt.Sprint(a.ID), sess.ID, a.Email)
@@ -156,19 +156,19 @@ func LoginError(err error) error {
 	return err
 }
 
-// Authenticate verifies a token and its live session and returns the admin.
+// Authenticate verifies a token and its live login and returns the admin.
 func (s *Service) Authenticate(ctx context.Context, token string) (Admin, *auth.Claims, error) {
 	c, err := s.Signer.Verify(token)
 	if err != nil {
 		return Admin{}, nil, err
 	}
-	var sess sessionRow
-	res := s.DB.WithContext(ctx).Where("id = ?", c.SessionID).Limit(1).Find(&sess)
+	var sess loginRow
+	res := s.DB.WithContext(ctx).Where("id = ?", c.LoginID).Limit(1).Find(&sess)
 	if res.Error != nil {
-		return Admin{}, nil, fmt.Errorf("read session: %w", res.Error)
+		return Admin{}, nil, fmt.Errorf("read login: %w", res.Error)
 	}
 	if res.RowsAffected == 0 || sess.RevokedAt != nil || s.now().After(sess.ExpiresAt) || fmt.Sprint(sess.AdminID) != c.Subject {
-		return Admin{}, nil, fmt.Errorf("%w: session ended", auth.ErrInvalidToken)
+		return Admin{}, nil, fmt.Errorf("%w: sign-in ended", auth.ErrInvalidToken)
 	}
 	var a Admin
 	res = s.DB.WithContext(ctx).Where("id = ?", sess.AdminID).Limit(1).Find(&a)
@@ -178,24 +178,24 @@ func (s *Service) Authenticate(ctx context.Context, token string) (Admin, *auth.
 	return a, c, nil
 }
 
-// SessionActive reports whether platform session sid of adminID is live
+// LoginActive reports whether platform sign-in sid of adminID is live
 // (not revoked or expired, admin still present).
-func (s *Service) SessionActive(ctx context.Context, sid, adminID string) (bool, error) {
+func (s *Service) LoginActive(ctx context.Context, sid, adminID string) (bool, error) {
 	if sid == "" {
 		return false, nil
 	}
-	var sess sessionRow
+	var sess loginRow
 	res := s.DB.WithContext(ctx).Where("id = ?", sid).Limit(1).Find(&sess)
 	if res.Error != nil {
-		return false, fmt.Errorf("read session: %w", res.Error)
+		return false, fmt.Errorf("read login: %w", res.Error)
 	}
 	return res.RowsAffected == 1 && sess.RevokedAt == nil && s.now().Before(sess.ExpiresAt) && fmt.Sprint(sess.AdminID) == adminID, nil
 }
 
-// Logout revokes the session behind claims.
-func (s *Service) Logout(ctx context.Context, sessionID string) error {
+// Logout revokes the login behind claims.
+func (s *Service) Logout(ctx context.Context, loginID string) error {
 	now := s.now()
-	return s.DB.WithContext(ctx).Model(&sessionRow{}).Where("id = ? AND revoked_at IS NULL", sessionID).Update("revoked_at", now).Error
+	return s.DB.WithContext(ctx).Model(&loginRow{}).Where("id = ? AND revoked_at IS NULL", loginID).Update("revoked_at", now).Error
 }
 
 // Bootstrap creates the first admin when none exists. With no password

@@ -208,18 +208,33 @@ func (en *Enforcer) refresh(ctx context.Context) error {
 	return nil
 }
 
-// Allowed reports whether sub may act on obj in dom. Errors deny.
+// Allowed reports whether sub may act on obj in dom. An error is a failed
+// check, never a denial: callers answer it with a 500.
 func (en *Enforcer) Allowed(ctx context.Context, sub, dom, obj, act string) (bool, error) {
+	d, err := en.Decide(ctx, sub, dom, obj, act)
+	return d.Allowed, err
+}
+
+// Decision is one enforcement and the rule that decided it.
+type Decision struct {
+	Allowed bool
+	// Rule is the policy that decided, as "sub, dom, obj, act, eft"; empty
+	// when nothing matched and the default (deny) applied.
+	Rule string
+}
+
+// Decide is Allowed with the deciding rule, for denial audit records.
+func (en *Enforcer) Decide(ctx context.Context, sub, dom, obj, act string) (Decision, error) {
 	if err := en.refresh(ctx); err != nil {
-		return false, err
+		return Decision{}, err
 	}
 	en.mu.RLock()
 	defer en.mu.RUnlock()
-	ok, err := en.e.Enforce(sub, dom, obj, act)
+	ok, explain, err := en.e.EnforceEx(sub, dom, obj, act)
 	if err != nil {
-		return false, fmt.Errorf("enforce: %w", err)
+		return Decision{}, fmt.Errorf("enforce: %w", err)
 	}
-	return ok, nil
+	return Decision{Allowed: ok, Rule: strings.Join(explain, ", ")}, nil
 }
 
 // AllowedAnywhere reports whether sub may act on obj in the org domain or

@@ -16,10 +16,10 @@ const (
 	// ScopeAuthenticated routes need any signed-in principal of the surface
 	// but no particular permission (logout, change own password).
 	ScopeAuthenticated
-	// ScopeSession routes concern the caller's own sign-in (change the
+	// ScopeOwnLogin routes concern the caller's own sign-in (change the
 	// password, sign out, who am I). They are the only routes a principal
 	// signed in with a one-time password may reach.
-	ScopeSession
+	ScopeOwnLogin
 	// ScopePlatform routes need a platform admin.
 	ScopePlatform
 	// ScopeOrg routes need a casbin allow in the org of the URL.
@@ -38,7 +38,7 @@ type Perm struct {
 // Valid reports whether p was declared through one of the constructors.
 func (p Perm) Valid() bool {
 	switch p.Scope {
-	case ScopePublic, ScopeAuthenticated, ScopeSession:
+	case ScopePublic, ScopeAuthenticated, ScopeOwnLogin:
 		return true
 	case ScopePlatform, ScopeOrg:
 		return p.Object != "" && p.Action != ""
@@ -53,8 +53,8 @@ func (p Perm) String() string {
 		return "public"
 	case ScopeAuthenticated:
 		return "authenticated"
-	case ScopeSession:
-		return "session"
+	case ScopeOwnLogin:
+		return "own-login"
 	case ScopePlatform:
 		return "platform:" + p.Object + ":" + p.Action
 	case ScopeOrg:
@@ -69,12 +69,12 @@ func Public() Perm { return Perm{Scope: ScopePublic} }
 // Authenticated declares a route open to any signed-in principal.
 func Authenticated() Perm { return Perm{Scope: ScopeAuthenticated} }
 
-// Session declares a route about the caller's own sign-in, reachable even
+// OwnLogin declares a route about the caller's own sign-in, reachable even
 // before a one-time password is changed.
-func Session() Perm { return Perm{Scope: ScopeSession} }
+func OwnLogin() Perm { return Perm{Scope: ScopeOwnLogin} }
 
 // SignedIn reports whether p needs a principal but no permission.
-func (p Perm) SignedIn() bool { return p.Scope == ScopeAuthenticated || p.Scope == ScopeSession }
+func (p Perm) SignedIn() bool { return p.Scope == ScopeAuthenticated || p.Scope == ScopeOwnLogin }
 
 // Platform declares a platform-admin route.
 func Platform(object, action string) Perm {
