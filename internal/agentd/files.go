@@ -21,11 +21,14 @@ import (
 type fileSystem struct {
 	rootDir string   // absolute, symlinks resolved; "" without confinement
 	root    *os.Root // nil without confinement
+	// refuseLinked refuses reads of files with more than one hard link,
+	// which a command may have linked to a file it cannot read itself.
+	refuseLinked bool
 }
 
-func newFileSystem(dir string) (*fileSystem, error) {
+func newFileSystem(dir string, refuseLinked bool) (*fileSystem, error) {
 	if dir == "" {
-		return &fileSystem{}, nil
+		return &fileSystem{refuseLinked: refuseLinked}, nil
 	}
 	abs, err := filepath.Abs(dir)
 	if err != nil {
@@ -39,7 +42,7 @@ func newFileSystem(dir string) (*fileSystem, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agentd: root: %w", err)
 	}
-	return &fileSystem{rootDir: real, root: root}, nil
+	return &fileSystem{rootDir: real, root: root, refuseLinked: refuseLinked}, nil
 }
 
 // within reports whether path is dir or below it (both cleaned, absolute).
@@ -93,12 +96,15 @@ func isNotDir(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "not a directory")
 }
 
-func (f *fileSystem) open(p string) (*os.File, error) {
+// openRead opens p for reading without blocking: opening a FIFO (or a
+// device) that a command swapped in would otherwise wait for a writer.
+func (f *fileSystem) openRead(p string) (*os.File, error) {
+	flag := os.O_RDONLY | openNonblock
 	if f.root == nil {
 		if p == "" {
 			return nil, newError(CodeBadRequest, "A path is required.")
 		}
-		file, err := os.Open(p)
+		file, err := os.OpenFile(p, flag, 0)
 		if err != nil {
 			return nil, f.pathError(p, err)
 		}
@@ -108,7 +114,7 @@ func (f *fileSystem) open(p string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	file, err := f.root.Open(rel)
+	file, err := f.root.OpenFile(rel, flag, 0)
 	if err != nil {
 		return nil, f.pathError(p, err)
 	}
@@ -139,22 +145,13 @@ func (f *fileSystem) stat(p string) (os.FileInfo, error) {
 
 // readFile opens p for reading limit bytes at offset and reports its size.
 func (f *fileSystem) readFile(p string, offset, limit int64) (io.ReadCloser, int64, int64, error) {
-	// Check the type before opening: opening a FIFO would block.
-	fi, err := f.stat(p)
+	// Open first (without blocking), then check what was opened: a type
+	// checked before opening may be swapped for a FIFO in between.
+	file, err := f.openRead(p)
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	if fi.IsDir() {
-		return nil, 0, 0, newError(CodeIsDirectory, "The path %q is a directory; use POST /v1/files/stat to inspect it.", p)
-	}
-	if !fi.Mode().IsRegular() {
-		return nil, 0, 0, newError(CodeBadRequest, "The path %q is not a regular file.", p)
-	}
-	file, err := f.open(p)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	fi, err = file.Stat()
+	fi, err := file.Stat()
 	if err != nil {
 		file.Close()
 		return nil, 0, 0, f.pathError(p, err)
@@ -166,6 +163,10 @@ func (f *fileSystem) readFile(p string, offset, limit int64) (io.ReadCloser, int
 	if !fi.Mode().IsRegular() {
 		file.Close()
 		return nil, 0, 0, newError(CodeBadRequest, "The path %q is not a regular file.", p)
+	}
+	if f.refuseLinked && linkCount(fi) > 1 {
+		file.Close()
+		return nil, 0, 0, newError(CodePathOutsideRoot, "The file %q has more than one hard link; such files are not served.", p)
 	}
 	size := fi.Size()
 	n := max(min(limit, size-offset), 0)

@@ -222,6 +222,9 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) err
 
 // handleStdin writes to the session's stdin.
 func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) error {
+	// The deadline starts when the request arrives, not when earlier
+	// writes to the same session let this one go.
+	deadline := time.Now().Add(stdinWriteTimeout)
 	sess, err := s.session(r.PathValue("id"))
 	if err != nil {
 		return err
@@ -237,7 +240,7 @@ func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) error {
 	if req.Text != "" {
 		data = []byte(req.Text)
 	}
-	if err := sess.writeStdin(data, req.EOF); err != nil {
+	if err := sess.writeStdin(data, req.EOF, deadline); err != nil {
 		return err
 	}
 	writeJSON(w, http.StatusOK, sess.status())

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -50,8 +51,19 @@ type Config struct {
 	// FetchTimeout caps a download's duration. Default 10m.
 	FetchTimeout time.Duration
 	// FetchClient performs downloads. Default: a client without timeout
-	// (the fetch timeout applies through the request context).
+	// (the fetch timeout applies through the request context). Its
+	// redirects are checked as FetchAllowPrivateRedirects says.
 	FetchClient *http.Client
+	// FetchAllowPrivateRedirects lets downloads follow redirects to
+	// loopback, link-local and cloud metadata addresses, which are refused
+	// by default (a redirect must not reach agentd itself or the metadata
+	// service).
+	FetchAllowPrivateRedirects bool
+	// RefuseHardLinks makes GET /v1/files refuse regular files with more
+	// than one hard link. Needed when commands run as another user on a
+	// system without fs.protected_hardlinks: they could then link a file
+	// they cannot read into the root and read it through agentd.
+	RefuseHardLinks bool
 	// MaxEndedSessions caps ended sessions kept for reading before their
 	// TTL; beyond it the oldest are reclaimed early. Default 1024.
 	MaxEndedSessions int
@@ -106,6 +118,9 @@ func (c *Config) setDefaults() {
 	if c.FetchClient == nil {
 		c.FetchClient = &http.Client{}
 	}
+	if !c.FetchAllowPrivateRedirects {
+		c.FetchClient = guardRedirects(c.FetchClient, net.DefaultResolver)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -137,7 +152,7 @@ func NewServer(cfg Config) (*Server, error) {
 		return nil, errors.New("agentd: a token is required")
 	}
 	cfg.setDefaults()
-	fsys, err := newFileSystem(cfg.Root)
+	fsys, err := newFileSystem(cfg.Root, cfg.RefuseHardLinks)
 	if err != nil {
 		return nil, err
 	}
@@ -278,21 +293,22 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	w.Write(append(body, '\n'))
 }
 
-// decodeJSON reads one JSON object of at most limit bytes into v, rejecting
-// unknown fields and trailing data.
+// decodeJSON reads one JSON object of at most limit bytes into v, strictly:
+// see checkStrictJSON.
 func decodeJSON(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return jsonError(err, limit)
-	}
-	if _, err := dec.Token(); err != io.EOF {
+	raw, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	if err != nil {
 		var maxErr *http.MaxBytesError
 		if errors.As(err, &maxErr) {
 			return jsonError(err, limit)
 		}
-		return newError(CodeMalformedJSON, "The body must hold a single JSON object with nothing after it.")
+		return newError(CodeMalformedJSON, "The body could not be read.")
+	}
+	if err := checkStrictJSON(raw, v); err != nil {
+		return err
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return jsonError(err, limit)
 	}
 	return nil
 }

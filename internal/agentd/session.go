@@ -41,7 +41,7 @@ type session struct {
 	timing sessionTiming
 	onEnd  func(*session) // called once, after the state is final
 
-	stdinMu sync.Mutex // serialises stdin writes and close
+	stdinLock chan struct{} // one token: serialises stdin writes and close
 
 	mu          sync.Mutex
 	ring        ring
@@ -77,6 +77,7 @@ func newSession(id string, p *process, spec procSpec, ringBytes int, blocking bo
 		state:     StateRunning,
 		stdinOpen: p.stdin != nil,
 		done:      make(chan struct{}),
+		stdinLock: make(chan struct{}, 1),
 	}
 	s.room.L = &s.mu
 	return s
@@ -303,10 +304,18 @@ func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan st
 	}
 }
 
-// writeStdin writes data and optionally closes stdin (Ctrl-D on a TTY).
-func (s *session) writeStdin(data []byte, eof bool) error {
-	s.stdinMu.Lock()
-	defer s.stdinMu.Unlock()
+// writeStdin writes data and optionally closes stdin (Ctrl-D on a TTY),
+// giving up at deadline. The deadline covers waiting for earlier writes
+// too, so concurrent requests each answer within their own deadline.
+func (s *session) writeStdin(data []byte, eof bool, deadline time.Time) error {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case s.stdinLock <- struct{}{}:
+	case <-timer.C:
+		return newError(CodeTimeout, "The command did not read its stdin in time.")
+	}
+	defer func() { <-s.stdinLock }()
 	s.mu.Lock()
 	open, running := s.stdinOpen, s.state == StateRunning
 	s.mu.Unlock()
@@ -318,7 +327,7 @@ func (s *session) writeStdin(data []byte, eof bool) error {
 	}
 	w := s.proc.stdin
 	if len(data) > 0 {
-		w.SetWriteDeadline(time.Now().Add(stdinWriteTimeout))
+		w.SetWriteDeadline(deadline)
 		if _, err := w.Write(data); err != nil {
 			if errors.Is(err, os.ErrDeadlineExceeded) {
 				return newError(CodeTimeout, "The command did not read its stdin in time.")
@@ -344,8 +353,8 @@ func (s *session) writeStdin(data []byte, eof bool) error {
 
 // closeStdin releases the stdin pipe once the command has ended.
 func (s *session) closeStdin() {
-	s.stdinMu.Lock()
-	defer s.stdinMu.Unlock()
+	s.stdinLock <- struct{}{}
+	defer func() { <-s.stdinLock }()
 	s.mu.Lock()
 	open := s.stdinOpen
 	s.stdinOpen = false
