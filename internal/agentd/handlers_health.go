@@ -15,6 +15,8 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 		Version:        Version,
 		ActiveSessions: active,
 		UptimeSeconds:  time.Since(s.started).Seconds(),
+
+		ProcessTracking: s.tracker.mode(),
 	})
 	return nil
 }

@@ -84,6 +84,7 @@ func (s *Server) sessionSpec(req CreateSessionRequest) (procSpec, error) {
 		return procSpec{}, err
 	}
 	spec := procSpec{
+		runAs:   s.cfg.RunAs,
 		shell:   s.cfg.Shell,
 		command: req.Command,
 		dir:     dir,
@@ -118,7 +119,8 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	s.running++
 	s.mu.Unlock()
 
-	proc, err := startProcess(spec)
+	id := newSessionID()
+	proc, err := startProcess(spec, s.tracker, id)
 	if err != nil {
 		s.mu.Lock()
 		s.running--
@@ -126,11 +128,14 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		if errors.Is(err, errTTYUnsupported) {
 			return nil, newError(CodeTTYUnsupported, "This platform cannot run tty sessions.")
 		}
+		if errors.Is(err, errRunAsUnsupported) {
+			return nil, newError(CodeBadRequest, "This platform cannot run commands as another user.")
+		}
 		s.cfg.Logger.Error("start command", "error", err)
 		return nil, newError(CodeBadRequest, "The command could not be started.")
 	}
 	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace, pollBytes: s.cfg.PollBytes}
-	sess := newSession(newSessionID(), proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
+	sess := newSession(id, proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
 
 	s.mu.Lock()
 	closed := s.closed

@@ -5,6 +5,7 @@ package agentd
 import (
 	"os"
 	"os/exec"
+	"syscall"
 )
 
 // defaultShell runs commands where there is no /bin/sh.
@@ -19,6 +20,7 @@ type process struct {
 	pty     *os.File
 	outputs []outputPipe
 	stdin   *os.File
+	members *members
 }
 
 type outputPipe struct {
@@ -26,14 +28,21 @@ type outputPipe struct {
 	stream uint8
 }
 
-func startProcess(spec procSpec) (*process, error) {
+func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	if spec.tty {
 		return nil, errTTYUnsupported
+	}
+	if spec.runAs != nil {
+		return nil, errRunAsUnsupported
 	}
 	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
-	p := &process{cmd: cmd}
+	m, started, err := t.prepare(id, nil)
+	if err != nil {
+		return nil, err
+	}
+	p := &process{cmd: cmd, members: m}
 	var toClose []*os.File
 	closeAll := func() {
 		for _, f := range toClose {
@@ -68,6 +77,7 @@ func startProcess(spec procSpec) (*process, error) {
 		closeAll()
 		return nil, err
 	}
+	started(cmd.Process.Pid)
 	cmd.Stdout.(*os.File).Close()
 	cmd.Stderr.(*os.File).Close()
 	if spec.stdin {
@@ -80,9 +90,23 @@ func (p *process) wait() { p.cmd.Wait() }
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-func (p *process) terminateGroup() { p.cmd.Process.Kill() }
+func (p *process) terminateAll() { p.cmd.Process.Kill() }
 
-func (p *process) killGroup() { p.cmd.Process.Kill() }
+func (p *process) killAll() { p.cmd.Process.Kill() }
+
+// groupTracking names how sessions are tracked here: the command alone.
+const groupTracking = "process"
+
+// signalGroup kills the command; its children are not tracked here.
+func signalGroup(pid int, _ syscall.Signal) {
+	if p, err := os.FindProcess(pid); err == nil {
+		p.Kill()
+	}
+}
+
+// groupAlive is false: nothing but the command itself is tracked, and the
+// session waits for that separately.
+func groupAlive(int) bool { return false }
 
 func (p *process) resize(rows, cols uint16) error { return errNoTTY }
 

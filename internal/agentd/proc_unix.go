@@ -3,7 +3,6 @@
 package agentd
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -17,13 +16,16 @@ const defaultShell = "/bin/sh"
 
 func shellArgs(command string) []string { return []string{"-c", command} }
 
-// process is a started command in its own process group.
+// process is a started command, the leader of its own session (and so of
+// its own process group), with every process it starts tracked by members.
 type process struct {
 	cmd     *exec.Cmd
 	pty     *os.File // master side; nil without a TTY
 	outputs []outputPipe
 	stdin   *os.File // write side of stdin: a pipe or the PTY master
 	exit    *exitWatch
+	members *members
+	tracker *tracker
 }
 
 type outputPipe struct {
@@ -31,15 +33,38 @@ type outputPipe struct {
 	stream uint8
 }
 
-// startProcess starts spec in a new process group: a new session with the
-// PTY as controlling terminal for TTY commands, a plain group otherwise.
-func startProcess(spec procSpec) (*process, error) {
+// startProcess starts spec as the leader of a new session (with the PTY as
+// controlling terminal for TTY commands), tracked by t.
+func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
-	if spec.tty {
-		return startPTY(cmd, spec)
+	attr := &syscall.SysProcAttr{Setsid: true, Setctty: spec.tty}
+	if c := spec.runAs; c != nil {
+		attr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: c.Groups}
 	}
+	m, started, err := t.prepare(id, attr)
+	if err != nil {
+		return nil, err
+	}
+	registered := t.starting()
+	var p *process
+	if spec.tty {
+		p, err = startPTY(cmd, spec, attr)
+	} else {
+		p, err = startPipes(cmd, spec, attr)
+	}
+	pid := 0
+	if err == nil {
+		pid = cmd.Process.Pid
+		p.members, p.tracker = m, t
+	}
+	registered(pid)
+	started(pid)
+	return p, err
+}
+
+func startPipes(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
 	p := &process{cmd: cmd}
 	var toClose []*os.File
 	closeAll := func() {
@@ -71,7 +96,7 @@ func startProcess(spec procSpec) (*process, error) {
 		cmd.Stdin = r
 		p.stdin = w
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = attr
 	pidfd := watchExitAttr(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
 		closeAll()
@@ -87,9 +112,8 @@ func startProcess(spec procSpec) (*process, error) {
 	return p, nil
 }
 
-func startPTY(cmd *exec.Cmd, spec procSpec) (*process, error) {
+func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
 	ws := &pty.Winsize{Rows: spec.rows, Cols: spec.cols}
-	attr := &syscall.SysProcAttr{Setsid: true, Setctty: true}
 	pidfd := watchExitAttr(attr)
 	master, err := pty.StartWithAttrs(cmd, ws, attr)
 	if err != nil {
@@ -147,22 +171,18 @@ func nonblockingDup(f *os.File) (*os.File, error) {
 func (p *process) wait() {
 	p.exit.wait()
 	p.cmd.Wait()
+	p.tracker.waited(p.cmd.Process.Pid)
 }
 
-// pid is the process id of the group leader, which is also the group id.
+// pid is the process id of the session leader, which is also its session
+// and process group id.
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-// terminateGroup asks every process of the group to stop.
-func (p *process) terminateGroup() { p.signalGroup(syscall.SIGTERM) }
+// terminateAll asks every process of the session to stop.
+func (p *process) terminateAll() { p.members.signal(syscall.SIGTERM) }
 
-// killGroup forcibly stops every process of the group.
-func (p *process) killGroup() { p.signalGroup(syscall.SIGKILL) }
-
-func (p *process) signalGroup(sig syscall.Signal) {
-	if err := syscall.Kill(-p.cmd.Process.Pid, sig); err != nil && !errors.Is(err, syscall.ESRCH) {
-		p.cmd.Process.Signal(sig) // fall back to the leader alone
-	}
-}
+// killAll forcibly stops every process of the session.
+func (p *process) killAll() { p.members.signal(syscall.SIGKILL) }
 
 // winsize mirrors struct winsize for TIOCSWINSZ.
 type winsize struct {

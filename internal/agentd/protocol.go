@@ -51,6 +51,10 @@ type Health struct {
 	Version        string  `json:"version"`
 	ActiveSessions int     `json:"active_sessions"`
 	UptimeSeconds  float64 `json:"uptime_seconds"`
+	// ProcessTracking says how agentd finds every process of a session:
+	// "cgroup", "process-tree" (Linux without cgroups), "process-group"
+	// (other unix) or "process" (Windows). See docs/agentd-protocol.md.
+	ProcessTracking string `json:"process_tracking,omitempty"`
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions.

@@ -67,8 +67,47 @@ type Config struct {
 	// MaxEndedSessions caps ended sessions kept for reading before their
 	// TTL; beyond it the oldest are reclaimed early. Default 1024.
 	MaxEndedSessions int
+	// Cgroup chooses how a session's processes are tracked on Linux:
+	// CgroupAuto (default, ""): a cgroup v2 per session when agentd can
+	// create one below CgroupParent (default: its own cgroup), otherwise
+	// the session id, process group and process tree; CgroupOff: never
+	// cgroups; CgroupRequired: fail without them. Other systems never have
+	// cgroups. See docs/agentd-protocol.md for what each guarantees.
+	Cgroup string
+	// CgroupParent is the cgroup v2 directory below which agentd creates
+	// its sessions' cgroups. Default: agentd's own cgroup.
+	CgroupParent string
+	// SessionMemoryMax and SessionPidsMax set memory.max and pids.max of
+	// every session's cgroup (0: no limit). Setting either requires
+	// cgroups with the memory (or pids) controller delegated to agentd.
+	SessionMemoryMax int64
+	SessionPidsMax   int64
+	// Subreaper makes agentd a child subreaper (Linux): orphaned
+	// descendants of commands are reparented to agentd, which reaps them
+	// (as PID 1 it would have to anyway) and, without cgroups, treats an
+	// orphan no session claims as an escapee to kill when a session ends.
+	// Only one Server per process should set it; cmd/agentd does.
+	Subreaper bool
+	// RunAs runs commands with these credentials (nil: agentd's own).
+	RunAs *Credential
 	// Logger receives operational logs. Default: discarded.
 	Logger *slog.Logger
+}
+
+// Cgroup modes of Config.Cgroup.
+const (
+	CgroupAuto     = "auto"     // a cgroup per session if agentd can create one
+	CgroupOff      = "off"      // never cgroups
+	CgroupRequired = "required" // refuse to start without cgroups
+)
+
+// Credential is a user to run commands as.
+type Credential struct {
+	UID, GID uint32
+	Groups   []uint32
+	// Env replaces HOME, USER and LOGNAME in the commands' environment
+	// (KEY=VALUE entries).
+	Env []string
 }
 
 // Defaults of Config.
@@ -131,6 +170,7 @@ type Server struct {
 	cfg       Config
 	tokenHash [sha256.Size]byte
 	files     *fileSystem
+	tracker   *tracker
 	baseEnv   []string
 	started   time.Time
 	handler   http.Handler
@@ -159,11 +199,18 @@ func NewServer(cfg Config) (*Server, error) {
 	if fsys.rootDir != "" {
 		cfg.Root = fsys.rootDir
 	}
+	tr, err := newTracker(&cfg)
+	if err != nil {
+		fsys.close()
+		return nil, err
+	}
+	cfg.Logger.Info("session process tracking", "mode", tr.mode())
 	s := &Server{
 		cfg:         cfg,
 		tokenHash:   sha256.Sum256([]byte(cfg.Token)),
 		files:       fsys,
-		baseEnv:     childEnv(os.Environ()),
+		tracker:     tr,
+		baseEnv:     childEnv(os.Environ(), cfg.RunAs),
 		started:     time.Now(),
 		sessions:    make(map[string]*session),
 		closing:     make(chan struct{}),
@@ -174,14 +221,23 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
-// childEnv strips agentd's own secrets from the environment commands inherit.
-func childEnv(env []string) []string {
+// childEnv strips agentd's own secrets from the environment commands
+// inherit and, for commands run as another user, sets that user's HOME,
+// USER and LOGNAME.
+func childEnv(env []string, runAs *Credential) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if strings.HasPrefix(kv, "AGENTD_TOKEN=") {
+		key, _, _ := strings.Cut(kv, "=")
+		if key == "AGENTD_TOKEN" {
+			continue
+		}
+		if runAs != nil && (key == "HOME" || key == "USER" || key == "LOGNAME") {
 			continue
 		}
 		out = append(out, kv)
+	}
+	if runAs != nil {
+		out = append(out, runAs.Env...)
 	}
 	return out
 }
@@ -388,9 +444,9 @@ func (s *Server) reclaim(endedBefore time.Time) {
 	}
 }
 
-// Close stops the janitor, refuses new sessions, kills every running process
-// group (SIGTERM, then SIGKILL after the kill grace) and waits for them to
-// end. It is safe to call more than once.
+// Close stops the janitor, refuses new sessions, ends every process of
+// every session (SIGTERM, then SIGKILL after the kill grace) and waits for
+// them to be gone. It is safe to call more than once.
 func (s *Server) Close() error {
 	s.closeOnce.Do(func() {
 		s.mu.Lock()
@@ -403,6 +459,7 @@ func (s *Server) Close() error {
 		close(s.closing)
 		<-s.janitorDone
 		defer s.files.close()
+		defer s.tracker.close()
 		for _, sess := range all {
 			sess.kill(StateKilled)
 		}
@@ -410,7 +467,7 @@ func (s *Server) Close() error {
 		defer deadline.Stop()
 		for _, sess := range all {
 			select {
-			case <-sess.done:
+			case <-sess.gone:
 			case <-deadline.C:
 				s.cfg.Logger.Warn("session did not end after kill", "session_id", sess.id)
 				return

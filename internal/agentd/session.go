@@ -11,8 +11,9 @@ import (
 // Internal errors of the process layer, translated into protocol errors by
 // the handlers.
 var (
-	errNoTTY          = errors.New("session has no tty")
-	errTTYUnsupported = errors.New("tty unsupported on this platform")
+	errNoTTY            = errors.New("session has no tty")
+	errTTYUnsupported   = errors.New("tty unsupported on this platform")
+	errRunAsUnsupported = errors.New("running commands as another user is unsupported on this platform")
 )
 
 // procSpec is what startProcess needs to run a command.
@@ -24,6 +25,7 @@ type procSpec struct {
 	tty        bool
 	rows, cols uint16
 	stdin      bool
+	runAs      *Credential
 }
 
 // sessionTiming holds the durations a session needs from the server config.
@@ -57,7 +59,18 @@ type session struct {
 	finishedAt  time.Time
 	done        chan struct{} // closed once the state is final
 	timer       *time.Timer
+
+	ending sync.Once
+	gone   chan struct{} // closed once no process of the session is left
 }
+
+// memberPollEvery is how often an ending session checks whether its
+// processes are gone.
+const memberPollEvery = 25 * time.Millisecond
+
+// reapBound bounds the wait for killed processes to disappear, so a
+// process stuck in the kernel cannot hold the session forever.
+const reapBound = 10 * time.Second
 
 // readBufStart and readBufMax bound the per-stream read buffer, which starts
 // small so idle sessions stay cheap and grows while a stream stays busy.
@@ -77,6 +90,7 @@ func newSession(id string, p *process, spec procSpec, ringBytes int, blocking bo
 		state:     StateRunning,
 		stdinOpen: p.stdin != nil,
 		done:      make(chan struct{}),
+		gone:      make(chan struct{}),
 		stdinLock: make(chan struct{}, 1),
 	}
 	s.room.L = &s.mu
@@ -203,11 +217,14 @@ func (s *session) reap(pumpsDone chan struct{}) {
 	s.wakeLocked()
 	close(s.done)
 	s.mu.Unlock()
+	// Whatever the command left behind ends with it.
+	s.endProcesses()
+	<-s.gone
 	s.onEnd(s)
 }
 
-// kill ends a running session: SIGTERM to its group, SIGKILL after the kill
-// grace. reason is the state the session ends in.
+// kill ends a running session and every process it started. reason is
+// the state the session ends in.
 func (s *session) kill(reason string) {
 	s.mu.Lock()
 	if s.state != StateRunning || s.endReason != "" {
@@ -218,19 +235,43 @@ func (s *session) kill(reason string) {
 	s.aborted = true
 	s.room.Broadcast()
 	s.mu.Unlock()
+	s.endProcesses()
+}
 
-	s.proc.terminateGroup()
-	go func() {
-		t := time.NewTimer(s.timing.killGrace)
-		defer t.Stop()
-		select {
-		case <-s.done:
-		case <-t.C:
+// endProcesses ends every process of the session, once: SIGTERM to all,
+// then SIGKILL to all when the kill grace has passed and any is left. The
+// grace counts for every process, not only the shell: a member trapping
+// SIGTERM keeps its grace after the shell has gone. gone is closed when
+// no process is left.
+func (s *session) endProcesses() {
+	s.ending.Do(func() {
+		if !s.proc.members.alive() {
+			s.proc.members.release()
+			close(s.gone)
+			return
 		}
-		// Even after the leader is gone, members that ignored SIGTERM may
-		// linger; the group id stays reserved while they exist.
-		s.proc.killGroup()
-	}()
+		s.proc.terminateAll()
+		go func() {
+			defer close(s.gone)
+			defer s.proc.members.release()
+			grace := time.NewTimer(s.timing.killGrace)
+			defer grace.Stop()
+			tick := time.NewTicker(memberPollEvery)
+			defer tick.Stop()
+			for graceLeft := true; graceLeft && s.proc.members.alive(); {
+				select {
+				case <-grace.C:
+					graceLeft = false
+				case <-tick.C:
+				}
+			}
+			bound := time.Now().Add(reapBound)
+			for s.proc.members.alive() && time.Now().Before(bound) {
+				s.proc.killAll()
+				<-tick.C
+			}
+		}()
+	})
 }
 
 // snapshot reads the session under its lock. In blocking mode reading past

@@ -1,0 +1,599 @@
+//go:build linux
+
+package agentd
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// tracker finds every process a session started, whatever the process does
+// to leave: on Linux a cgroup v2 per session where agentd can create one
+// (nothing a process does inside can take it out), otherwise the session's
+// process tree, session id and process group, learned by scanning /proc.
+type tracker struct {
+	logger    *slog.Logger
+	parent    string // cgroup holding one cgroup per session; "" without cgroups
+	limits    cgroupLimits
+	subreaper bool // orphans agentd adopts are escapees of its sessions
+	self      int
+
+	mu       sync.Mutex
+	sessions map[*members]bool    // running fallback sessions, for attribution
+	learned  map[procKey]*members // processes seen in a session's tree
+	children map[int]bool         // commands agentd started and will wait for
+	// startMu is held shared while commands start and exclusively while
+	// orphans are reaped, so the reaper never reaps a command agentd
+	// started but has not registered in children yet.
+	startMu sync.RWMutex
+	stop    chan struct{}
+	wg      sync.WaitGroup
+}
+
+// cgroupLimits are optional per-session cgroup limits (0: none).
+type cgroupLimits struct {
+	memoryMax int64
+	pidsMax   int64
+}
+
+// procKey names a process across pid reuse.
+type procKey struct {
+	pid   int
+	start uint64
+}
+
+// scanEvery is how often the fallback learns which processes belong to
+// which session. A process that escapes both the session's process tree
+// and its session id within one interval is only caught by the orphan rule
+// (see kill).
+const scanEvery = 100 * time.Millisecond
+
+func newTracker(cfg *Config) (*tracker, error) {
+	t := &tracker{
+		logger:    cfg.Logger,
+		limits:    cgroupLimits{memoryMax: cfg.SessionMemoryMax, pidsMax: cfg.SessionPidsMax},
+		subreaper: cfg.Subreaper,
+		self:      os.Getpid(),
+		sessions:  make(map[*members]bool),
+		learned:   make(map[procKey]*members),
+		children:  make(map[int]bool),
+		stop:      make(chan struct{}),
+	}
+	if cfg.Cgroup != CgroupOff {
+		parent, err := setupCgroup(cfg.CgroupParent, t.limits)
+		switch {
+		case err == nil:
+			t.parent = parent
+		case cfg.Cgroup == CgroupRequired || t.limits != (cgroupLimits{}):
+			return nil, fmt.Errorf("agentd: cgroup: %w", err)
+		default:
+			cfg.Logger.Warn("no cgroup per session; tracking processes by session id and process tree", "error", err)
+		}
+	}
+	if t.subreaper {
+		if err := t.startReaping(); err != nil {
+			return nil, err
+		}
+	}
+	if t.parent == "" {
+		t.wg.Add(1)
+		go t.scanLoop()
+	}
+	return t, nil
+}
+
+// mode names the tracking in use, for logs and health.
+func (t *tracker) mode() string {
+	if t.parent != "" {
+		return "cgroup"
+	}
+	return "process-tree"
+}
+
+// close stops the scanner and removes the cgroup parent (once empty).
+func (t *tracker) close() {
+	select {
+	case <-t.stop:
+	default:
+		close(t.stop)
+	}
+	t.wg.Wait()
+	if t.parent != "" {
+		if err := os.Remove(t.parent); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.logger.Warn("remove cgroup", "path", t.parent, "error", err)
+		}
+	}
+}
+
+// setupCgroup creates the cgroup that holds the sessions' cgroups: below
+// parent, or below agentd's own cgroup.
+func setupCgroup(parent string, limits cgroupLimits) (string, error) {
+	if parent == "" {
+		own, err := ownCgroup()
+		if err != nil {
+			return "", err
+		}
+		parent = own
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(parent, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", parent, err)
+	}
+	if st.Type != cgroup2Magic {
+		return "", fmt.Errorf("%s is not a cgroup v2 directory", parent)
+	}
+	dir := filepath.Join(parent, fmt.Sprintf("agentd-%d-%s", os.Getpid(), newSessionID()[:8]))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "", fmt.Errorf("create %s: %w", dir, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.kill")); err != nil {
+		os.Remove(dir)
+		return "", fmt.Errorf("%s has no cgroup.kill (Linux 5.14 or later is needed): %w", dir, err)
+	}
+	if err := enableControllers(parent, dir, limits); err != nil {
+		os.Remove(dir)
+		return "", err
+	}
+	return dir, nil
+}
+
+const cgroup2Magic = 0x63677270
+
+// ownCgroup finds agentd's own cgroup v2 directory.
+func ownCgroup() (string, error) {
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	var rel string
+	found := false
+	for line := range strings.Lines(string(b)) {
+		if p, ok := strings.CutPrefix(strings.TrimSpace(line), "0::"); ok {
+			rel, found = p, true
+		}
+	}
+	if !found {
+		return "", errors.New("agentd is in no cgroup v2")
+	}
+	mount, root, err := cgroup2Mount()
+	if err != nil {
+		return "", err
+	}
+	r, err := filepath.Rel(root, rel)
+	if err != nil || strings.HasPrefix(r, "..") {
+		return "", fmt.Errorf("agentd's cgroup %s is outside the mounted cgroup2 tree", rel)
+	}
+	return filepath.Join(mount, r), nil
+}
+
+// cgroup2Mount finds the cgroup2 mount point and the cgroup it shows.
+func cgroup2Mount() (mount, root string, err error) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return "", "", err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		pre, post, ok := strings.Cut(sc.Text(), " - ")
+		if !ok || !strings.HasPrefix(post, "cgroup2 ") {
+			continue
+		}
+		fields := strings.Fields(pre)
+		if len(fields) >= 5 {
+			return unescapeMount(fields[4]), unescapeMount(fields[3]), nil
+		}
+	}
+	return "", "", errors.New("no cgroup2 file system is mounted")
+}
+
+// unescapeMount undoes mountinfo's octal escapes of spaces and the like.
+func unescapeMount(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+// enableControllers makes the memory and pids controllers available to the
+// session cgroups when limits ask for them. A cgroup with processes of its
+// own cannot pass controllers down, so when agentd's own cgroup refuses,
+// agentd moves itself into a leaf below dir first.
+func enableControllers(parent, dir string, limits cgroupLimits) error {
+	var want []string
+	if limits.memoryMax > 0 {
+		want = append(want, "+memory")
+	}
+	if limits.pidsMax > 0 {
+		want = append(want, "+pids")
+	}
+	if len(want) == 0 {
+		return nil
+	}
+	ctl := []byte(strings.Join(want, " "))
+	err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), ctl, 0)
+	if errors.Is(err, syscall.EBUSY) {
+		leaf := filepath.Join(dir, "agentd")
+		if err := os.Mkdir(leaf, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", leaf, err)
+		}
+		if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+			return fmt.Errorf("move agentd into %s: %w", leaf, err)
+		}
+		err = os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), ctl, 0)
+	}
+	if err != nil {
+		return fmt.Errorf("enable %s in %s (are the controllers delegated to agentd's cgroup?): %w", ctl, parent, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), ctl, 0); err != nil {
+		return fmt.Errorf("enable %s in %s: %w", ctl, dir, err)
+	}
+	return nil
+}
+
+// members is one session's set of processes.
+type members struct {
+	t      *tracker
+	cgroup string // the session's cgroup; "" in the fallback
+	leader procKey
+}
+
+// prepare readies tracking for a session about to start with attr: in
+// cgroup mode the command is born inside its cgroup (clone3 with
+// CLONE_INTO_CGROUP), so not even its first instruction runs outside. The
+// returned function finishes the setup once the leader's pid is known (0:
+// the start failed).
+func (t *tracker) prepare(id string, attr *syscall.SysProcAttr) (*members, func(pid int), error) {
+	m := &members{t: t}
+	if t.parent == "" {
+		return m, func(pid int) {
+			if pid == 0 {
+				return
+			}
+			m.leader = procKey{pid: pid, start: procStart(pid)}
+			t.mu.Lock()
+			t.sessions[m] = true
+			t.mu.Unlock()
+		}, nil
+	}
+	dir := filepath.Join(t.parent, "s-"+id)
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return nil, nil, fmt.Errorf("create session cgroup: %w", err)
+	}
+	for file, v := range map[string]int64{"memory.max": t.limits.memoryMax, "pids.max": t.limits.pidsMax} {
+		if v <= 0 {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(strconv.FormatInt(v, 10)), 0); err != nil {
+			os.Remove(dir)
+			return nil, nil, fmt.Errorf("set %s: %w", file, err)
+		}
+	}
+	fd, err := syscall.Open(dir, syscall.O_RDONLY|syscall.O_DIRECTORY|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		os.Remove(dir)
+		return nil, nil, fmt.Errorf("open session cgroup: %w", err)
+	}
+	attr.UseCgroupFD = true
+	attr.CgroupFD = fd
+	m.cgroup = dir
+	return m, func(pid int) {
+		syscall.Close(fd)
+		if pid == 0 {
+			os.Remove(dir)
+			return
+		}
+		m.leader = procKey{pid: pid}
+	}, nil
+}
+
+// signal sends sig to every process of the session.
+func (m *members) signal(sig syscall.Signal) {
+	if m.cgroup != "" {
+		if sig == syscall.SIGKILL {
+			// cgroup.kill kills every member at once, including ones
+			// forked while it runs.
+			if err := os.WriteFile(filepath.Join(m.cgroup, "cgroup.kill"), []byte("1"), 0); err == nil {
+				return
+			}
+		}
+		for _, pid := range m.cgroupPids() {
+			syscall.Kill(pid, sig)
+		}
+		return
+	}
+	// Whole groups first (cheap, and catches members the scan misses),
+	// then every process the scan attributes to the session.
+	syscall.Kill(-m.leader.pid, sig)
+	for _, pid := range m.t.scan(m) {
+		syscall.Kill(pid, sig)
+	}
+}
+
+// alive reports whether any process of the session still runs (zombies
+// do not count: they are dead and only wait to be reaped).
+func (m *members) alive() bool {
+	if m.cgroup != "" {
+		return len(m.cgroupPids()) > 0
+	}
+	return len(m.t.scan(m)) > 0
+}
+
+// release forgets the session and removes its cgroup. Call it once no
+// member is alive.
+func (m *members) release() {
+	if m.cgroup != "" {
+		if err := os.Remove(m.cgroup); err != nil && !errors.Is(err, os.ErrNotExist) {
+			m.t.logger.Warn("remove session cgroup", "path", m.cgroup, "error", err)
+		}
+		return
+	}
+	m.t.mu.Lock()
+	delete(m.t.sessions, m)
+	for k, owner := range m.t.learned {
+		if owner == m {
+			delete(m.t.learned, k)
+		}
+	}
+	m.t.mu.Unlock()
+}
+
+func (m *members) cgroupPids() []int {
+	b, err := os.ReadFile(filepath.Join(m.cgroup, "cgroup.procs"))
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for f := range strings.FieldsSeq(string(b)) {
+		if pid, err := strconv.Atoi(f); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// procInfo is what the scan needs of one process.
+type procInfo struct {
+	ppid, pgrp, sid int
+	start           uint64
+	zombie          bool
+}
+
+// scanLoop keeps learning the fallback sessions' processes, so one that
+// later leaves the tree (setsid, then its parent exits) stays attributed.
+func (t *tracker) scanLoop() {
+	defer t.wg.Done()
+	tick := time.NewTicker(scanEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.mu.Lock()
+			busy := len(t.sessions) > 0
+			t.mu.Unlock()
+			if busy {
+				t.scan(nil)
+			}
+		}
+	}
+}
+
+// scan reads /proc, attributes every process to a running fallback
+// session (learning them for later scans) and returns the live processes
+// of m (nil m: none). With agentd a child subreaper, an orphan it adopted
+// that no session claims escaped some session between two scans; it is
+// counted as m's, so a session's end kills it.
+func (t *tracker) scan(m *members) []int {
+	procs := readProcs()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	leaders := make(map[int]*members, len(t.sessions))
+	for s := range t.sessions {
+		leaders[s.leader.pid] = s
+	}
+	owners := make(map[int]*members, len(procs))
+	var owner func(pid int, depth int) *members
+	owner = func(pid int, depth int) *members {
+		if o, ok := owners[pid]; ok {
+			return o
+		}
+		info, ok := procs[pid]
+		if !ok || pid == t.self || depth > 64 {
+			return nil
+		}
+		o := t.learned[procKey{pid, info.start}]
+		if o == nil {
+			o = leaders[info.sid]
+		}
+		if o == nil {
+			o = leaders[info.pgrp]
+		}
+		if o == nil && info.ppid > 1 && info.ppid != t.self {
+			o = owner(info.ppid, depth+1)
+		}
+		owners[pid] = o
+		return o
+	}
+	var out []int
+	for pid, info := range procs {
+		o := owner(pid, 0)
+		if o != nil {
+			t.learned[procKey{pid, info.start}] = o
+		}
+		if info.zombie || m == nil {
+			continue
+		}
+		adoptedOrphan := o == nil && t.subreaper && info.ppid == t.self && leaders[pid] == nil
+		if o == m || adoptedOrphan {
+			out = append(out, pid)
+		}
+	}
+	for k := range t.learned {
+		if info, ok := procs[k.pid]; !ok || info.start != k.start {
+			delete(t.learned, k)
+		}
+	}
+	return out
+}
+
+// readProcs reads every process's parent, group, session and start time.
+func readProcs() map[int]procInfo {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	procs := make(map[int]procInfo, len(entries))
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if info, ok := readProc(pid); ok {
+			procs[pid] = info
+		}
+	}
+	return procs
+}
+
+func readProc(pid int) (procInfo, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return procInfo{}, false
+	}
+	// The command name may hold spaces and parentheses; the fields start
+	// after the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return procInfo{}, false
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return procInfo{}, false
+	}
+	ppid, _ := strconv.Atoi(f[1])
+	pgrp, _ := strconv.Atoi(f[2])
+	sid, _ := strconv.Atoi(f[3])
+	start, _ := strconv.ParseUint(f[19], 10, 64)
+	return procInfo{ppid: ppid, pgrp: pgrp, sid: sid, start: start, zombie: f[0] == "Z" || f[0] == "X"}, true
+}
+
+// procStart is pid's start time (0 if unknown).
+func procStart(pid int) uint64 {
+	info, _ := readProc(pid)
+	return info.start
+}
+
+// prSetChildSubreaper is prctl's PR_SET_CHILD_SUBREAPER.
+const prSetChildSubreaper = 36
+
+// startReaping makes agentd a child subreaper and reaps every orphan it
+// adopts (as PID 1 it adopts them all), so none stays a zombie.
+func (t *tracker) startReaping() error {
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetChildSubreaper, 1, 0); errno != 0 {
+		return fmt.Errorf("agentd: become a child subreaper: %w", errno)
+	}
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, syscall.SIGCHLD)
+	t.wg.Add(1)
+	go func() {
+		defer t.wg.Done()
+		defer signal.Stop(sigs)
+		// SIGCHLD can coalesce; the ticker catches what a merged signal
+		// left behind.
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-t.stop:
+				t.reapOrphans()
+				return
+			case <-sigs:
+			case <-tick.C:
+			}
+			t.reapOrphans()
+		}
+	}()
+	return nil
+}
+
+// reapOrphans reaps exited children that agentd did not start itself.
+func (t *tracker) reapOrphans() {
+	t.startMu.Lock()
+	defer t.startMu.Unlock()
+	for _, pid := range ownChildren() {
+		t.mu.Lock()
+		ours := t.children[pid]
+		t.mu.Unlock()
+		if ours {
+			continue
+		}
+		var ws syscall.WaitStatus
+		syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
+	}
+}
+
+// ownChildren lists agentd's child processes.
+func ownChildren() []int {
+	tasks, err := os.ReadDir("/proc/self/task")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, task := range tasks {
+		b, err := os.ReadFile("/proc/self/task/" + task.Name() + "/children")
+		if err != nil {
+			continue
+		}
+		for f := range strings.FieldsSeq(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+// starting brackets the start of a command: call the returned function
+// with the command's pid (0 if it did not start) once it is known.
+func (t *tracker) starting() func(pid int) {
+	t.startMu.RLock()
+	return func(pid int) {
+		if pid != 0 {
+			t.mu.Lock()
+			t.children[pid] = true
+			t.mu.Unlock()
+		}
+		t.startMu.RUnlock()
+	}
+}
+
+// waited forgets a command agentd has reaped itself.
+func (t *tracker) waited(pid int) {
+	t.mu.Lock()
+	delete(t.children, pid)
+	t.mu.Unlock()
+}
