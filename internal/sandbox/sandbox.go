@@ -7,6 +7,9 @@ package sandbox
 
 import (
 	"context"
+	"net/url"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -17,9 +20,12 @@ const AgentdPort = 49984
 const EnvdPort = 49983
 
 // NoTimeout asks a backend to never time a sandbox out. CubeSandbox accepts
-// it (it is sent as -1); E2B rejects it, so use it only against backends that
-// document it.
+// it (it is sent as -1); E2B refuses it, so use it only against backends
+// that document it.
 const NoTimeout time.Duration = -1
+
+// NoTimeoutSeconds is NoTimeout for CreateRequest.TimeoutSeconds.
+const NoTimeoutSeconds = -1
 
 // State is a sandbox's lifecycle state as reported by the backend.
 type State string
@@ -41,13 +47,14 @@ const (
 	OnTimeoutPause OnTimeout = "pause"
 )
 
-// NewSandbox is a request to create a sandbox.
-type NewSandbox struct {
+// CreateRequest is a request to create a sandbox.
+type CreateRequest struct {
 	TemplateID string
-	// Timeout is the time to live from creation. Zero leaves it to the
-	// backend's default (15 s at E2B, never at CubeSandbox); NoTimeout asks
-	// for no timeout. Sub-second parts are rounded up.
-	Timeout time.Duration
+	// TimeoutSeconds is the time to live from creation. Zero leaves it to
+	// the backend's default (15 s at E2B, never at CubeSandbox);
+	// NoTimeoutSeconds asks for none (CubeSandbox only). E2B refuses 0 and
+	// negative values, so the client never sends them except -1.
+	TimeoutSeconds int
 	// AutoPause pauses the sandbox at timeout instead of killing it, which
 	// keeps the workspace for the session's next command.
 	AutoPause bool
@@ -55,24 +62,32 @@ type NewSandbox struct {
 	AutoResume bool
 	Metadata   map[string]string
 	EnvVars    map[string]string
+	// Secure asks the backend to protect its in-sandbox daemon (envd) with
+	// an access token; only then does the answer carry EnvdAccessToken.
+	Secure bool
 	// AllowPublicTraffic false makes the backend require the traffic access
-	// token on proxied requests. Nil leaves the backend default (allowed).
+	// token on proxied requests. E2B accepts that only for secure
+	// sandboxes, so the client also sends secure:true then. Nil leaves the
+	// backend default (allowed).
 	AllowPublicTraffic *bool
 }
 
 // Sandbox is what a backend returns from create and connect: enough to reach
 // the sandbox, not its full state.
 type Sandbox struct {
-	ID                 string
-	TemplateID         string
-	Alias              string
-	ClientID           string
-	EnvdVersion        string
-	EnvdAccessToken    string
+	ID          string
+	TemplateID  string
+	Alias       string
+	ClientID    string
+	EnvdVersion string
+	// EnvdAccessToken is set only for secure sandboxes.
+	EnvdAccessToken string
+	// TrafficAccessToken is set when public traffic is not allowed; send it
+	// as the e2b-traffic-access-token header through the proxy.
 	TrafficAccessToken string
 	// Domain is where the sandbox's ports are reachable; empty when the
-	// backend did not say, in which case the environment's configured domain
-	// applies.
+	// backend did not say, in which case the environment's configured
+	// domain applies.
 	Domain string
 	// Resumed reports that connect thawed a paused sandbox (HTTP 201).
 	// CubeSandbox answers 200 even when it resumed, so false is not proof
@@ -96,8 +111,10 @@ type Info struct {
 	ClientID   string
 	State      State
 	StartedAt  time.Time
-	// EndAt is when the current timeout expires; zero when the sandbox never
-	// times out (CubeSandbox omits the field then).
+	// EndAt is when the current timeout expires for a running sandbox. For
+	// a paused one E2B reports when it was paused (its snapshot's time), so
+	// "paused for" is now minus EndAt. Zero when the sandbox never times out
+	// (CubeSandbox omits the field then).
 	EndAt       time.Time
 	CPU         int
 	MemoryMB    int
@@ -130,25 +147,74 @@ type ListFilter struct {
 	Metadata map[string]string
 	// States limits the result to these states; empty means all.
 	States []State
+	// Template limits the result to one template (E2B's template filter);
+	// empty means all.
+	Template string
+	// StartedAfter limits the result to sandboxes started after it; zero
+	// means no limit.
+	StartedAfter time.Time
 	// PageSize is the page size asked of the backend (1..100); zero leaves
 	// the backend's default. The client follows every page regardless.
 	PageSize int
 }
 
-// Backend is the sandbox lifecycle Gatehouse drives. Implementations return
-// errors that match ErrNotFound, ErrConflict, ErrUnauthorized,
-// ErrRateLimited or ErrUnavailable under errors.Is when the backend said so.
+// Backend is the sandbox lifecycle Gatehouse drives. Errors match the
+// sentinels in errors.go under errors.Is (ErrNotFound, ErrConflict,
+// ErrAlreadyPaused, ErrUnauthorized, ErrRateLimited, ErrUnavailable,
+// ErrServer, ErrTimeout, ErrMalformed, ErrRedirect, ErrBadRequest);
+// OutcomeUnknown tells whether a failed mutation may still have happened.
 type Backend interface {
-	Create(ctx context.Context, req NewSandbox) (Sandbox, error)
+	Create(ctx context.Context, req CreateRequest) (Sandbox, error)
+	// List returns every matching sandbox, following the backend's pages.
 	List(ctx context.Context, f ListFilter) ([]Info, error)
 	Get(ctx context.Context, id string) (Info, error)
+	// Kill destroys a sandbox; ErrNotFound when it does not exist (any
+	// more).
 	Kill(ctx context.Context, id string) error
+	// Pause snapshots a running sandbox; ErrAlreadyPaused (which also
+	// matches ErrConflict) when it is paused already.
 	Pause(ctx context.Context, id string) error
-	// Connect resumes a paused sandbox (or confirms a running one) and sets
-	// its timeout to now+timeout.
+	// Connect resumes a paused sandbox (or confirms a running one) and
+	// makes it expire timeout from now; E2B only ever extends a running
+	// sandbox's timeout here.
 	Connect(ctx context.Context, id string, timeout time.Duration) (Sandbox, error)
+	// SetTimeout makes the sandbox expire timeout from now (it may shorten
+	// it).
 	SetTimeout(ctx context.Context, id string, timeout time.Duration) error
 	ListTemplates(ctx context.Context) ([]Template, error)
 	GetTemplate(ctx context.Context, id string) (Template, error)
+	// Health proves the backend answers and accepts the API key.
 	Health(ctx context.Context) error
 }
+
+// Addressing says how the ports inside an environment's sandboxes are
+// reached: host-based, <scheme>://<port>-<id>.<domain>, or path-based
+// through a proxy, <ProxyBaseURL>/sandbox/<id>/<port>, for deployments
+// without wildcard DNS.
+type Addressing struct {
+	// Scheme is http or https (default https).
+	Scheme string
+	// Domain applies when the backend did not name one for the sandbox.
+	Domain string
+	// ProxyBaseURL, when set, selects path-based addressing.
+	ProxyBaseURL string
+}
+
+// PortURL is the base URL of a port inside a sandbox; domain is the one the
+// backend reported (empty falls back to a.Domain).
+func (a Addressing) PortURL(sandboxID, domain string, port int) string {
+	if a.ProxyBaseURL != "" {
+		return strings.TrimRight(a.ProxyBaseURL, "/") + "/sandbox/" + url.PathEscape(sandboxID) + "/" + strconv.Itoa(port)
+	}
+	if domain == "" {
+		domain = a.Domain
+	}
+	scheme := a.Scheme
+	if scheme == "" {
+		scheme = "https"
+	}
+	return scheme + "://" + strconv.Itoa(port) + "-" + sandboxID + "." + domain
+}
+
+// AgentdURL is the base URL of agentd inside sb.
+func (a Addressing) AgentdURL(sb Sandbox) string { return a.PortURL(sb.ID, sb.Domain, AgentdPort) }

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -26,14 +27,18 @@ const maxPages = 1000
 // maxErrorBody bounds how much of an error answer is read.
 const maxErrorBody = 64 << 10
 
+// maxBody bounds a successful answer (a page of 100 sandboxes with metadata
+// is well under 1 MiB).
+const maxBody = 16 << 20
+
 // ConnectMode chooses how Connect resumes a sandbox.
 type ConnectMode int
 
 const (
 	// ConnectAuto uses POST /sandboxes/{id}/connect and falls back to POST
 	// /sandboxes/{id}/resume when the server shows it has no connect route
-	// (a 404/405 whose body is not an E2B error; an unknown sandbox's 404
-	// carries {"code":404,...}). The finding is remembered per client.
+	// (connect answers 404 or 405 for a sandbox whose detail exists). The
+	// finding is remembered per client.
 	ConnectAuto ConnectMode = iota
 	// ConnectOnly never falls back.
 	ConnectOnly
@@ -65,20 +70,24 @@ type Client struct {
 var _ sandbox.Backend = (*Client)(nil)
 
 // New returns a client for the API at baseURL (e.g. https://api.e2b.app or
-// http://cube-api:3000). hc nil means http.DefaultClient; callers should pass
-// one with a timeout suited to their deployment.
+// http://cube-api:3000). hc nil means a plain http.Client; callers should
+// bound calls with their context or pass a client with a timeout. The
+// client never follows redirects, whatever hc says: the API key travels in
+// X-API-Key, which Go's redirect handling would forward to any host.
 func New(baseURL, apiKey string, hc *http.Client, opts ...Option) (*Client, error) {
 	u, err := url.Parse(strings.TrimRight(baseURL, "/"))
 	if err != nil {
 		return nil, fmt.Errorf("e2b: parse base URL: %w", err)
 	}
-	if u.Scheme != "http" && u.Scheme != "https" {
-		return nil, fmt.Errorf("e2b: base URL %q: scheme must be http or https", baseURL)
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, fmt.Errorf("e2b: base URL %q: must be an http or https URL with a host", baseURL)
 	}
-	if hc == nil {
-		hc = http.DefaultClient
+	own := &http.Client{}
+	if hc != nil {
+		*own = *hc
 	}
-	c := &Client{base: u, apiKey: apiKey, hc: hc, userAgent: "gatehouse"}
+	own.CheckRedirect = func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }
+	c := &Client{base: u, apiKey: apiKey, hc: own, userAgent: "gatehouse"}
 	for _, o := range opts {
 		o(c)
 	}
@@ -87,18 +96,24 @@ func New(baseURL, apiKey string, hc *http.Client, opts ...Option) (*Client, erro
 
 // Create starts a sandbox from a template (POST /sandboxes; the v1 path is
 // served by every E2B-compatible backend, CubeSandbox included).
-func (c *Client) Create(ctx context.Context, req sandbox.NewSandbox) (sandbox.Sandbox, error) {
+func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox.Sandbox, error) {
 	if req.TemplateID == "" {
-		return sandbox.Sandbox{}, fmt.Errorf("e2b: create: %w: template id is required", sandbox.ErrBadRequest)
+		return sandbox.Sandbox{}, sandbox.NotSent(fmt.Errorf("e2b: create: %w: template id is required", sandbox.ErrBadRequest))
 	}
+	if req.TimeoutSeconds < sandbox.NoTimeoutSeconds || req.TimeoutSeconds > 1<<31-1 {
+		return sandbox.Sandbox{}, sandbox.NotSent(fmt.Errorf("e2b: create: %w: timeout %d s is out of range", sandbox.ErrBadRequest, req.TimeoutSeconds))
+	}
+	private := req.AllowPublicTraffic != nil && !*req.AllowPublicTraffic
 	body := newSandboxJSON{
 		TemplateID: req.TemplateID,
 		AutoPause:  req.AutoPause,
 		Metadata:   req.Metadata,
 		EnvVars:    req.EnvVars,
+		// E2B refuses a private sandbox that is not secure.
+		Secure: req.Secure || private,
 	}
-	if req.Timeout != 0 {
-		t := seconds(req.Timeout)
+	if req.TimeoutSeconds != 0 {
+		t := int32(req.TimeoutSeconds)
 		body.Timeout = &t
 	}
 	if req.AutoResume {
@@ -114,49 +129,62 @@ func (c *Client) Create(ctx context.Context, req sandbox.NewSandbox) (sandbox.Sa
 		}
 		body.Lifecycle = lc
 	}
+	const op = "POST /sandboxes"
 	var out sandboxJSON
-	if _, err := c.do(ctx, "POST /sandboxes", http.MethodPost, "/sandboxes", nil, body, &out, http.StatusCreated, http.StatusOK); err != nil {
+	if _, err := c.do(ctx, op, http.MethodPost, "/sandboxes", "", body, &out, http.StatusCreated, http.StatusOK); err != nil {
+		return sandbox.Sandbox{}, err
+	}
+	if err := out.check(op); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	return out.domain(false), nil
 }
 
-// List returns every sandbox matching f, following X-Next-Token. Servers that
-// ignore nextToken (CubeSandbox) answer the same page again; List stops when
-// a page brings nothing new, when the token is empty, or when it repeats.
+// List returns every sandbox matching f from GET /v2/sandboxes, following
+// X-Next-Token. CubeSandbox ignores nextToken and answers the first page
+// again; List stops at a repeated token or a page that brings nothing new,
+// so it ends with what the backend can list instead of looping.
 func (c *Client) List(ctx context.Context, f sandbox.ListFilter) ([]sandbox.Info, error) {
-	q := url.Values{}
+	var q query
 	if len(f.Metadata) > 0 {
-		md := url.Values{}
-		for k, v := range f.Metadata {
-			md.Set(k, v)
-		}
-		// The API takes the pairs as one urlencoded query string, which is
-		// then encoded again as the parameter's value.
-		q.Set("metadata", md.Encode())
+		q.add("metadata", metadataFilter(f.Metadata))
 	}
 	if len(f.States) > 0 {
 		s := make([]string, len(f.States))
 		for i, st := range f.States {
 			s[i] = string(st)
 		}
-		q.Set("state", strings.Join(s, ","))
+		q.addList("state", s)
+	}
+	if f.Template != "" {
+		q.add("template", f.Template)
+	}
+	if !f.StartedAfter.IsZero() {
+		q.add("startedAfter", f.StartedAfter.UTC().Format(time.RFC3339Nano))
 	}
 	if f.PageSize > 0 {
-		q.Set("limit", strconv.Itoa(f.PageSize))
+		q.add("limit", strconv.Itoa(f.PageSize))
 	}
 
 	var out []sandbox.Info
 	seen := map[string]bool{}
 	tokens := map[string]bool{}
+	next := ""
 	for page := 0; page < maxPages; page++ {
+		pq := q
+		if next != "" {
+			pq = append(append(query(nil), q...), "nextToken="+encodeURIComponent(next))
+		}
 		var items []listedSandboxJSON
-		h, err := c.do(ctx, "GET /v2/sandboxes", http.MethodGet, "/v2/sandboxes", q, nil, &items, http.StatusOK)
+		h, err := c.do(ctx, "GET /v2/sandboxes", http.MethodGet, "/v2/sandboxes", pq.String(), nil, &items, http.StatusOK)
 		if err != nil {
 			return nil, err
 		}
 		fresh := 0
 		for _, it := range items {
+			if it.SandboxID == "" {
+				return nil, fmt.Errorf("e2b: GET /v2/sandboxes: %w: a listed sandbox has no sandboxID", sandbox.ErrMalformed)
+			}
 			if seen[it.SandboxID] {
 				continue
 			}
@@ -164,62 +192,77 @@ func (c *Client) List(ctx context.Context, f sandbox.ListFilter) ([]sandbox.Info
 			fresh++
 			out = append(out, it.domain())
 		}
-		next := h.header.Get("X-Next-Token")
+		next = h.header.Get("X-Next-Token")
 		if next == "" || tokens[next] || fresh == 0 {
 			return out, nil
 		}
 		tokens[next] = true
-		q.Set("nextToken", next)
 	}
 	return out, nil
 }
 
 // Get returns one sandbox's detail (GET /sandboxes/{id}).
 func (c *Client) Get(ctx context.Context, id string) (sandbox.Info, error) {
+	const op = "GET /sandboxes/{id}"
 	var out listedSandboxJSON
-	if _, err := c.do(ctx, "GET /sandboxes/{id}", http.MethodGet, sandboxPath(id, ""), nil, nil, &out, http.StatusOK); err != nil {
+	if _, err := c.do(ctx, op, http.MethodGet, sandboxPath(id, ""), "", nil, &out, http.StatusOK); err != nil {
 		return sandbox.Info{}, err
+	}
+	if out.SandboxID == "" {
+		return sandbox.Info{}, fmt.Errorf("e2b: %s: %w: no sandboxID", op, sandbox.ErrMalformed)
 	}
 	return out.domain(), nil
 }
 
-// Kill destroys a sandbox (DELETE /sandboxes/{id}).
+// Kill destroys a sandbox (DELETE /sandboxes/{id}); ErrNotFound when it does
+// not exist.
 func (c *Client) Kill(ctx context.Context, id string) error {
-	_, err := c.do(ctx, "DELETE /sandboxes/{id}", http.MethodDelete, sandboxPath(id, ""), nil, nil, nil, http.StatusNoContent, http.StatusOK)
+	_, err := c.do(ctx, "DELETE /sandboxes/{id}", http.MethodDelete, sandboxPath(id, ""), "", nil, nil, http.StatusNoContent, http.StatusOK)
 	return err
 }
 
 // Pause snapshots a running sandbox. Pausing a paused sandbox answers
-// ErrConflict.
+// ErrAlreadyPaused (which also matches ErrConflict).
 func (c *Client) Pause(ctx context.Context, id string) error {
-	_, err := c.do(ctx, "POST /sandboxes/{id}/pause", http.MethodPost, sandboxPath(id, "/pause"), nil, nil, nil, http.StatusNoContent, http.StatusOK)
+	_, err := c.do(ctx, "POST /sandboxes/{id}/pause", http.MethodPost, sandboxPath(id, "/pause"), "", nil, nil, http.StatusNoContent, http.StatusOK)
+	if errors.Is(err, sandbox.ErrConflict) {
+		return fmt.Errorf("%w: %w", sandbox.ErrAlreadyPaused, err)
+	}
 	return err
 }
 
 // SetTimeout makes the sandbox expire timeout from now (POST
 // /sandboxes/{id}/timeout). sandbox.NoTimeout sends -1 (CubeSandbox only).
 func (c *Client) SetTimeout(ctx context.Context, id string, timeout time.Duration) error {
-	_, err := c.do(ctx, "POST /sandboxes/{id}/timeout", http.MethodPost, sandboxPath(id, "/timeout"), nil,
+	_, err := c.do(ctx, "POST /sandboxes/{id}/timeout", http.MethodPost, sandboxPath(id, "/timeout"), "",
 		timeoutJSON{Timeout: seconds(timeout)}, nil, http.StatusNoContent, http.StatusOK)
 	return err
 }
 
 // Connect resumes a paused sandbox or confirms a running one, setting its
-// timeout. See ConnectMode for how servers without the connect route are
-// handled.
+// timeout. The answer's Resumed is true on 201 (resumed) and false on 200
+// (was running, or CubeSandbox, which always answers 200). See ConnectMode
+// for servers without the connect route.
 func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) (sandbox.Sandbox, error) {
-	body := timeoutJSON{Timeout: seconds(timeout)}
 	if c.connectMode == ResumeOnly || (c.connectMode == ConnectAuto && c.noConnect.Load()) {
 		return c.resume(ctx, id, timeout)
 	}
+	const op = "POST /sandboxes/{id}/connect"
 	var out sandboxJSON
-	h, err := c.do(ctx, "POST /sandboxes/{id}/connect", http.MethodPost, sandboxPath(id, "/connect"), nil, body, &out, http.StatusOK, http.StatusCreated)
+	h, err := c.do(ctx, op, http.MethodPost, sandboxPath(id, "/connect"), "", timeoutJSON{Timeout: seconds(timeout)}, &out, http.StatusOK, http.StatusCreated)
 	if err != nil {
-		var rm *routeMissingError
-		if c.connectMode == ConnectAuto && errors.As(err, &rm) {
-			c.noConnect.Store(true)
-			return c.resume(ctx, id, timeout)
+		if c.connectMode == ConnectAuto && routeMaybeMissing(err) {
+			// An unknown sandbox and a server without the route both
+			// answer 404 (and both may use the JSON error shape); the
+			// detail call tells them apart.
+			if _, gerr := c.Get(ctx, id); gerr == nil {
+				c.noConnect.Store(true)
+				return c.resume(ctx, id, timeout)
+			}
 		}
+		return sandbox.Sandbox{}, err
+	}
+	if err := out.check(op); err != nil {
 		return sandbox.Sandbox{}, err
 	}
 	return out.domain(h.status == http.StatusCreated), nil
@@ -229,10 +272,14 @@ func (c *Client) Connect(ctx context.Context, id string, timeout time.Duration) 
 // running sandbox; that is success for Connect, so the timeout is set and
 // the sandbox is described from its detail.
 func (c *Client) resume(ctx context.Context, id string, timeout time.Duration) (sandbox.Sandbox, error) {
+	const op = "POST /sandboxes/{id}/resume"
 	var out sandboxJSON
-	_, err := c.do(ctx, "POST /sandboxes/{id}/resume", http.MethodPost, sandboxPath(id, "/resume"), nil,
+	_, err := c.do(ctx, op, http.MethodPost, sandboxPath(id, "/resume"), "",
 		timeoutJSON{Timeout: seconds(timeout)}, &out, http.StatusCreated, http.StatusOK)
 	if err == nil {
+		if err := out.check(op); err != nil {
+			return sandbox.Sandbox{}, err
+		}
 		return out.domain(true), nil
 	}
 	if !errors.Is(err, sandbox.ErrConflict) {
@@ -258,7 +305,7 @@ func (c *Client) resume(ctx context.Context, id string, timeout time.Duration) (
 // ListTemplates returns the templates the key can use (GET /templates).
 func (c *Client) ListTemplates(ctx context.Context) ([]sandbox.Template, error) {
 	var items []templateJSON
-	if _, err := c.do(ctx, "GET /templates", http.MethodGet, "/templates", nil, nil, &items, http.StatusOK); err != nil {
+	if _, err := c.do(ctx, "GET /templates", http.MethodGet, "/templates", "", nil, &items, http.StatusOK); err != nil {
 		return nil, err
 	}
 	out := make([]sandbox.Template, len(items))
@@ -268,10 +315,11 @@ func (c *Client) ListTemplates(ctx context.Context) ([]sandbox.Template, error) 
 	return out, nil
 }
 
-// GetTemplate returns one template (GET /templates/{id}).
+// GetTemplate returns one template (GET /templates/{id}); E2B answers the
+// template-with-builds shape, whose newest build gives sizes and status.
 func (c *Client) GetTemplate(ctx context.Context, id string) (sandbox.Template, error) {
 	var t templateJSON
-	if _, err := c.do(ctx, "GET /templates/{id}", http.MethodGet, "/templates/"+url.PathEscape(id), nil, nil, &t, http.StatusOK); err != nil {
+	if _, err := c.do(ctx, "GET /templates/{id}", http.MethodGet, "/templates/"+url.PathEscape(id), "", nil, &t, http.StatusOK); err != nil {
 		return sandbox.Template{}, err
 	}
 	if t.TemplateID == "" {
@@ -280,26 +328,28 @@ func (c *Client) GetTemplate(ctx context.Context, id string) (sandbox.Template, 
 	return t.domain(), nil
 }
 
-// Health checks that the backend answers and the key works. GET /health is
-// unauthenticated on CubeSandbox; E2B has no such route, so a 404 there falls
-// back to an authenticated GET /templates, which also proves the key.
+// Health checks that the backend answers and that it accepts the key. GET
+// /health needs no key (E2B answers 204, CubeSandbox 200, some servers have
+// no such route), so it proves only reachability; an authenticated GET
+// /templates follows, and a refused key is reported as such.
 func (c *Client) Health(ctx context.Context) error {
-	_, err := c.do(ctx, "GET /health", http.MethodGet, "/health", nil, nil, nil, http.StatusOK)
-	if err == nil {
-		return nil
-	}
-	if !errors.Is(err, sandbox.ErrNotFound) {
+	_, err := c.do(ctx, "GET /health", http.MethodGet, "/health", "", nil, nil, http.StatusOK, http.StatusNoContent)
+	if err != nil && !routeMaybeMissing(err) {
 		return err
 	}
-	_, err = c.do(ctx, "GET /templates", http.MethodGet, "/templates", nil, nil, nil, http.StatusOK)
+	_, err = c.do(ctx, "GET /templates", http.MethodGet, "/templates", "", nil, nil, http.StatusOK)
+	if errors.Is(err, sandbox.ErrUnauthorized) {
+		return fmt.Errorf("e2b: health: the backend answers but refuses the API key: %w", err)
+	}
 	return err
 }
 
-// routeMissingError marks a 404/405 that came from the server's router rather
-// than from the API (no E2B error body).
-type routeMissingError struct{ *sandbox.APIError }
-
-func (e *routeMissingError) Unwrap() error { return e.APIError }
+// routeMaybeMissing reports a 404 or 405, which a server without the route
+// answers too.
+func routeMaybeMissing(err error) bool {
+	var ae *sandbox.APIError
+	return errors.As(err, &ae) && (ae.Status == http.StatusNotFound || ae.Status == http.StatusMethodNotAllowed)
+}
 
 // answer is what do reports of a successful call.
 type answer struct {
@@ -307,25 +357,25 @@ type answer struct {
 	header http.Header
 }
 
-// do sends one call and decodes a JSON answer into out (when non-nil and the
-// body is non-empty). op names the route for errors.
-func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, in, out any, ok ...int) (answer, error) {
-	// path is already escaped (sandboxPath), so the URL is built as text.
+// do sends one call and decodes a JSON answer into out (when non-nil). op
+// names the route for errors; path is already escaped and rawQuery already
+// encoded.
+func (c *Client) do(ctx context.Context, op, method, path, rawQuery string, in, out any, ok ...int) (answer, error) {
 	target := c.base.String() + path
-	if len(q) > 0 {
-		target += "?" + q.Encode()
+	if rawQuery != "" {
+		target += "?" + rawQuery
 	}
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
 		if err != nil {
-			return answer{}, fmt.Errorf("e2b: %s: encode request: %w", op, err)
+			return answer{}, sandbox.NotSent(fmt.Errorf("e2b: %s: encode request: %w", op, err))
 		}
 		body = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, target, body)
 	if err != nil {
-		return answer{}, fmt.Errorf("e2b: %s: %w", op, err)
+		return answer{}, sandbox.NotSent(fmt.Errorf("e2b: %s: %w", op, err))
 	}
 	if in != nil {
 		req.Header.Set("Content-Type", "application/json")
@@ -339,13 +389,14 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 	}
 	resp, err := c.hc.Do(req)
 	if err != nil {
-		if ctx.Err() != nil {
-			return answer{}, fmt.Errorf("e2b: %s: %w", op, ctx.Err())
-		}
-		return answer{}, fmt.Errorf("e2b: %s: %w: %w", op, sandbox.ErrUnavailable, err)
+		return answer{}, transportError(ctx, op, err)
 	}
 	defer resp.Body.Close()
 
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		return answer{}, redirectError(op, resp)
+	}
 	for _, s := range ok {
 		if resp.StatusCode != s {
 			continue
@@ -355,27 +406,57 @@ func (c *Client) do(ctx context.Context, op, method, path string, q url.Values, 
 			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
 			return h, nil
 		}
-		b, err := io.ReadAll(resp.Body)
+		b, err := io.ReadAll(io.LimitReader(resp.Body, maxBody))
 		if err != nil {
-			return answer{}, fmt.Errorf("e2b: %s: read answer: %w", op, err)
-		}
-		if len(bytes.TrimSpace(b)) == 0 {
-			return h, nil
+			return answer{}, transportError(ctx, op+": read answer", err)
 		}
 		if err := json.Unmarshal(b, out); err != nil {
-			return answer{}, fmt.Errorf("e2b: %s: decode answer: %w", op, err)
+			return answer{}, fmt.Errorf("e2b: %s: %w: status %d with a body that is not the API's JSON: %v", op, sandbox.ErrMalformed, resp.StatusCode, err)
 		}
 		return h, nil
 	}
 	return answer{}, parseError(op, resp)
 }
 
+// transportError classifies a failed exchange: no answer in time (the
+// caller's deadline or the HTTP client's timeout), the caller giving up, or
+// a backend that cannot be reached.
+func transportError(ctx context.Context, op string, err error) error {
+	var ne net.Error
+	switch {
+	case errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return fmt.Errorf("e2b: %s: %w (the call may still have taken effect): %w", op, sandbox.ErrTimeout, ctx.Err())
+	case ctx.Err() != nil:
+		return fmt.Errorf("e2b: %s: %w", op, ctx.Err())
+	case errors.As(err, &ne) && ne.Timeout():
+		return fmt.Errorf("e2b: %s: %w (the call may still have taken effect): %w", op, sandbox.ErrTimeout, err)
+	}
+	return fmt.Errorf("e2b: %s: %w: %w", op, sandbox.ErrUnavailable, err)
+}
+
+// redirectError reports a 3xx: the client follows none, so that the API key
+// never reaches another address; the message says where it pointed so the
+// admin can correct the base URL.
+func redirectError(op string, resp *http.Response) error {
+	where := resp.Header.Get("Location")
+	if where == "" {
+		where = "(no Location header)"
+	} else if u, err := resp.Request.URL.Parse(where); err == nil {
+		u.User = nil
+		where = u.Redacted()
+	}
+	return fmt.Errorf("e2b: %s: %w with %d to %s; redirects are not followed, so the API key is never sent elsewhere: set the environment's URL to the API itself",
+		op, sandbox.ErrRedirect, resp.StatusCode, where)
+}
+
 func parseError(op string, resp *http.Response) error {
 	b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 	e := &sandbox.APIError{Status: resp.StatusCode, Code: resp.StatusCode, Op: "e2b: " + op}
-	if ra := resp.Header.Get("Retry-After"); ra != "" {
+	if ra := strings.TrimSpace(resp.Header.Get("Retry-After")); ra != "" {
 		if s, err := strconv.Atoi(ra); err == nil && s >= 0 {
 			e.RetryAfter = time.Duration(s) * time.Second
+		} else if t, err := http.ParseTime(ra); err == nil {
+			e.RetryAfter = max(time.Until(t), 0)
 		}
 	}
 	var ej errorJSON
@@ -389,26 +470,9 @@ func parseError(op string, resp *http.Response) error {
 		// sent, so a backend URL cannot be used to read arbitrary pages.
 		e.Message = "the server did not answer like an E2B-compatible API"
 	}
-	if !isAPI && (resp.StatusCode == http.StatusNotFound || resp.StatusCode == http.StatusMethodNotAllowed) {
-		return &routeMissingError{e}
-	}
 	return e
 }
 
 func sandboxPath(id, suffix string) string {
 	return "/sandboxes/" + url.PathEscape(id) + suffix
-}
-
-// AgentdURL is the base URL of a port inside a sandbox. With pathProxyBase
-// set it is path-based, <pathProxyBase>/sandbox/<id>/<port>, for deployments
-// without wildcard DNS; otherwise host-based, <scheme>://<port>-<id>.<domain>
-// (scheme defaults to https).
-func AgentdURL(sandboxID, domain, scheme, pathProxyBase string, port int) string {
-	if pathProxyBase != "" {
-		return strings.TrimRight(pathProxyBase, "/") + "/sandbox/" + url.PathEscape(sandboxID) + "/" + strconv.Itoa(port)
-	}
-	if scheme == "" {
-		scheme = "https"
-	}
-	return scheme + "://" + strconv.Itoa(port) + "-" + sandboxID + "." + domain
 }

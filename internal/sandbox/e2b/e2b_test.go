@@ -89,10 +89,10 @@ func TestEndToEnd(t *testing.T) {
 		base func(f *e2bfake.Server, sb sandbox.Sandbox) string
 	}{
 		{"host-based", func(f *e2bfake.Server, sb sandbox.Sandbox) string {
-			return e2b.AgentdURL(sb.ID, sb.Domain, "http", "", sandbox.AgentdPort)
+			return sandbox.Addressing{Scheme: "http"}.AgentdURL(sb)
 		}},
 		{"path-based", func(f *e2bfake.Server, sb sandbox.Sandbox) string {
-			return e2b.AgentdURL(sb.ID, "", "", f.ProxyURL(), sandbox.AgentdPort)
+			return sandbox.Addressing{ProxyBaseURL: f.ProxyURL()}.AgentdURL(sb)
 		}},
 	}
 	for _, tt := range tests {
@@ -104,14 +104,14 @@ func TestEndToEnd(t *testing.T) {
 			hc := f.HTTPClient()
 
 			md := map[string]string{"gatehouse.org": "acme", "gatehouse.session": tt.name}
-			sb, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Timeout: time.Minute, AutoPause: true, Metadata: md})
+			sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", TimeoutSeconds: 60, AutoPause: true, Metadata: md})
 			if err != nil {
 				t.Fatalf("create: %v", err)
 			}
 			if sb.ID == "" || sb.Domain != f.Domain() || sb.EnvdVersion == "" {
 				t.Fatalf("create answered %+v", sb)
 			}
-			other, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Metadata: map[string]string{"gatehouse.org": "globex"}})
+			other, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Metadata: map[string]string{"gatehouse.org": "globex"}})
 			if err != nil {
 				t.Fatalf("create other: %v", err)
 			}
@@ -241,7 +241,7 @@ func TestListPaging(t *testing.T) {
 			c := newClient(t, f, e2bfaketest.APIKey)
 			var want []string
 			for range 5 {
-				sb, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Metadata: map[string]string{"k": "v"}})
+				sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Metadata: map[string]string{"k": "v"}})
 				if err != nil {
 					t.Fatalf("create: %v", err)
 				}
@@ -255,6 +255,8 @@ func TestListPaging(t *testing.T) {
 			for _, s := range list {
 				got = append(got, s.ID)
 			}
+			// E2B lists newest first.
+			slices.Reverse(want)
 			if len(got) != tt.wantCount || !slices.Equal(got, want[:tt.wantCount]) {
 				t.Errorf("list = %v, want %v", got, want[:tt.wantCount])
 			}
@@ -268,17 +270,23 @@ func TestListPaging(t *testing.T) {
 func TestListFilters(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}})
+	clock := e2bfaketest.NewManualClock(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}, Clock: clock.Now})
 	c := newClient(t, f, e2bfaketest.APIKey)
 	mk := func(md map[string]string) string {
-		sb, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Metadata: md})
+		sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Metadata: md})
 		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
 		return sb.ID
 	}
+	// A manual clock moved between creates gives distinct start times, so
+	// the order and startedAfter are exact.
 	a := mk(map[string]string{"org": "acme", "agent": "x"})
+	startA := f.Now()
+	f.Advance(time.Second)
 	b := mk(map[string]string{"org": "acme", "agent": "y & z=1"})
+	f.Advance(time.Second)
 	g := mk(map[string]string{"org": "globex"})
 	if err := c.Pause(ctx, b); err != nil {
 		t.Fatalf("pause: %v", err)
@@ -288,14 +296,17 @@ func TestListFilters(t *testing.T) {
 		f    sandbox.ListFilter
 		want []string
 	}{
-		{"all", sandbox.ListFilter{}, []string{a, b, g}},
-		{"one pair", sandbox.ListFilter{Metadata: map[string]string{"org": "acme"}}, []string{a, b}},
+		{"all, newest first", sandbox.ListFilter{}, []string{g, b, a}},
+		{"one pair", sandbox.ListFilter{Metadata: map[string]string{"org": "acme"}}, []string{b, a}},
 		{"all pairs must match", sandbox.ListFilter{Metadata: map[string]string{"org": "acme", "agent": "x"}}, []string{a}},
 		{"value needing escapes", sandbox.ListFilter{Metadata: map[string]string{"agent": "y & z=1"}}, []string{b}},
 		{"no match", sandbox.ListFilter{Metadata: map[string]string{"org": "initech"}}, nil},
-		{"running", sandbox.ListFilter{States: []sandbox.State{sandbox.StateRunning}}, []string{a, g}},
+		{"running", sandbox.ListFilter{States: []sandbox.State{sandbox.StateRunning}}, []string{g, a}},
 		{"paused and acme", sandbox.ListFilter{States: []sandbox.State{sandbox.StatePaused}, Metadata: map[string]string{"org": "acme"}}, []string{b}},
-		{"both states", sandbox.ListFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}}, []string{a, b, g}},
+		{"both states", sandbox.ListFilter{States: []sandbox.State{sandbox.StateRunning, sandbox.StatePaused}}, []string{g, b, a}},
+		{"template by alias", sandbox.ListFilter{Template: "base"}, []string{g, b, a}},
+		{"unknown template", sandbox.ListFilter{Template: "other"}, nil},
+		{"started after the first", sandbox.ListFilter{StartedAfter: startA}, []string{g, b}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -320,7 +331,7 @@ func TestErrorsFromFake(t *testing.T) {
 	ctx := context.Background()
 	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}})
 	good := newClient(t, f, e2bfaketest.APIKey)
-	sb, err := good.Create(ctx, sandbox.NewSandbox{TemplateID: "base"})
+	sb, err := good.Create(ctx, sandbox.CreateRequest{TemplateID: "base"})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -340,11 +351,11 @@ func TestErrorsFromFake(t *testing.T) {
 		{"kill unknown", func(c *e2b.Client) error { return c.Kill(ctx, "nosuch") }, e2bfaketest.APIKey, sandbox.ErrNotFound, 404},
 		{"connect unknown", func(c *e2b.Client) error { _, err := c.Connect(ctx, "nosuch", time.Minute); return err }, e2bfaketest.APIKey, sandbox.ErrNotFound, 404},
 		{"unknown template", func(c *e2b.Client) error {
-			_, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "nosuch"})
+			_, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "nosuch"})
 			return err
 		}, e2bfaketest.APIKey, sandbox.ErrNotFound, 404},
 		{"bad env var name", func(c *e2b.Client) error {
-			_, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", EnvVars: map[string]string{"1BAD": "x"}})
+			_, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", EnvVars: map[string]string{"1BAD": "x"}})
 			return err
 		}, e2bfaketest.APIKey, sandbox.ErrBadRequest, 400},
 		{"pause paused", func(c *e2b.Client) error { return c.Pause(ctx, sb.ID) }, e2bfaketest.APIKey, sandbox.ErrConflict, 409},
@@ -385,7 +396,10 @@ func TestErrorsFromServer(t *testing.T) {
 		{"gateway", 502, `<html>bad gateway</html>`, "", sandbox.ErrUnavailable, "the server did not answer like an E2B-compatible API", "", 0},
 		{"forbidden", 403, `{"code":403,"message":"team blocked"}`, "", sandbox.ErrUnauthorized, "team blocked", "", 0},
 		{"gone", 410, `{"code":410,"message":"killed"}`, "", sandbox.ErrNotFound, "killed", "", 0},
-		{"internal", 500, `{"code":500,"message":"boom"}`, "", nil, "boom", "", 0},
+		{"internal", 500, `{"code":500,"message":"boom"}`, "", sandbox.ErrServer, "boom", "", 0},
+		{"unavailable with Retry-After", 503, `{"code":503,"message":"draining"}`, "12", sandbox.ErrUnavailable, "draining", "", 12 * time.Second},
+		{"gateway timeout", 504, `upstream timed out`, "", sandbox.ErrUnavailable, "the server did not answer like an E2B-compatible API", "", 0},
+		{"not implemented", 501, `{"code":501,"message":"nope"}`, "", sandbox.ErrServer, "nope", "", 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -413,7 +427,7 @@ func TestErrorsFromServer(t *testing.T) {
 			if tt.want != nil && !errors.Is(err, tt.want) {
 				t.Errorf("err = %v, want %v", err, tt.want)
 			}
-			for _, s := range []error{sandbox.ErrNotFound, sandbox.ErrConflict, sandbox.ErrUnauthorized, sandbox.ErrRateLimited, sandbox.ErrUnavailable} {
+			for _, s := range []error{sandbox.ErrNotFound, sandbox.ErrConflict, sandbox.ErrUnauthorized, sandbox.ErrRateLimited, sandbox.ErrUnavailable, sandbox.ErrServer} {
 				if s != tt.want && errors.Is(err, s) {
 					t.Errorf("err also matches %v", s)
 				}
@@ -447,15 +461,15 @@ func TestTimeouts(t *testing.T) {
 	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Clock: clock.Now})
 	c := newClient(t, f, e2bfaketest.APIKey)
 
-	pausing, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Timeout: 30 * time.Second, AutoPause: true})
+	pausing, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", TimeoutSeconds: 30, AutoPause: true})
 	if err != nil {
 		t.Fatalf("create auto-pause: %v", err)
 	}
-	killing, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Timeout: 30 * time.Second})
+	killing, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", TimeoutSeconds: 30})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
-	extended, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base", Timeout: 30 * time.Second})
+	extended, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", TimeoutSeconds: 30})
 	if err != nil {
 		t.Fatalf("create: %v", err)
 	}
@@ -476,6 +490,16 @@ func TestTimeouts(t *testing.T) {
 	info, err = c.Get(ctx, pausing.ID)
 	if err != nil || info.State != sandbox.StatePaused {
 		t.Fatalf("auto-pause sandbox after timeout = %+v, %v; want paused", info, err)
+	}
+	// Like E2B, a paused sandbox's endAt is when it was paused: what a
+	// reclaimer measures "paused for" from.
+	if !info.EndAt.Equal(start.Add(30*time.Second)) || !info.StartedAt.Equal(start) {
+		t.Errorf("auto-paused startedAt %v endAt %v, want %v and %v", info.StartedAt, info.EndAt, start, start.Add(30*time.Second))
+	}
+	// E2B keeps timeouts of running sandboxes only: a paused one is 404
+	// for set-timeout and must be resumed with connect.
+	if err := c.SetTimeout(ctx, pausing.ID, time.Minute); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("set timeout of a paused sandbox = %v, want ErrNotFound", err)
 	}
 	snap, _ := f.Inspect(pausing.ID)
 	if s := e2bfake.ProcState(snap.PID); s != 'T' {
@@ -503,7 +527,7 @@ func TestConnectFallsBackToResume(t *testing.T) {
 	ctx := context.Background()
 	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}, NoConnectRoute: true})
 	c := newClient(t, f, e2bfaketest.APIKey)
-	sb, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "base"})
+	sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -542,30 +566,36 @@ func TestConnectFallsBackToResume(t *testing.T) {
 	}
 }
 
+// TestHealth: /health needs no key, so Health also makes an authenticated
+// call and names a refused key.
 func TestHealth(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
-		name      string
-		noHealth  bool
-		key       string
-		want      error
-		wantRoute string
+		name     string
+		noHealth bool
+		key      string
+		want     error
+		wantMsg  string
 	}{
-		{"health route", false, e2bfaketest.APIKey, nil, "GET /health"},
-		{"health route needs no key", false, "wrong", nil, "GET /health"},
-		{"falls back to templates", true, e2bfaketest.APIKey, nil, "GET /templates"},
-		{"fallback checks the key", true, "wrong", sandbox.ErrUnauthorized, "GET /templates"},
+		{"healthy", false, e2bfaketest.APIKey, nil, ""},
+		{"wrong key is caught although /health answers", false, "wrong", sandbox.ErrUnauthorized, "refuses the API key"},
+		{"missing key", false, "", sandbox.ErrUnauthorized, "refuses the API key"},
+		{"no /health route", true, e2bfaketest.APIKey, nil, ""},
+		{"no /health route, wrong key", true, "wrong", sandbox.ErrUnauthorized, "refuses the API key"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}, NoHealthRoute: tt.noHealth})
+			f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfake.NopLauncher{}, NoHealthRoute: tt.noHealth})
 			err := newClient(t, f, tt.key).Health(context.Background())
-			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
-				t.Errorf("health = %v, want %v", err, tt.want)
+			if tt.want == nil && err != nil || !errors.Is(err, tt.want) {
+				t.Fatalf("health = %v, want %v", err, tt.want)
 			}
-			if n := f.Calls(tt.wantRoute); n != 1 {
-				t.Errorf("%s calls = %d, want 1", tt.wantRoute, n)
+			if err != nil && !strings.Contains(err.Error(), tt.wantMsg) {
+				t.Errorf("health error %q does not say %q", err, tt.wantMsg)
+			}
+			if n := f.Calls("GET /templates"); n != 1 {
+				t.Errorf("authenticated calls = %d, want 1", n)
 			}
 		})
 	}
@@ -600,32 +630,9 @@ func TestTemplates(t *testing.T) {
 		t.Errorf("get unknown template = %v, want ErrNotFound", err)
 	}
 	// Creating by alias resolves to the template.
-	sb, err := c.Create(ctx, sandbox.NewSandbox{TemplateID: "python"})
+	sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "python"})
 	if err != nil || sb.TemplateID != "tpl1" || sb.Alias != "python" {
 		t.Errorf("create by alias = %+v, %v", sb, err)
-	}
-}
-
-func TestAgentdURL(t *testing.T) {
-	t.Parallel()
-	tests := []struct {
-		name                         string
-		id, domain, scheme, pathBase string
-		port                         int
-		want                         string
-	}{
-		{"host-based", "abc123", "cube.app", "http", "", 49984, "http://49984-abc123.cube.app"},
-		{"default scheme", "abc123", "e2b.app", "", "", 49984, "https://49984-abc123.e2b.app"},
-		{"path-based", "abc123", "cube.app", "http", "http://proxy:8080", 49984, "http://proxy:8080/sandbox/abc123/49984"},
-		{"path-based trailing slash", "abc123", "", "", "http://proxy/", 49983, "http://proxy/sandbox/abc123/49983"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			if got := e2b.AgentdURL(tt.id, tt.domain, tt.scheme, tt.pathBase, tt.port); got != tt.want {
-				t.Errorf("AgentdURL = %q, want %q", got, tt.want)
-			}
-		})
 	}
 }
 

@@ -1,6 +1,7 @@
 package e2b
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/sandbox"
@@ -26,6 +27,9 @@ type newSandboxJSON struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	EnvVars    map[string]string `json:"envVars,omitempty"`
 	Network    *networkJSON      `json:"network,omitempty"`
+	// Secure protects envd with an access token; E2B requires it when
+	// public traffic is refused.
+	Secure bool `json:"secure"`
 	// Lifecycle is CubeSandbox's spelling of the same policy; it takes
 	// precedence there, and E2B ignores the unknown field. Sending both keeps
 	// one request valid for both servers.
@@ -100,6 +104,14 @@ type errorJSON struct {
 	Code      *int   `json:"code"`
 	Message   string `json:"message"`
 	ErrorCode string `json:"error_code,omitempty"`
+}
+
+// check rejects an answer that lacks the fields every caller relies on.
+func (s sandboxJSON) check(op string) error {
+	if s.SandboxID == "" {
+		return fmt.Errorf("e2b: %s: %w: the answer has no sandboxID", op, sandbox.ErrMalformed)
+	}
+	return nil
 }
 
 func (s sandboxJSON) domain(resumed bool) sandbox.Sandbox {

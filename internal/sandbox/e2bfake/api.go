@@ -5,17 +5,18 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 )
@@ -26,109 +27,20 @@ const defaultTimeout = 15 * time.Second
 // envdVersion is what the fake reports as the in-sandbox daemon version.
 const envdVersion = "0.2.0"
 
-// envVarName is CubeSandbox's rule for envVars names.
+// envVarName is CubeSandbox's rule for envVars names; the fake applies it
+// in both modes, since a name a shell cannot export is a client bug anyway.
 var envVarName = regexp.MustCompile(`^[a-zA-Z_][a-zA-Z0-9_]*$`)
-
-// Wire types, per E2B's OpenAPI document (spec/openapi.yml, e2b-dev/infra).
-
-type apiError struct {
-	Code    int    `json:"code"`
-	Message string `json:"message"`
-}
-
-type wireAutoResume struct {
-	Enabled bool `json:"enabled"`
-}
-
-type wireNetwork struct {
-	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
-	AllowOut           []string `json:"allowOut,omitempty"`
-	DenyOut            []string `json:"denyOut,omitempty"`
-}
-
-type wireLifecycle struct {
-	OnTimeout  string `json:"onTimeout"`
-	AutoResume bool   `json:"autoResume"`
-}
-
-type wireNewSandbox struct {
-	TemplateID          string            `json:"templateID"`
-	Timeout             *int32            `json:"timeout"`
-	AutoPause           bool              `json:"autoPause"`
-	AutoResume          *wireAutoResume   `json:"autoResume"`
-	Secure              bool              `json:"secure"`
-	AllowInternetAccess *bool             `json:"allow_internet_access"`
-	Network             *wireNetwork      `json:"network"`
-	Metadata            map[string]string `json:"metadata"`
-	EnvVars             map[string]string `json:"envVars"`
-	Lifecycle           *wireLifecycle    `json:"lifecycle"`
-}
-
-type wireSandbox struct {
-	SandboxID          string  `json:"sandboxID"`
-	TemplateID         string  `json:"templateID"`
-	Alias              string  `json:"alias,omitempty"`
-	ClientID           string  `json:"clientID"`
-	EnvdVersion        string  `json:"envdVersion"`
-	EnvdAccessToken    string  `json:"envdAccessToken,omitempty"`
-	TrafficAccessToken *string `json:"trafficAccessToken"`
-	Domain             *string `json:"domain"`
-}
-
-type wireListedSandbox struct {
-	SandboxID   string            `json:"sandboxID"`
-	TemplateID  string            `json:"templateID"`
-	Alias       string            `json:"alias,omitempty"`
-	ClientID    string            `json:"clientID"`
-	StartedAt   string            `json:"startedAt"`
-	EndAt       string            `json:"endAt,omitempty"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	State       string            `json:"state"`
-	EnvdVersion string            `json:"envdVersion"`
-	Metadata    map[string]string `json:"metadata,omitempty"`
-}
-
-type wireSandboxDetail struct {
-	wireListedSandbox
-	EnvdAccessToken string        `json:"envdAccessToken,omitempty"`
-	Domain          *string       `json:"domain"`
-	Lifecycle       wireLifecycle `json:"lifecycle"`
-}
-
-type wireTimeout struct {
-	Timeout *int32 `json:"timeout"`
-}
-
-type wireTemplate struct {
-	TemplateID    string   `json:"templateID"`
-	BuildID       string   `json:"buildID"`
-	CPUCount      int      `json:"cpuCount"`
-	MemoryMB      int      `json:"memoryMB"`
-	DiskSizeMB    int      `json:"diskSizeMB"`
-	Public        bool     `json:"public"`
-	Aliases       []string `json:"aliases"`
-	Names         []string `json:"names"`
-	CreatedAt     string   `json:"createdAt"`
-	UpdatedAt     string   `json:"updatedAt"`
-	CreatedBy     *string  `json:"createdBy"`
-	LastSpawnedAt *string  `json:"lastSpawnedAt"`
-	SpawnCount    int64    `json:"spawnCount"`
-	BuildCount    int32    `json:"buildCount"`
-	BuildStatus   string   `json:"buildStatus"`
-	EnvdVersion   string   `json:"envdVersion"`
-}
 
 // routes builds the whole surface: proxy traffic is recognised first (by
 // Host or by the /sandbox/ path prefix), everything else is the API.
+// Unknown routes answer E2B's JSON error shape.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
 	api := func(pattern string, h http.HandlerFunc) {
-		mux.Handle(pattern, s.counted(pattern, s.authed(h)))
+		mux.Handle(pattern, s.counted(pattern, s.faulty(pattern, s.authed(h))))
 	}
 	if !s.cfg.NoHealthRoute {
-		mux.Handle("GET /health", s.counted("GET /health", http.HandlerFunc(s.health)))
+		mux.Handle("GET /health", s.counted("GET /health", s.faulty("GET /health", http.HandlerFunc(s.health))))
 	}
 	api("POST /sandboxes", s.create)
 	api("POST /v2/sandboxes", s.create)
@@ -145,6 +57,10 @@ func (s *Server) routes() http.Handler {
 	}
 	api("GET /templates", s.listTemplates)
 	api("GET /templates/{templateID}", s.getTemplate)
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		s.count("UNKNOWN")
+		writeError(w, http.StatusNotFound, fmt.Sprintf("Route %s %s not found.", r.Method, r.URL.Path))
+	})
 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if port, id, ok := s.hostTarget(r.Host); ok {
@@ -212,68 +128,123 @@ func (s *Server) findTemplate(ref string) (Template, string, bool) {
 		if t.ID == ref {
 			return t, "", true
 		}
-		for _, a := range t.Aliases {
-			if a == ref {
-				return t, a, true
-			}
+		if slices.Contains(t.Aliases, ref) {
+			return t, ref, true
 		}
 	}
 	return Template{}, "", false
 }
 
-func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+// createSpec is a validated create request.
+type createSpec struct {
+	tpl        Template
+	alias      string
+	timeout    time.Duration
+	onTimeout  sandbox.OnTimeout
+	autoResume bool
+	secure     bool
+	private    bool
+	metadata   map[string]string
+	envVars    map[string]string
+}
+
+// parseCreate validates a NewSandbox body like E2B's spec validation and
+// create handler (and, in CubeSandbox mode, like CubeAPI).
+func (s *Server) parseCreate(r *http.Request) (createSpec, error) {
 	var req wireNewSandbox
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		writeError(w, http.StatusBadRequest, "Invalid request body: "+err.Error())
-		return
+	if _, err := decodeBody(r, &req, true); err != nil {
+		return createSpec{}, err
 	}
-	if req.TemplateID == "" {
-		writeError(w, http.StatusBadRequest, "templateID is required.")
-		return
+	if req.TemplateID == nil || *req.TemplateID == "" {
+		return createSpec{}, badf("request body has an error: property \"templateID\" is missing")
 	}
-	tpl, alias, ok := s.findTemplate(req.TemplateID)
+	var sp createSpec
+	var ok bool
+	sp.tpl, sp.alias, ok = s.findTemplate(*req.TemplateID)
 	if !ok {
-		writeError(w, http.StatusNotFound, fmt.Sprintf("Template '%s' not found.", req.TemplateID))
-		return
+		return createSpec{}, statusError{http.StatusNotFound, fmt.Sprintf("Template '%s' not found.", *req.TemplateID)}
 	}
-	timeout := defaultTimeout
+	sp.timeout = defaultTimeout
+	if s.cfg.CubeSandbox {
+		sp.timeout = -1 // CubeAPI's shipped default: never
+	}
 	if req.Timeout != nil {
 		switch t := *req.Timeout; {
-		case t == -1:
-			timeout = -1 // CubeSandbox: never times out
+		case t == -1 && s.cfg.CubeSandbox:
+			sp.timeout = -1
 		case t < 0:
-			writeError(w, http.StatusBadRequest, "timeout must be at least 0.")
-			return
+			return createSpec{}, badf("request body has an error: property \"timeout\": number must be at least 0")
+		case t == 0:
+			return createSpec{}, badf("Timeout must be at least 1 second.")
 		default:
-			timeout = time.Duration(t) * time.Second
+			sp.timeout = time.Duration(t) * time.Second
 		}
 	}
-	for k := range req.EnvVars {
+	if req.AutoResume != nil && req.AutoResume.Enabled == nil {
+		return createSpec{}, badf("request body has an error: property \"autoResume\": property \"enabled\" is missing")
+	}
+	var err error
+	if sp.metadata, err = stringMap("metadata", req.Metadata); err != nil {
+		return createSpec{}, err
+	}
+	if sp.envVars, err = stringMap("envVars", req.EnvVars); err != nil {
+		return createSpec{}, err
+	}
+	for k := range sp.envVars {
 		if !envVarName.MatchString(k) {
-			writeError(w, http.StatusBadRequest, fmt.Sprintf("Invalid environment variable name %q.", k))
-			return
+			return createSpec{}, badf("Invalid environment variable name %q.", k)
 		}
 	}
-	onTimeout, autoResume := sandbox.OnTimeoutKill, false
-	if req.AutoPause {
-		onTimeout = sandbox.OnTimeoutPause
+	sp.secure = req.Secure != nil && *req.Secure
+	sp.private = req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
+	if sp.private && !sp.secure {
+		return createSpec{}, badf("You cannot create a sandbox without public access unless you enable secure sandbox access ('secure': true).")
+	}
+	sp.onTimeout = sandbox.OnTimeoutKill
+	if req.AutoPause != nil && *req.AutoPause {
+		sp.onTimeout = sandbox.OnTimeoutPause
 	}
 	if req.AutoResume != nil {
-		autoResume = req.AutoResume.Enabled
+		sp.autoResume = *req.AutoResume.Enabled
 	}
-	// CubeSandbox: lifecycle takes precedence over the flat fields.
-	if req.Lifecycle != nil {
+	// CubeAPI: lifecycle takes precedence over the flat fields. E2B does
+	// not know the field and ignores it, so a client relying on it alone
+	// would not get auto-pause there.
+	if s.cfg.CubeSandbox && req.Lifecycle != nil {
 		switch sandbox.OnTimeout(req.Lifecycle.OnTimeout) {
 		case sandbox.OnTimeoutKill, sandbox.OnTimeoutPause:
-			onTimeout = sandbox.OnTimeout(req.Lifecycle.OnTimeout)
+			sp.onTimeout = sandbox.OnTimeout(req.Lifecycle.OnTimeout)
 		case "":
 		default:
-			writeError(w, http.StatusBadRequest, "lifecycle.onTimeout must be kill or pause.")
-			return
+			return createSpec{}, badf("lifecycle.onTimeout must be kill or pause.")
 		}
-		autoResume = req.Lifecycle.AutoResume
+		sp.autoResume = req.Lifecycle.AutoResume
 	}
+	return sp, nil
+}
 
+// stringMap refuses null values, which the spec's string maps do not allow
+// (a Go client's map[string]*string or a JSON null from a script).
+func stringMap(field string, in map[string]*string) (map[string]string, error) {
+	if in == nil {
+		return nil, nil
+	}
+	out := make(map[string]string, len(in))
+	for k, v := range in {
+		if v == nil {
+			return nil, badf("request body has an error: property %q: property %q: value must be a string, not null", field, k)
+		}
+		out[k] = *v
+	}
+	return out, nil
+}
+
+func (s *Server) create(w http.ResponseWriter, r *http.Request) {
+	sp, err := s.parseCreate(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
 	id := randomID(10)
 	dir := filepath.Join(s.cfg.WorkDir, id)
 	ws := filepath.Join(dir, "workspace")
@@ -282,35 +253,19 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// The process starts outside the lock: it takes a while and must not
-	// stall other calls. Its lifetime is not the request's.
+	// stall other calls. Its lifetime is not the request's: a client that
+	// gives up after sending still gets a sandbox, as at a real backend.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), 30*time.Second)
 	defer cancel()
-	proc, err := s.launcher.Launch(ctx, LaunchSpec{SandboxID: id, Workspace: ws, StateDir: dir, Env: req.EnvVars})
+	proc, err := s.launcher.Launch(ctx, LaunchSpec{SandboxID: id, Workspace: ws, StateDir: dir, Env: sp.envVars})
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		s.cfg.Logger.Error("launch sandbox", "sandbox_id", id, "err", err)
 		writeError(w, http.StatusInternalServerError, "Failed to start the sandbox: "+err.Error())
 		return
 	}
-
-	b := &box{
-		id:         id,
-		tpl:        tpl,
-		alias:      alias,
-		clientID:   randomID(4),
-		metadata:   copyMap(req.Metadata),
-		timeout:    timeout,
-		state:      sandbox.StateRunning,
-		onTimeout:  onTimeout,
-		autoResume: autoResume,
-		envdToken:  randomID(16),
-		dir:        dir,
-		workspace:  ws,
-		proc:       proc,
-	}
-	if req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic {
-		b.trafficToken = randomID(16)
-	}
+	b := s.newBox(id, sp, proc)
+	b.dir, b.workspace = dir, ws
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -319,14 +274,44 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusServiceUnavailable, "The backend is shutting down.")
 		return
 	}
-	s.seq++
-	b.seq = s.seq
-	b.startedAt = s.nowLocked()
-	b.endAt = endAfter(b.startedAt, timeout)
-	s.sandboxes[id] = b
+	s.addLocked(b, s.nowLocked())
 	out := s.wireSandboxLocked(b)
 	s.mu.Unlock()
 	writeJSON(w, http.StatusCreated, out)
+}
+
+// newBox builds a sandbox record from a validated request.
+func (s *Server) newBox(id string, sp createSpec, proc Process) *box {
+	b := &box{
+		id:         id,
+		tpl:        sp.tpl,
+		alias:      sp.alias,
+		clientID:   randomID(4),
+		metadata:   sp.metadata,
+		timeout:    sp.timeout,
+		state:      sandbox.StateRunning,
+		onTimeout:  sp.onTimeout,
+		autoResume: sp.autoResume,
+		proc:       proc,
+	}
+	if sp.secure {
+		b.envdToken = randomID(16)
+	}
+	if sp.private {
+		b.trafficToken = randomID(16)
+	}
+	return b
+}
+
+// addLocked registers b as started at start.
+func (s *Server) addLocked(b *box, start time.Time) {
+	s.seq++
+	b.seq = s.seq
+	b.startedAt = start
+	if b.endAt.IsZero() && b.state == sandbox.StateRunning {
+		b.endAt = endAfter(start, b.timeout)
+	}
+	s.sandboxes[b.id] = b
 }
 
 func (s *Server) wireSandboxLocked(b *box) wireSandbox {
@@ -375,111 +360,187 @@ func (b *box) listed() wireListedSandbox {
 	return out
 }
 
-// parseMetadataFilter reads the metadata parameter: one urlencoded query
-// string of k=v pairs, all of which must match.
-func parseMetadataFilter(raw string) (url.Values, error) {
-	if raw == "" {
-		return nil, nil
-	}
-	return url.ParseQuery(raw)
+// listQuery is a validated list request.
+type listQuery struct {
+	metadata     map[string]string
+	states       map[sandbox.State]bool
+	template     string
+	startedAfter time.Time
+	asc          bool
+	limit        int
+	after        *cursor
 }
 
-func matches(b *box, md url.Values, states map[sandbox.State]bool) bool {
-	if len(states) > 0 && !states[b.state] {
+func (q listQuery) matches(b *box) bool {
+	if len(q.states) > 0 && !q.states[b.state] {
 		return false
 	}
-	for k, vs := range md {
-		for _, v := range vs {
-			if got, ok := b.metadata[k]; !ok || got != v {
-				return false
+	for k, v := range q.metadata {
+		if got, ok := b.metadata[k]; !ok || got != v {
+			return false
+		}
+	}
+	if q.template != "" && q.template != b.tpl.ID && q.template != b.alias && !slices.Contains(b.tpl.Aliases, q.template) {
+		return false
+	}
+	return q.startedAfter.IsZero() || b.startedAt.After(q.startedAfter)
+}
+
+// cursor is a page boundary: the last listed sandbox's start time and
+// creation sequence, so a boundary survives sandboxes being killed between
+// calls (E2B's token is start time and sandbox ID the same way).
+type cursor struct {
+	started time.Time
+	seq     int64
+}
+
+func (c cursor) token() string {
+	return base64.RawURLEncoding.EncodeToString([]byte(c.started.UTC().Format(time.RFC3339Nano) + "__" + strconv.FormatInt(c.seq, 10)))
+}
+
+func parseCursor(tok string) (*cursor, error) {
+	raw, err := base64.RawURLEncoding.DecodeString(tok)
+	if err != nil {
+		return nil, badf("Invalid next token")
+	}
+	ts, seq, ok := strings.Cut(string(raw), "__")
+	t, err1 := time.Parse(time.RFC3339Nano, ts)
+	n, err2 := strconv.ParseInt(seq, 10, 64)
+	if !ok || err1 != nil || err2 != nil {
+		return nil, badf("Invalid next token")
+	}
+	return &cursor{started: t, seq: n}, nil
+}
+
+// before orders sandboxes by start time, then creation.
+func (c cursor) before(o cursor) bool {
+	if !c.started.Equal(o.started) {
+		return c.started.Before(o.started)
+	}
+	return c.seq < o.seq
+}
+
+func (b *box) cursor() cursor { return cursor{started: b.startedAt, seq: b.seq} }
+
+// parseListQuery validates GET /v2/sandboxes' parameters like E2B's spec.
+func (s *Server) parseListQuery(r *http.Request) (listQuery, error) {
+	q := r.URL.Query()
+	lq := listQuery{limit: 100}
+	var err error
+	if lq.metadata, err = parseMetadataFilter(q.Get("metadata")); err != nil {
+		return lq, err
+	}
+	lq.states = map[sandbox.State]bool{}
+	for _, v := range q["state"] {
+		for _, st := range strings.Split(v, ",") {
+			switch sandbox.State(st) {
+			case sandbox.StateRunning, sandbox.StatePaused:
+				lq.states[sandbox.State(st)] = true
+			default:
+				return lq, badf("parameter \"state\" in query has an error: value %q is not one of the allowed values [running paused]", st)
 			}
 		}
 	}
-	return true
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 32)
+		if err != nil || n < 1 || n > 100 {
+			return lq, badf("parameter \"limit\" in query has an error: value %q must be an integer from 1 to 100", v)
+		}
+		lq.limit = int(n)
+	}
+	switch o := q.Get("order"); o {
+	case "", "desc":
+	case "asc":
+		lq.asc = true
+	default:
+		return lq, badf("parameter \"order\" in query has an error: value %q is not one of the allowed values [asc desc]", o)
+	}
+	if v := q.Get("startedAfter"); v != "" {
+		if lq.startedAfter, err = parseDateTime("startedAfter", v); err != nil {
+			return lq, err
+		}
+	}
+	lq.template = q.Get("template")
+	if tok := q.Get("nextToken"); tok != "" && !s.cfg.IgnoreNextToken {
+		if lq.after, err = parseCursor(tok); err != nil {
+			return lq, err
+		}
+	}
+	return lq, nil
 }
 
-// listV1 is GET /sandboxes: running sandboxes, optionally by metadata.
+// listedLocked returns the sandboxes q selects, newest first unless asc.
+func (s *Server) listedLocked(q listQuery) []*box {
+	out := make([]*box, 0, len(s.sandboxes))
+	for _, b := range s.sandboxes {
+		if q.matches(b) {
+			out = append(out, b)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if q.asc {
+			return out[i].cursor().before(out[j].cursor())
+		}
+		return out[j].cursor().before(out[i].cursor())
+	})
+	return out
+}
+
+// listV1 is GET /sandboxes: running sandboxes, newest first, optionally by
+// metadata (CubeSandbox caps it at 200).
 func (s *Server) listV1(w http.ResponseWriter, r *http.Request) {
 	md, err := parseMetadataFilter(r.URL.Query().Get("metadata"))
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "Invalid metadata filter.")
+		writeBad(w, err)
 		return
 	}
+	q := listQuery{metadata: md, states: map[sandbox.State]bool{sandbox.StateRunning: true}}
 	s.mu.Lock()
-	out := []wireListedSandbox{}
-	for _, b := range s.sortedLocked() {
-		if matches(b, md, map[sandbox.State]bool{sandbox.StateRunning: true}) && len(out) < 200 {
-			out = append(out, b.listed())
-		}
+	boxes := s.listedLocked(q)
+	if s.cfg.CubeSandbox && len(boxes) > 200 {
+		boxes = boxes[:200]
+	}
+	out := make([]wireListedSandbox, len(boxes))
+	for i, b := range boxes {
+		out[i] = b.listed()
 	}
 	s.mu.Unlock()
 	writeJSON(w, http.StatusOK, out)
 }
 
-// listV2 is GET /v2/sandboxes with metadata and state filters and
-// X-Next-Token paging. Tokens are opaque to clients; here they encode the
-// creation sequence number of the page's last sandbox, so a page boundary
-// survives sandboxes being killed between calls.
+// listV2 is GET /v2/sandboxes with metadata, state, template and
+// startedAfter filters, order and X-Next-Token paging. With IgnoreNextToken
+// (CubeSandbox) the token is still sent but never read back.
 func (s *Server) listV2(w http.ResponseWriter, r *http.Request) {
-	q := r.URL.Query()
-	md, err := parseMetadataFilter(q.Get("metadata"))
+	q, err := s.parseListQuery(r)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, "Invalid metadata filter.")
+		writeBad(w, err)
 		return
 	}
-	states := map[sandbox.State]bool{}
-	for _, v := range q["state"] {
-		for _, st := range strings.Split(v, ",") {
-			switch sandbox.State(st) {
-			case sandbox.StateRunning, sandbox.StatePaused:
-				states[sandbox.State(st)] = true
-			case "":
-			default:
-				writeError(w, http.StatusBadRequest, fmt.Sprintf("Invalid state %q.", st))
-				return
-			}
-		}
-	}
-	limit := 100
-	if v := q.Get("limit"); v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > 100 {
-			writeError(w, http.StatusBadRequest, "limit must be between 1 and 100.")
-			return
-		}
-		limit = n
-	}
-	var after int64
-	if tok := q.Get("nextToken"); tok != "" && !s.cfg.IgnoreNextToken {
-		b, err := base64.RawURLEncoding.DecodeString(tok)
-		if err == nil {
-			after, err = strconv.ParseInt(string(b), 10, 64)
-		}
-		if err != nil {
-			writeError(w, http.StatusBadRequest, "Invalid next token.")
-			return
-		}
-	}
-
 	s.mu.Lock()
-	out := []wireListedSandbox{}
-	var last int64
-	more := false
-	for _, b := range s.sortedLocked() {
-		if b.seq <= after || !matches(b, md, states) {
-			continue
-		}
-		if len(out) == limit {
-			more = true
-			break
-		}
-		out = append(out, b.listed())
-		last = b.seq
+	boxes := s.listedLocked(q)
+	if q.after != nil {
+		i := sort.Search(len(boxes), func(i int) bool {
+			c := boxes[i].cursor()
+			if q.asc {
+				return q.after.before(c)
+			}
+			return c.before(*q.after)
+		})
+		boxes = boxes[i:]
+	}
+	more := len(boxes) > q.limit
+	if more {
+		boxes = boxes[:q.limit]
+	}
+	out := make([]wireListedSandbox, len(boxes))
+	for i, b := range boxes {
+		out[i] = b.listed()
+	}
+	if more {
+		w.Header().Set("X-Next-Token", boxes[len(boxes)-1].cursor().token())
 	}
 	s.mu.Unlock()
-	if more {
-		w.Header().Set("X-Next-Token", base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(last, 10))))
-	}
 	writeJSON(w, http.StatusOK, out)
 }
 
@@ -519,7 +580,14 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// pause freezes a running sandbox; E2B answers 409 for a paused one. The
+// optional body is validated ({"memory": bool}).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
+	var body wirePause
+	if _, err := decodeBody(r, &body, false); err != nil {
+		writeBad(w, err)
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	b, ok := s.lookupLocked(w, r.PathValue("sandboxID"))
@@ -527,50 +595,47 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if b.state == sandbox.StatePaused {
-		writeError(w, http.StatusConflict, fmt.Sprintf("Sandbox %s is already paused.", b.id))
+		writeError(w, http.StatusConflict, fmt.Sprintf("Error pausing sandbox - sandbox '%s' is already paused", b.id))
 		return
 	}
-	if err := b.proc.Freeze(); err != nil {
+	if err := s.pauseLocked(b, s.nowLocked()); err != nil {
 		s.cfg.Logger.Error("pause sandbox", "sandbox_id", b.id, "err", err)
-		writeError(w, http.StatusInternalServerError, "Failed to pause the sandbox.")
+		writeError(w, http.StatusInternalServerError, "Error pausing sandbox")
 		return
 	}
-	b.state = sandbox.StatePaused
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// decodeTimeout reads a {"timeout": seconds} body; missing means required
-// unless def is given.
-func decodeTimeout(r *http.Request, def *time.Duration) (time.Duration, error) {
+// decodeTimeout reads a {"timeout": seconds} body, which the spec requires
+// for connect and timeout (minimum 0; CubeSandbox also takes -1 for
+// never). def, when given, is ResumedSandbox's default.
+func (s *Server) decodeTimeout(r *http.Request, def *time.Duration) (time.Duration, error) {
 	var t wireTimeout
-	if err := json.NewDecoder(r.Body).Decode(&t); err != nil {
-		if def != nil && errors.Is(err, io.EOF) {
-			return *def, nil
-		}
-		return 0, fmt.Errorf("invalid request body: %w", err)
+	if _, err := decodeBody(r, &t, true); err != nil {
+		return 0, err
 	}
 	if t.Timeout == nil {
 		if def != nil {
 			return *def, nil
 		}
-		return 0, fmt.Errorf("timeout is required")
+		return 0, badf("request body has an error: property \"timeout\" is missing")
 	}
 	switch v := *t.Timeout; {
-	case v == -1:
+	case v == -1 && s.cfg.CubeSandbox:
 		return -1, nil
 	case v < 0:
-		return 0, fmt.Errorf("timeout must be at least 0")
+		return 0, badf("request body has an error: property \"timeout\": number must be at least 0")
 	default:
 		return time.Duration(v) * time.Second, nil
 	}
 }
 
-// connect resumes a paused sandbox (201) or extends a running one's
-// timeout when the new end is later (200).
+// connect resumes a paused sandbox (201; CubeSandbox answers 200) or
+// extends a running one's timeout when the new end is later (200).
 func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
-	timeout, err := decodeTimeout(r, nil)
+	timeout, err := s.decodeTimeout(r, nil)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeBad(w, err)
 		return
 	}
 	s.mu.Lock()
@@ -584,7 +649,11 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, "Failed to resume the sandbox.")
 			return
 		}
-		writeJSON(w, http.StatusCreated, s.wireSandboxLocked(b))
+		status := http.StatusCreated
+		if s.cfg.CubeSandbox {
+			status = http.StatusOK
+		}
+		writeJSON(w, status, s.wireSandboxLocked(b))
 		return
 	}
 	if end := endAfter(s.nowLocked(), timeout); timeout < 0 || (!b.endAt.IsZero() && end.After(b.endAt)) {
@@ -596,9 +665,9 @@ func (s *Server) connect(w http.ResponseWriter, r *http.Request) {
 // resume is the older route: 201 for a paused sandbox, 409 for a running one.
 func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 	def := defaultTimeout
-	timeout, err := decodeTimeout(r, &def)
+	timeout, err := s.decodeTimeout(r, &def)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeBad(w, err)
 		return
 	}
 	s.mu.Lock()
@@ -619,17 +688,19 @@ func (s *Server) resume(w http.ResponseWriter, r *http.Request) {
 }
 
 // setTimeout sets endAt to now+timeout (it may shorten it); 0 expires the
-// sandbox now, -1 never (CubeSandbox).
+// sandbox now, -1 never (CubeSandbox). E2B keeps timeouts only for running
+// sandboxes, so a paused one is 404 there: resume it with connect.
 func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
-	timeout, err := decodeTimeout(r, nil)
+	timeout, err := s.decodeTimeout(r, nil)
 	if err != nil {
-		writeError(w, http.StatusBadRequest, err.Error())
+		writeBad(w, err)
 		return
 	}
 	s.mu.Lock()
-	b, ok := s.lookupLocked(w, r.PathValue("sandboxID"))
-	if !ok {
+	b, ok := s.sandboxes[r.PathValue("sandboxID")]
+	if !ok || b.state != sandbox.StateRunning {
 		s.mu.Unlock()
+		writeError(w, http.StatusNotFound, "Sandbox not found")
 		return
 	}
 	b.timeout = timeout
@@ -641,29 +712,41 @@ func (s *Server) setTimeout(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// templateTimes is when every fake template was created and built.
+var templateTimes = time.Unix(0, 0).UTC().Format(time.RFC3339)
+
+func (t Template) buildID() string {
+	return uuid.NewSHA1(uuid.NameSpaceURL, []byte("e2bfake:template:"+t.ID)).String()
+}
+
+func (t Template) envd() string {
+	if t.EnvdVersion != "" {
+		return t.EnvdVersion
+	}
+	return envdVersion
+}
+
+func (t Template) aliases() []string {
+	if t.Aliases == nil {
+		return []string{}
+	}
+	return t.Aliases
+}
+
 func (s *Server) wireTemplate(t Template) wireTemplate {
-	created := time.Unix(0, 0).UTC().Format(time.RFC3339)
-	v := t.EnvdVersion
-	if v == "" {
-		v = envdVersion
-	}
-	aliases := t.Aliases
-	if aliases == nil {
-		aliases = []string{}
-	}
 	return wireTemplate{
 		TemplateID:  t.ID,
-		BuildID:     "build-" + t.ID,
+		BuildID:     t.buildID(),
 		CPUCount:    t.CPU,
 		MemoryMB:    t.MemoryMB,
 		DiskSizeMB:  t.DiskSizeMB,
-		Aliases:     aliases,
-		Names:       aliases,
-		CreatedAt:   created,
-		UpdatedAt:   created,
+		Aliases:     t.aliases(),
+		Names:       t.aliases(),
+		CreatedAt:   templateTimes,
+		UpdatedAt:   templateTimes,
 		BuildCount:  1,
 		BuildStatus: "ready",
-		EnvdVersion: v,
+		EnvdVersion: t.envd(),
 	}
 }
 
@@ -675,11 +758,30 @@ func (s *Server) listTemplates(w http.ResponseWriter, _ *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// getTemplate answers E2B's TemplateWithBuilds: sizes and status live in
+// the builds, not at the top level.
 func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 	t, _, ok := s.findTemplate(r.PathValue("templateID"))
 	if !ok {
 		writeError(w, http.StatusNotFound, fmt.Sprintf("Template '%s' not found.", r.PathValue("templateID")))
 		return
 	}
-	writeJSON(w, http.StatusOK, s.wireTemplate(t))
+	writeJSON(w, http.StatusOK, wireTemplateWithBuilds{
+		TemplateID: t.ID,
+		Aliases:    t.aliases(),
+		Names:      t.aliases(),
+		CreatedAt:  templateTimes,
+		UpdatedAt:  templateTimes,
+		Builds: []wireTemplateBuild{{
+			BuildID:     t.buildID(),
+			Status:      "ready",
+			CreatedAt:   templateTimes,
+			UpdatedAt:   templateTimes,
+			FinishedAt:  templateTimes,
+			CPUCount:    t.CPU,
+			MemoryMB:    t.MemoryMB,
+			DiskSizeMB:  t.DiskSizeMB,
+			EnvdVersion: t.envd(),
+		}},
+	})
 }

@@ -37,6 +37,9 @@ func call(t *testing.T, hc *http.Client, method, url, key string, body any, hdr 
 	if key != "" {
 		req.Header.Set("X-API-Key", key)
 	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	for i := 0; i+1 < len(hdr); i += 2 {
 		req.Header.Set(hdr[i], hdr[i+1])
 	}
@@ -84,7 +87,7 @@ func TestWireShapes(t *testing.T) {
 	u, k := f.URL(), e2bfaketest.APIKey
 
 	st, _, v := call(t, hc, "POST", u+"/sandboxes", k, map[string]any{
-		"templateID": "base", "timeout": 60, "metadata": map[string]string{"a": "1"}, "envVars": map[string]string{"X": "y"},
+		"templateID": "base", "timeout": 60, "metadata": map[string]string{"a": "1"}, "envVars": map[string]string{"X": "y"}, "secure": true,
 	})
 	if st != http.StatusCreated {
 		t.Fatalf("create: %d %v", st, v)
@@ -212,7 +215,7 @@ func TestProxy(t *testing.T) {
 	if open["trafficAccessToken"] != nil {
 		t.Errorf("public sandbox has a traffic token: %v", open["trafficAccessToken"])
 	}
-	private := create(map[string]any{"network": map[string]any{"allowPublicTraffic": false}})
+	private := create(map[string]any{"network": map[string]any{"allowPublicTraffic": false}, "secure": true})
 	privID := private["sandboxID"].(string)
 	token, _ := private["trafficAccessToken"].(string)
 	if token == "" {
@@ -274,9 +277,11 @@ func TestProxy(t *testing.T) {
 	}
 }
 
+// TestTimeoutZeroAndNever runs in CubeSandbox mode, where -1 is never and
+// lifecycle decides what a timeout does.
 func TestTimeoutZeroAndNever(t *testing.T) {
 	t.Parallel()
-	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}})
+	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfaketest.StubLauncher{}, CubeSandbox: true})
 	api := &http.Client{Timeout: 10 * time.Second}
 	k := e2bfaketest.APIKey
 	mk := func(body map[string]any) string {
@@ -287,10 +292,10 @@ func TestTimeoutZeroAndNever(t *testing.T) {
 		return v.(map[string]any)["sandboxID"].(string)
 	}
 	never := mk(map[string]any{"templateID": "base", "timeout": -1})
-	paused := mk(map[string]any{"templateID": "base", "lifecycle": map[string]any{"onTimeout": "pause", "autoResume": false}})
-	gone := mk(map[string]any{"templateID": "base"})
+	paused := mk(map[string]any{"templateID": "base", "timeout": 15, "lifecycle": map[string]any{"onTimeout": "pause", "autoResume": false}})
+	gone := mk(map[string]any{"templateID": "base", "timeout": 15})
 
-	// The default timeout is 15 s; CubeSandbox's -1 never expires and has no endAt.
+	// CubeSandbox's -1 never expires and has no endAt.
 	_, _, v := call(t, api, "GET", f.URL()+"/sandboxes/"+never, k, nil)
 	if _, has := v.(map[string]any)["endAt"]; has {
 		t.Errorf("never-expiring sandbox has endAt: %v", v)

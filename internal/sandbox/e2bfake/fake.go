@@ -65,8 +65,17 @@ type Config struct {
 	// TickInterval, when positive, applies timeouts in the background (dev
 	// mode). Tests leave it zero and call Tick or Advance.
 	TickInterval time.Duration
-	// IgnoreNextToken mimics CubeSandbox: X-Next-Token is sent but the
-	// nextToken parameter is ignored, so every request gets the first page.
+	// CubeSandbox mimics CubeAPI where it differs from E2B (see "Where
+	// CubeSandbox differs" in shared/e2b-api.md): a timeout of -1 means
+	// never (and is the create default), create honours lifecycle
+	// {onTimeout, autoResume} over the flat fields, connect answers 200
+	// even when it resumed, GET /sandboxes lists at most 200, and
+	// nextToken is ignored (IgnoreNextToken). Off, the fake is E2B: -1 is
+	// refused and lifecycle is ignored.
+	CubeSandbox bool
+	// IgnoreNextToken mimics CubeSandbox alone: X-Next-Token is sent but
+	// the nextToken parameter is ignored, so every request gets the first
+	// page.
 	IgnoreNextToken bool
 	// NoConnectRoute mimics servers that predate /connect.
 	NoConnectRoute bool
@@ -87,6 +96,8 @@ type Server struct {
 	ownDir    bool
 	stop      chan struct{}
 	done      sync.WaitGroup
+
+	faults faultSet
 
 	mu        sync.Mutex
 	sandboxes map[string]*box
@@ -112,6 +123,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	if cfg.Addr == "" {
 		cfg.Addr = "127.0.0.1:0"
+	}
+	if cfg.CubeSandbox {
+		cfg.IgnoreNextToken = true
 	}
 	s := &Server{
 		cfg:       cfg,
@@ -189,6 +203,7 @@ func (s *Server) Close() error {
 	s.mu.Unlock()
 
 	close(s.stop)
+	s.faults.clear()
 	var errs []error
 	for _, b := range boxes {
 		if err := b.proc.Kill(); err != nil {
@@ -290,7 +305,8 @@ func (s *Server) Advance(d time.Duration) {
 }
 
 // Tick applies timeouts as of now: an expired running sandbox is paused
-// when its lifecycle says so, killed otherwise.
+// when its lifecycle says so (autoPause, or CubeSandbox's lifecycle
+// onTimeout: pause), killed otherwise.
 func (s *Server) Tick() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -300,15 +316,27 @@ func (s *Server) Tick() {
 			continue
 		}
 		if b.onTimeout == sandbox.OnTimeoutPause {
-			if err := b.proc.Freeze(); err != nil {
+			// Paused when the timeout expired, which is what endAt
+			// already says.
+			if err := s.pauseLocked(b, b.endAt); err != nil {
 				s.cfg.Logger.Error("pause on timeout", "sandbox_id", b.id, "err", err)
-				continue
 			}
-			b.state = sandbox.StatePaused
 			continue
 		}
 		s.killLocked(b)
 	}
+}
+
+// pauseLocked freezes b's processes. Like E2B, a paused sandbox reports
+// endAt as the time it was paused (its snapshot's time), which is what a
+// reclaimer measures idleness from.
+func (s *Server) pauseLocked(b *box, at time.Time) error {
+	if err := b.proc.Freeze(); err != nil {
+		return err
+	}
+	b.state = sandbox.StatePaused
+	b.endAt = at
+	return nil
 }
 
 // Snapshot is a sandbox's state as the fake holds it, for tests.
@@ -357,9 +385,9 @@ type box struct {
 	state        sandbox.State
 	onTimeout    sandbox.OnTimeout
 	autoResume   bool
-	envdToken    string
+	envdToken    string // empty: not a secure sandbox
 	trafficToken string // empty: public traffic allowed
-	dir          string
+	dir          string // empty: seeded, nothing on disk
 	workspace    string
 	proc         Process
 }
@@ -379,6 +407,9 @@ func (s *Server) killLocked(b *box) {
 		s.cfg.Logger.Error("kill sandbox", "sandbox_id", b.id, "err", err)
 	}
 	delete(s.sandboxes, b.id)
+	if b.dir == "" {
+		return
+	}
 	if err := os.RemoveAll(b.dir); err != nil {
 		s.cfg.Logger.Error("remove sandbox dir", "sandbox_id", b.id, "err", err)
 	}

@@ -103,6 +103,10 @@ func (s *Server) proxy(w http.ResponseWriter, r *http.Request, id string, port i
 	addr := b.proc.Addr()
 	s.mu.Unlock()
 
+	if addr == "" {
+		writeProxyError(w, http.StatusBadGateway, id, "Nothing listens in this sandbox (it has no process).")
+		return
+	}
 	if port != sandbox.AgentdPort {
 		writeProxyError(w, http.StatusBadGateway, id, "No service is listening on port "+strconv.Itoa(port)+".")
 		return
