@@ -17,6 +17,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/sandbox"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -61,6 +62,12 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 			return Health{Status: HealthUnreachable, Error: err.Error()}
 		}
 		if err := b.Health(ctx); err != nil {
+			// Reachable but refusing the key: every sandbox call would
+			// fail, so name the secret to fix.
+			if errors.Is(err, sandbox.ErrUnauthorized) {
+				return Health{Status: HealthDegraded, Latency: time.Since(start),
+					Error: "the backend is up but refuses the stored API key (its authenticated template list failed): replace the API key"}
+			}
 			return Health{Status: HealthUnreachable, Error: explain(err), Latency: time.Since(start)}
 		}
 		ts, err := b.ListTemplates(ctx)
