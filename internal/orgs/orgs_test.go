@@ -32,7 +32,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	f := &fixture{d: d, dataDir: t.TempDir(), prefix: storetest.NewName("gh_test_org_") + "_"}
 	cfg := orgs.Config{Catalog: storetest.Open(t, d, store.CatalogSet), Box: box, DataDir: f.dataDir, DBPrefix: f.prefix}
 	if d == store.Postgres {
-		cfg.ServerDSN = storetest.AdminDSN()
+		cfg.ServerDSN = storetest.AdminDSN(t)
 		t.Cleanup(func() {
 			admin := storetest.Admin(t)
 			var names []string
@@ -218,7 +218,7 @@ func TestAttachExistingPostgresDatabase(t *testing.T) {
 	// The admin prepared an empty database elsewhere (here: same server).
 	name := f.prefix + "attached"
 	storetest.CreatePostgresDB(t, name)
-	dsn, err := store.WithDatabase(storetest.AdminDSN(), name)
+	dsn, err := store.WithDatabase(storetest.AdminDSN(t), name)
 	if err != nil {
 		t.Fatal(err)
 	}

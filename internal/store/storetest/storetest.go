@@ -8,8 +8,10 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
@@ -22,15 +24,58 @@ import (
 // GATEHOUSE_TEST_POSTGRES says otherwise.
 const DefaultAdminDSN = "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"
 
-// StartHint is printed when Postgres cannot be reached: the tests never skip.
-const StartHint = "start it with: pg_ctlcluster --skip-systemctl-redirect $(ls /etc/postgresql) main start (or set GATEHOUSE_TEST_POSTGRES to a reachable server's admin DSN)"
+// defaultAddr is the address probed for a running server.
+const defaultAddr = "127.0.0.1:5432"
 
-// AdminDSN is the Postgres maintenance DSN tests create databases through.
-func AdminDSN() string {
-	if v := os.Getenv("GATEHOUSE_TEST_POSTGRES"); v != "" {
-		return v
+// Throwaway, as GATEHOUSE_TEST_POSTGRES, makes the tests use their own
+// throwaway cluster even when a server answers at the default address.
+const Throwaway = "throwaway"
+
+// StartHint is printed when no Postgres can be used: the tests never skip.
+const StartHint = "install the Postgres server binaries (apt-get install -y postgresql) so the tests can start their own, or start a server at 127.0.0.1:5432, or set GATEHOUSE_TEST_POSTGRES to a reachable server's admin DSN"
+
+// server is this test binary's Postgres, chosen once: choosing probes the
+// network and may start a cluster, and every test of the binary must use
+// the same server. It is package state because its life is the process's.
+var server struct {
+	once  sync.Once
+	dsn   string
+	err   error
+	lease *lease // kept so the holder file stays open (and flocked)
+}
+
+// AdminDSN is the Postgres maintenance DSN tests create databases through:
+// GATEHOUSE_TEST_POSTGRES if set, else the server at 127.0.0.1:5432 if one
+// answers, else a throwaway cluster shared by the test binaries of this
+// `go test` run (see cluster.go). It fails the test if none can be had.
+func AdminDSN(t testing.TB) string {
+	t.Helper()
+	server.once.Do(func() {
+		server.dsn, server.lease, server.err = chooseServer()
+	})
+	if server.err != nil {
+		t.Fatalf("no Postgres for the tests: %v\n%s", server.err, StartHint)
 	}
-	return DefaultAdminDSN
+	return server.dsn
+}
+
+// chooseServer implements AdminDSN's order of preference.
+func chooseServer() (string, *lease, error) {
+	v := os.Getenv("GATEHOUSE_TEST_POSTGRES")
+	if v != "" && v != Throwaway {
+		return v, nil, nil
+	}
+	if v == "" {
+		if c, err := net.DialTimeout("tcp", defaultAddr, 2*time.Second); err == nil {
+			c.Close()
+			return DefaultAdminDSN, nil, nil
+		}
+	}
+	l, err := acquireCluster(defaultClusterConfig())
+	if err != nil {
+		return "", nil, fmt.Errorf("nothing answers at %s and no throwaway cluster could be started: %w", defaultAddr, err)
+	}
+	return l.DSN, l, nil
 }
 
 // Dialects lists both engines; store tests loop over it.
@@ -63,7 +108,7 @@ func DSN(t testing.TB, d store.Dialect) string {
 	}
 	name := NewName("gh_test_")
 	CreatePostgresDB(t, name)
-	dsn, err := store.WithDatabase(AdminDSN(), name)
+	dsn, err := store.WithDatabase(AdminDSN(t), name)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,14 +135,15 @@ func DropPostgresDB(t testing.TB, name string) {
 }
 
 // Admin opens the Postgres maintenance database or fails the test with a
-// message saying how to start Postgres.
+// message saying how to get a Postgres.
 func Admin(t testing.TB) *gorm.DB {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	db, err := store.Open(ctx, AdminDSN(), store.Options{MaxOpenConns: 2})
+	dsn := AdminDSN(t)
+	db, err := store.Open(ctx, dsn, store.Options{MaxOpenConns: 2})
 	if err != nil {
-		t.Fatalf("Postgres is not reachable at %s: %v\n%s", AdminDSN(), err, StartHint)
+		t.Fatalf("Postgres is not reachable at %s: %v\n%s", dsn, err, StartHint)
 	}
 	t.Cleanup(func() { _ = store.Close(db) })
 	return db
