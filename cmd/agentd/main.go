@@ -2,7 +2,11 @@
 // serves the protocol described in docs/agentd-protocol.md.
 //
 // The bearer token comes from the AGENTD_TOKEN environment variable or from
-// --token-file, never from a flag value (which would show in ps).
+// --token-file, never from a flag value (which would show in ps). On unix
+// agentd then re-executes itself with the token on an inherited pipe and
+// without AGENTD_TOKEN or --token-file, so neither /proc/PID/environ nor
+// /proc/PID/cmdline names it, and (on Linux) marks itself non-dumpable so
+// commands cannot read its memory.
 package main
 
 import (
@@ -16,7 +20,9 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"os/user"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -35,13 +41,26 @@ func main() {
 type options struct {
 	listen      string
 	tokenFile   string
+	tokenFD     int
 	addrFile    string
 	root        string
 	maxSessions int
 	ringBytes   int
+	pollBytes   int
 	sessionTTL  time.Duration
 	killGrace   time.Duration
+	runAs       string
+	cgroup      string
+	cgroupDir   string
+	memoryMax   int64
+	pidsMax     int64
+	privFetch   bool
+	hardLinks   bool
 	version     bool
+
+	// explicit lists the flags set on the command line, to re-execute
+	// with.
+	explicit []*flag.Flag
 }
 
 func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (options, error) {
@@ -54,12 +73,21 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	fs.StringVar(&o.listen, "listen", listen, "address to listen on (env AGENTD_LISTEN)")
 	fs.StringVar(&o.tokenFile, "token-file", "", "file holding the bearer token (default: env AGENTD_TOKEN)")
+	fs.IntVar(&o.tokenFD, "token-fd", -1, "read the bearer token from this inherited file descriptor (used when agentd re-executes itself)")
 	fs.StringVar(&o.addrFile, "addr-file", "", "write the bound address to this file once listening")
 	fs.StringVar(&o.root, "root", getenv("AGENTD_ROOT"), "confine file operations to this directory; default cwd of commands (env AGENTD_ROOT)")
 	fs.IntVar(&o.maxSessions, "max-sessions", agentd.DefaultMaxSessions, "maximum concurrently running sessions")
-	fs.IntVar(&o.ringBytes, "ring-bytes", agentd.DefaultRingBytes, "output buffer size per session in bytes")
+	fs.IntVar(&o.ringBytes, "ring-bytes", agentd.DefaultRingBytes, "output buffer size per session in bytes (chunk overhead included)")
+	fs.IntVar(&o.pollBytes, "poll-bytes", agentd.DefaultPollBytes, "output bytes one poll response carries at most")
 	fs.DurationVar(&o.sessionTTL, "session-ttl", agentd.DefaultSessionTTL, "how long ended sessions stay readable")
 	fs.DurationVar(&o.killGrace, "kill-grace", agentd.DefaultKillGrace, "wait between SIGTERM and SIGKILL")
+	fs.StringVar(&o.runAs, "run-as", "", "run commands as this user (name or uid; agentd must run as root)")
+	fs.StringVar(&o.cgroup, "cgroup", agentd.CgroupAuto, "cgroup v2 per session: auto, off or required (Linux)")
+	fs.StringVar(&o.cgroupDir, "cgroup-parent", "", "cgroup v2 directory for the session cgroups (default: agentd's own cgroup)")
+	fs.Int64Var(&o.memoryMax, "session-memory-max", 0, "memory.max of each session's cgroup in bytes (0: none; needs cgroups)")
+	fs.Int64Var(&o.pidsMax, "session-pids-max", 0, "pids.max of each session's cgroup (0: none; needs cgroups)")
+	fs.BoolVar(&o.privFetch, "fetch-allow-private-redirects", false, "let downloads follow redirects to loopback, link-local and metadata addresses")
+	fs.BoolVar(&o.hardLinks, "refuse-hard-links", false, "refuse file reads of files with more than one hard link (automatic with --run-as when fs.protected_hardlinks is off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -67,10 +95,89 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
 	}
+	switch o.cgroup {
+	case agentd.CgroupAuto, agentd.CgroupOff, agentd.CgroupRequired:
+	default:
+		return o, fmt.Errorf("--cgroup must be auto, off or required, not %q", o.cgroup)
+	}
+	fs.Visit(func(f *flag.Flag) { o.explicit = append(o.explicit, f) })
 	return o, nil
 }
 
+// reexecArgs are the arguments agentd re-executes itself with: the flags
+// set explicitly, minus --token-file (its path must not show in
+// /proc/PID/cmdline), plus --token-fd.
+func reexecArgs(o options, fd int) []string {
+	var args []string
+	for _, f := range o.explicit {
+		if f.Name == "token-file" || f.Name == "token-fd" {
+			continue
+		}
+		args = append(args, "--"+f.Name+"="+f.Value.String())
+	}
+	return append(args, "--token-fd="+strconv.Itoa(fd))
+}
+
+// cleanEnv is the environment without AGENTD_TOKEN.
+func cleanEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "AGENTD_TOKEN=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+// lookupRunAs resolves --run-as to credentials and the user's environment.
+func lookupRunAs(name string) (*agentd.Credential, error) {
+	u, err := user.Lookup(name)
+	if err != nil {
+		var uerr error
+		if u, uerr = user.LookupId(name); uerr != nil {
+			return nil, fmt.Errorf("--run-as: %w", err)
+		}
+	}
+	uid, err := strconv.ParseUint(u.Uid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("--run-as: uid %q: %w", u.Uid, err)
+	}
+	gid, err := strconv.ParseUint(u.Gid, 10, 32)
+	if err != nil {
+		return nil, fmt.Errorf("--run-as: gid %q: %w", u.Gid, err)
+	}
+	c := &agentd.Credential{
+		UID: uint32(uid),
+		GID: uint32(gid),
+		Env: []string{"HOME=" + u.HomeDir, "USER=" + u.Username, "LOGNAME=" + u.Username},
+	}
+	if ids, err := u.GroupIds(); err == nil {
+		for _, id := range ids {
+			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
+				c.Groups = append(c.Groups, uint32(g))
+			}
+		}
+	}
+	return c, nil
+}
+
 func loadToken(o options, getenv func(string) string) (string, error) {
+	if o.tokenFD >= 0 {
+		f := os.NewFile(uintptr(o.tokenFD), "token")
+		if f == nil {
+			return "", fmt.Errorf("--token-fd %d is not a valid descriptor", o.tokenFD)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, 64<<10))
+		if err != nil {
+			return "", fmt.Errorf("read token fd: %w", err)
+		}
+		tok := strings.TrimSpace(string(b))
+		if tok == "" {
+			return "", errors.New("the token descriptor held no token")
+		}
+		return tok, nil
+	}
 	if o.tokenFile != "" {
 		b, err := os.ReadFile(o.tokenFile)
 		if err != nil {
@@ -104,18 +211,45 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if o.tokenFD < 0 {
+		// Returns only where re-executing is impossible (Windows).
+		if err := reexecClean(reexecArgs(o, 0), token); err != nil {
+			return fmt.Errorf("re-execute without the token in the environment: %w", err)
+		}
+	}
 	os.Unsetenv("AGENTD_TOKEN") // commands must not inherit it
+	if err := hardenProcess(); err != nil {
+		return err
+	}
 	logger := slog.New(slog.NewJSONHandler(stderr, nil))
 
-	srv, err := agentd.NewServer(agentd.Config{
-		Token:       token,
-		Root:        o.root,
-		MaxSessions: o.maxSessions,
-		RingBytes:   o.ringBytes,
-		SessionTTL:  o.sessionTTL,
-		KillGrace:   o.killGrace,
-		Logger:      logger,
-	})
+	cfg := agentd.Config{
+		Token:                      token,
+		Root:                       o.root,
+		MaxSessions:                o.maxSessions,
+		RingBytes:                  o.ringBytes,
+		PollBytes:                  o.pollBytes,
+		SessionTTL:                 o.sessionTTL,
+		KillGrace:                  o.killGrace,
+		Cgroup:                     o.cgroup,
+		CgroupParent:               o.cgroupDir,
+		SessionMemoryMax:           o.memoryMax,
+		SessionPidsMax:             o.pidsMax,
+		Subreaper:                  subreaperSupported,
+		FetchAllowPrivateRedirects: o.privFetch,
+		RefuseHardLinks:            o.hardLinks,
+		Logger:                     logger,
+	}
+	if o.runAs != "" {
+		if cfg.RunAs, err = lookupRunAs(o.runAs); err != nil {
+			return err
+		}
+		if !protectedHardlinks() && !cfg.RefuseHardLinks {
+			logger.Warn("fs.protected_hardlinks is off: refusing file reads of files with more than one hard link")
+			cfg.RefuseHardLinks = true
+		}
+	}
+	srv, err := agentd.NewServer(cfg)
 	if err != nil {
 		return err
 	}
@@ -133,6 +267,11 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		}
 	}
 	fmt.Fprintf(stderr, "agentd listening on %s\n", addr)
+	if mode, fallback := srv.ProcessTracking(); fallback != nil {
+		logger.Warn("no cgroup per session: processes that leave their session's process tree and session id within one scan can escape until a session ends", "tracking", mode, "reason", fallback.Error())
+	} else {
+		logger.Info("session process tracking", "mode", mode)
+	}
 
 	httpSrv := &http.Server{
 		Handler:           srv.Handler(),

@@ -204,7 +204,6 @@ func NewServer(cfg Config) (*Server, error) {
 		fsys.close()
 		return nil, err
 	}
-	cfg.Logger.Info("session process tracking", "mode", tr.mode())
 	s := &Server{
 		cfg:         cfg,
 		tokenHash:   sha256.Sum256([]byte(cfg.Token)),
@@ -240,6 +239,12 @@ func childEnv(env []string, runAs *Credential) []string {
 		out = append(out, runAs.Env...)
 	}
 	return out
+}
+
+// ProcessTracking reports how the server finds every process of a session
+// (see Health.ProcessTracking) and, when it fell back from cgroups, why.
+func (s *Server) ProcessTracking() (mode string, fallback error) {
+	return s.tracker.mode(), s.tracker.fallback
 }
 
 // Handler serves the agentd protocol.

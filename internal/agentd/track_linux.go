@@ -28,6 +28,7 @@ type tracker struct {
 	limits    cgroupLimits
 	subreaper bool // orphans agentd adopts are escapees of its sessions
 	self      int
+	fallback  error // why there are no cgroups in CgroupAuto mode
 
 	mu       sync.Mutex
 	sessions map[*members]bool    // running fallback sessions, for attribution
@@ -78,7 +79,7 @@ func newTracker(cfg *Config) (*tracker, error) {
 		case cfg.Cgroup == CgroupRequired || t.limits != (cgroupLimits{}):
 			return nil, fmt.Errorf("agentd: cgroup: %w", err)
 		default:
-			cfg.Logger.Warn("no cgroup per session; tracking processes by session id and process tree", "error", err)
+			t.fallback = err
 		}
 	}
 	if t.subreaper {

@@ -11,7 +11,10 @@ import (
 // tracker finds a session's processes. Without Linux cgroups and /proc
 // that is the command's process group (unix) or the command alone
 // (Windows); docs/agentd-protocol.md says what escapes.
-type tracker struct{ logger *slog.Logger }
+type tracker struct {
+	logger   *slog.Logger
+	fallback error
+}
 
 func newTracker(cfg *Config) (*tracker, error) {
 	if cfg.Cgroup == CgroupRequired || cfg.SessionMemoryMax > 0 || cfg.SessionPidsMax > 0 {
