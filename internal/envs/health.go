@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"hash/fnv"
 	"log/slog"
 	"net"
 	"os"
@@ -189,10 +188,16 @@ func (c *Checker) Run(ctx context.Context) {
 	}
 }
 
-// Round checks every org once.
+// Round checks every org once. Without the catalog the round is skipped
+// and says so; an org whose database is down is skipped alone. Nothing is
+// decided from a partial read.
 func (c *Checker) Round(ctx context.Context) {
 	slugs, err := c.ListOrgs(ctx)
 	if err != nil {
+		if store.IsUnavailable(err) {
+			c.logger().Warn("health check: round skipped, database unavailable", "database", "catalog", "error", err)
+			return
+		}
 		c.logger().Warn("health check: list orgs", "error", err)
 		return
 	}
@@ -201,6 +206,10 @@ func (c *Checker) Round(ctx context.Context) {
 			return
 		}
 		if err := c.CheckOrg(ctx, slug); err != nil {
+			if store.IsUnavailable(err) {
+				c.logger().Warn("health check: org skipped this round, database unavailable", "org", slug, "database", "org "+slug, "error", err)
+				continue
+			}
 			c.logger().Warn("health check failed", "org", slug, "error", err)
 		}
 	}
@@ -214,11 +223,7 @@ func (c *Checker) logger() *slog.Logger {
 }
 
 // healthLockKey derives the per-org advisory lock key.
-func healthLockKey(slug string) int64 {
-	h := fnv.New64a()
-	h.Write([]byte("gatehouse-health:" + slug))
-	return int64(h.Sum64() >> 1)
-}
+func healthLockKey(slug string) int64 { return store.LockKey("gatehouse-health:" + slug) }
 
 // CheckOrg checks one org's environments, unless another replica holds the
 // org's lock.
@@ -228,12 +233,12 @@ func (c *Checker) CheckOrg(ctx context.Context, slug string) error {
 		return err
 	}
 	defer deps.Release()
-	unlock, ok, err := tryLock(ctx, deps.Envs.DB, healthLockKey(slug))
+	unlock, ok, err := store.TryAdvisoryLock(ctx, deps.Envs.DB, healthLockKey(slug))
 	if err != nil || !ok {
 		return err
 	}
 	defer unlock()
-	list, err := deps.Envs.List(ctx)
+	list, err := deps.Envs.listAll(ctx)
 	if err != nil {
 		return err
 	}
@@ -245,48 +250,33 @@ func (c *Checker) CheckOrg(ctx context.Context, slug string) error {
 	if par <= 0 {
 		par = 8
 	}
+	// Losing the database mid-round stops the round: further probes could
+	// not be recorded, and half a round must not pass for a whole one.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
 	sem := make(chan struct{}, par)
 	var wg sync.WaitGroup
 	for _, e := range list {
+		if ctx.Err() != nil {
+			break
+		}
 		wg.Add(1)
 		sem <- struct{}{}
 		go func(e Environment) {
 			defer wg.Done()
 			defer func() { <-sem }()
 			if _, err := deps.Envs.CheckAndRecord(ctx, e, deps.Audit, timeout); err != nil {
+				if store.IsUnavailable(err) {
+					cancel(err)
+					return
+				}
 				c.logger().Warn("record health", "org", slug, "environment", e.ID, "error", err)
 			}
 		}(e)
 	}
 	wg.Wait()
+	if cause := context.Cause(ctx); store.IsUnavailable(cause) {
+		return cause
+	}
 	return nil
-}
-
-// tryLock takes a session-level advisory lock on a dedicated Postgres
-// connection; SQLite is single-node and needs none.
-func tryLock(ctx context.Context, db *gorm.DB, key int64) (func(), bool, error) {
-	if store.DialectOfDB(db) != store.Postgres {
-		return func() {}, true, nil
-	}
-	sqlDB, err := db.DB()
-	if err != nil {
-		return nil, false, err
-	}
-	conn, err := sqlDB.Conn(ctx)
-	if err != nil {
-		return nil, false, err
-	}
-	var got bool
-	if err := conn.QueryRowContext(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&got); err != nil {
-		conn.Close()
-		return nil, false, err
-	}
-	if !got {
-		conn.Close()
-		return nil, false, nil
-	}
-	return func() {
-		_, _ = conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", key)
-		conn.Close()
-	}, true, nil
 }
