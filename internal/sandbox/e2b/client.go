@@ -42,8 +42,8 @@ const (
 	ConnectAuto ConnectMode = iota
 	// ConnectOnly never falls back.
 	ConnectOnly
-	// ResumeOnly always uses /resume, for servers known to predate connect
-	// whose unknown-route 404 looks like an E2B error.
+	// ResumeOnly always uses /resume, for servers known to predate
+	// connect (it saves ConnectAuto's probing call).
 	ResumeOnly
 )
 

@@ -6,6 +6,19 @@
 // Every sandbox is a real agentd process with its own workspace directory;
 // pause freezes its process tree and connect thaws it.
 //
+// It is as strict as the real backends, so that it does not hide client
+// bugs: requests are validated like E2B's OpenAPI validation and handlers
+// (content type, types, required fields, enums, date-times, timeouts,
+// private-needs-secure), the metadata list filter is decoded in E2B's
+// steps, and lists are newest first with E2B's filters and paging.
+// Config.CubeSandbox switches to CubeAPI's behaviour where it differs.
+//
+// For tests of callers: InjectFault spoils chosen calls (5xx, 503 with
+// Retry-After, slow or missing answers, malformed bodies, a create that
+// happened but whose answer was lost); Seed adds many sandboxes without
+// processes, and NopLauncher creates API sandboxes without processes, for
+// benchmarks at scale; Advance and Tick drive timeouts from a test clock.
+//
 // Its wire types are written separately from the client's on purpose, so
 // that a misreading of the API in one does not pass silently in both.
 package e2bfake
