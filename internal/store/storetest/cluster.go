@@ -31,8 +31,9 @@ package storetest
 //     that is going away. Cleanup therefore finishes a fraction of a second
 //     after the last user, not at an arbitrary later time. On Linux postgres
 //     also gets SIGQUIT if the reaper itself is killed (Pdeathsig); a state
-//     left by a killed reaper is found stale by the next run (reaper pid
-//     gone or port not answering), which stops it with pg_ctl and removes it.
+//     left by a killed reaper is found stale by the next run (the reaper's
+//     flock on reaper.lock is gone, or the port does not answer), which
+//     stops the server with pg_ctl and removes the directory.
 //
 // Running as root (CI): initdb and postgres refuse to run as root, so both
 // run as the unprivileged user "nobody", which exists on every Debian,
@@ -234,10 +235,16 @@ func writeState(lock *os.File, st *clusterState) error {
 	return nil
 }
 
-// clusterAlive reports whether st's reaper still runs and its server
-// accepts connections.
+// clusterAlive reports whether st's reaper still runs (it holds an flock
+// on reaper.lock for its whole life, released by the kernel however it
+// ends, even before a zombie is reaped) and its server accepts connections.
 func clusterAlive(st clusterState) bool {
-	if !pidAlive(st.Reaper) {
+	f, err := os.Open(filepath.Join(st.Dir, reaperLock))
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if err := flock(f, syscall.LOCK_EX|syscall.LOCK_NB); !errors.Is(err, syscall.EWOULDBLOCK) {
 		return false
 	}
 	c, err := net.DialTimeout("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(st.Port)), 2*time.Second)

@@ -147,12 +147,15 @@ func TestStaleClusterReplaced(t *testing.T) {
 	if err := syscall.Kill(st.Reaper, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+	// Nothing else removes the orphan if the test fails before replacing it.
+	t.Cleanup(func() { cleanupStale(st) })
 	waitExited(t, st.Reaper)
 
 	fresh, err := acquireCluster(clusterConfig{LockPath: lockFile})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer fresh.release()
 	if fresh.Dir == old.Dir {
 		t.Fatal("joined the cluster of a dead reaper")
 	}

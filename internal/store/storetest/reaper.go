@@ -20,6 +20,10 @@ import (
 // binary; its presence turns the binary into the reaper.
 const reaperEnv = "GATEHOUSE_PGTEST_REAPER"
 
+// reaperLock, in the cluster directory, is flocked by the reaper while it
+// lives; joiners test it to tell a live cluster from a stale one.
+const reaperLock = "reaper.lock"
+
 // reapInterval is how often the reaper looks for remaining holders.
 const reapInterval = 50 * time.Millisecond
 
@@ -57,6 +61,14 @@ func init() {
 // runReaper runs postgres for cfg.Dir until no holder is left (or it is
 // told to stop, or postgres dies), then removes the cluster.
 func runReaper(cfg reaperConfig) error {
+	alive, err := os.OpenFile(filepath.Join(cfg.Dir, reaperLock), os.O_RDONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("reaper lock: %w", err)
+	}
+	defer alive.Close()
+	if err := flock(alive, syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		return fmt.Errorf("reaper lock: %w", err)
+	}
 	logf, err := os.OpenFile(filepath.Join(cfg.Dir, "postgres.log"), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("postgres log: %w", err)
