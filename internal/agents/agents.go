@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"sort"
@@ -16,6 +17,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -192,10 +194,12 @@ type Input struct {
 	CommandPolicy        []string
 }
 
-// EnvLookup reads environments and templates for validation.
+// EnvLookup reads environments and templates for validation, as the
+// acting principal may see them.
 type EnvLookup interface {
-	Get(ctx context.Context, id int64) (envs.Environment, error)
-	GetTemplate(ctx context.Context, id int64) (envs.Template, error)
+	Get(ctx context.Context, a *authz.Actor, id int64) (envs.Environment, error)
+	Usable(ctx context.Context, a *authz.Actor, e envs.Environment) (bool, error)
+	GetTemplate(ctx context.Context, a *authz.Actor, id int64) (envs.Template, error)
 }
 
 // Service manages one org's agents.
@@ -213,10 +217,9 @@ func (s *Service) now() time.Time {
 }
 
 // validate applies in to a and checks every rule, with a message that says
-// which rule failed. canUse, when not nil, reports whether the acting
-// principal may attach an environment (visibility and department rules
-// live with the caller); a refused one reads as missing.
-func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating bool, canUse func(envs.Environment) bool) error {
+// which rule failed. Environments and templates are looked up as actor may
+// see them; one it may not use reads as missing.
+func (s *Service) validate(ctx context.Context, actor *authz.Actor, a *Agent, in Input, creating bool) error {
 	v := apperr.Validation()
 	if in.DepartmentID != nil {
 		a.DepartmentID = in.DepartmentID
@@ -302,8 +305,17 @@ func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating boo
 	hasSandbox := false
 	var sandboxEnvs []int64
 	for _, id := range a.EnvironmentIDs {
-		e, err := s.Envs.Get(ctx, id)
-		if err != nil || (canUse != nil && !canUse(e)) {
+		e, err := s.Envs.Get(ctx, actor, id)
+		if err != nil && !errors.Is(err, apperr.ErrNotFound) {
+			return err
+		}
+		usable := err == nil
+		if usable {
+			if usable, err = s.Envs.Usable(ctx, actor, e); err != nil {
+				return err
+			}
+		}
+		if !usable {
 			v.Add("environment_ids", "Environment %d does not exist or you may not use it.", id)
 			continue
 		}
@@ -326,7 +338,9 @@ func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating boo
 		}
 		if a.TemplateID == nil {
 			v.Add("template_id", "Per-session sandboxes need a template to create them from.")
-		} else if t, err := s.Envs.GetTemplate(ctx, *a.TemplateID); err != nil || !contains(sandboxEnvs, t.EnvironmentID) {
+		} else if t, err := s.Envs.GetTemplate(ctx, actor, *a.TemplateID); err != nil && !errors.Is(err, apperr.ErrNotFound) {
+			return err
+		} else if err != nil || !contains(sandboxEnvs, t.EnvironmentID) {
 			// One message for both: template ids of other departments are
 			// not revealed.
 			v.Add("template_id", "Template %d is not one of the agent's sandbox environments' templates.", *a.TemplateID)
@@ -336,7 +350,7 @@ func (s *Service) validate(ctx context.Context, a *Agent, in Input, creating boo
 	} else if a.SandboxMode == SandboxOff {
 		a.TemplateID = nil
 		if a.DefaultEnvironmentID != 0 {
-			if e, err := s.Envs.Get(ctx, a.DefaultEnvironmentID); err == nil && e.Kind != envs.KindHost {
+			if e, err := s.Envs.Get(ctx, actor, a.DefaultEnvironmentID); err == nil && e.Kind != envs.KindHost {
 				v.Add("default_environment_id", "With sandbox mode off, sessions run directly on a host: the default environment must be a host.")
 			}
 		}
@@ -373,11 +387,11 @@ func contains(xs []int64, x int64) bool {
 	return false
 }
 
-// Create validates and stores an agent with its allowed environments.
-func (s *Service) Create(ctx context.Context, in Input, createdBy string, canUse func(envs.Environment) bool) (Agent, error) {
+// create validates and stores an agent with its allowed environments.
+func (s *Service) create(ctx context.Context, actor *authz.Actor, in Input) (Agent, error) {
 	now := s.now()
-	a := Agent{CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
-	if err := s.validate(ctx, &a, in, true, canUse); err != nil {
+	a := Agent{CreatedBy: actor.Name, CreatedAt: now, UpdatedAt: now}
+	if err := s.validate(ctx, actor, &a, in, true); err != nil {
 		return a, err
 	}
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -411,8 +425,8 @@ func translate(err error) error {
 	return fmt.Errorf("save agent: %w", err)
 }
 
-// Get returns one agent with its environments.
-func (s *Service) Get(ctx context.Context, id int64) (Agent, error) {
+// load reads one agent with its environments, whoever asks.
+func (s *Service) load(ctx context.Context, id int64) (Agent, error) {
 	var a Agent
 	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&a)
 	if res.Error != nil {
@@ -427,9 +441,9 @@ func (s *Service) Get(ctx context.Context, id int64) (Agent, error) {
 	return a, nil
 }
 
-// List returns agents ordered by name; deptIDs, when not nil, limits the
-// list to those departments.
-func (s *Service) List(ctx context.Context, deptIDs []int64) ([]Agent, error) {
+// listAll returns agents ordered by name; deptIDs, when not nil, limits
+// the list to those departments.
+func (s *Service) listAll(ctx context.Context, deptIDs []int64) ([]Agent, error) {
 	var out []Agent
 	q := s.DB.WithContext(ctx).Order("name")
 	if deptIDs != nil {
@@ -462,15 +476,12 @@ func (s *Service) List(ctx context.Context, deptIDs []int64) ([]Agent, error) {
 	return out, nil
 }
 
-// Update validates and stores changes, returning before and after.
-func (s *Service) Update(ctx context.Context, id int64, in Input, canUse func(envs.Environment) bool) (before, after Agent, err error) {
-	before, err = s.Get(ctx, id)
-	if err != nil {
-		return
-	}
+// update validates and stores changes to before, returning after.
+func (s *Service) update(ctx context.Context, actor *authz.Actor, before Agent, in Input) (after Agent, err error) {
+	id := before.ID
 	after = before
 	after.EnvironmentIDs = append([]int64(nil), before.EnvironmentIDs...)
-	if err = s.validate(ctx, &after, in, false, canUse); err != nil {
+	if err = s.validate(ctx, actor, &after, in, false); err != nil {
 		return
 	}
 	after.UpdatedAt = s.now()
@@ -491,13 +502,9 @@ func (s *Service) Update(ctx context.Context, id int64, in Input, canUse func(en
 	return
 }
 
-// Delete removes an agent.
-func (s *Service) Delete(ctx context.Context, id int64) (Agent, error) {
-	a, err := s.Get(ctx, id)
-	if err != nil {
-		return a, err
-	}
-	if err := s.DB.WithContext(ctx).Delete(&Agent{}, id).Error; err != nil {
+// remove deletes an agent.
+func (s *Service) remove(ctx context.Context, a Agent) (Agent, error) {
+	if err := s.DB.WithContext(ctx).Delete(&Agent{}, a.ID).Error; err != nil {
 		return a, fmt.Errorf("delete agent: %w", err)
 	}
 	return a, nil

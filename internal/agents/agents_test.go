@@ -13,7 +13,10 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
@@ -144,12 +147,27 @@ type world struct {
 	svc                *agents.Service
 	deptA, deptB       int64
 	host1, host2       envs.Environment
-	hostB              envs.Environment // in department B
+	hostA, hostB       envs.Environment // in departments A and B
 	sbx, sbx2          envs.Environment
 	tplReady, tplBuild envs.Template // of sbx
 	tplOther           envs.Template // of sbx2
-	hidden             envs.Environment
-	canUse             func(envs.Environment) bool
+	hidden             envs.Environment // private to another user, not shared
+	en                 *rbac.Enforcer
+	admin              *authz.Actor // user 1, org-admin
+	n                  int
+}
+
+// actor is user id holding roles, each "role@domain".
+func (w *world) actor(t *testing.T, id int64, roles ...string) *authz.Actor {
+	t.Helper()
+	sub := rbac.UserSubject(id)
+	for _, r := range roles {
+		role, dom, _ := strings.Cut(r, "@")
+		if _, err := w.en.Assign(context.Background(), rbac.Assignment{Subject: sub, Role: role, Domain: dom}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return authz.New(authz.Principal{Kind: "user", ID: fmt.Sprint(id), Name: sub, Subject: sub, UserID: id}, w.en, nil)
 }
 
 func newWorld(t *testing.T, d store.Dialect) *world {
@@ -164,36 +182,48 @@ func newWorld(t *testing.T, d store.Dialect) *world {
 	}
 	w := &world{db: db, envs: &envs.Service{DB: db, Box: box, Org: "acme"}}
 	w.svc = &agents.Service{DB: db, Envs: w.envs}
+	if w.en, err = rbac.NewEnforcer(ctx, db); err != nil {
+		t.Fatal(err)
+	}
+	w.admin = w.actor(t, 1, rbac.RoleOrgAdmin+"@"+rbac.DomainOrg)
 	w.deptA, w.deptB = department(t, db, "a"), department(t, db, "b")
 	tok := strings.Repeat("t", envs.MinTokenLength)
 	host := func(name string, dept *int64) envs.Environment {
-		e, err := w.envs.Create(ctx, envs.Input{Name: ptr(name), Kind: envs.KindHost, DepartmentID: dept, URL: ptr("https://" + name + ":49984"),
-			OS: ptr("linux"), Deployment: ptr("cloud-vm"), AgentdToken: ptr(tok)}, nil, "x")
+		e, err := w.envs.Create(ctx, w.admin, envs.Input{Name: ptr(name), Kind: envs.KindHost, DepartmentID: dept, URL: ptr("https://" + name + ":49984"),
+			OS: ptr("linux"), Deployment: ptr("cloud-vm"), AgentdToken: ptr(tok)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	sbx := func(name string) envs.Environment {
-		e, err := w.envs.Create(ctx, envs.Input{Name: ptr(name), Kind: envs.KindSandbox, URL: ptr("https://api.e2b.app"),
-			SandboxDomain: ptr("e2b.app"), AgentdToken: ptr(tok)}, nil, "x")
+		e, err := w.envs.Create(ctx, w.admin, envs.Input{Name: ptr(name), Kind: envs.KindSandbox, URL: ptr("https://api.e2b.app"),
+			SandboxDomain: ptr("e2b.app"), AgentdToken: ptr(tok)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return e
 	}
 	tpl := func(env envs.Environment, id, status string) envs.Template {
-		tp, err := w.envs.AddTemplate(ctx, env.ID, envs.TemplateInput{BackendTemplateID: id, VCPU: 1, MemoryMB: 512, BackendStatus: status})
+		tp, err := w.envs.AddTemplate(ctx, w.admin, env.ID, envs.TemplateInput{BackendTemplateID: id, VCPU: 1, MemoryMB: 512, BackendStatus: status})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return tp
 	}
-	w.host1, w.host2, w.hostB = host("host1", nil), host("host2", nil), host("hostb", &w.deptB)
-	w.hidden = host("hidden", nil)
+	w.host1, w.host2, w.hostA, w.hostB = host("host1", nil), host("host2", nil), host("hosta", &w.deptA), host("hostb", &w.deptB)
+	other, _, err := (&directory.Directory{DB: db}).CreateUser(ctx, "other@example.com", "Other")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hidden, err := w.envs.Create(ctx, w.actor(t, other.ID), envs.Input{Name: ptr("hidden"), Kind: envs.KindHost, URL: ptr("https://hidden:49984"),
+		OS: ptr("linux"), Deployment: ptr("cloud-vm"), AgentdToken: ptr(tok), Private: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.hidden = hidden
 	w.sbx, w.sbx2 = sbx("sbx"), sbx("sbx2")
 	w.tplReady, w.tplBuild, w.tplOther = tpl(w.sbx, "base", "ready"), tpl(w.sbx, "building", "building"), tpl(w.sbx2, "other", "ready")
-	w.canUse = func(e envs.Environment) bool { return e.ID != w.hidden.ID }
 	return w
 }
 
@@ -273,12 +303,12 @@ func TestValidationRules(t *testing.T) {
 				if tc.field != "name" {
 					in.Name = ptr(fmt.Sprintf("agent-%d", i))
 				}
-				a, err := w.svc.Create(ctx, in, "tester", w.canUse)
+				a, err := w.svc.Create(ctx, w.admin, in)
 				if tc.want == "" {
 					if err != nil {
 						t.Fatalf("valid input refused: %v", err)
 					}
-					got, err := w.svc.Get(ctx, a.ID)
+					got, err := w.svc.Get(ctx, w.admin, a.ID)
 					if err != nil || len(got.EnvironmentIDs) != len(tc.in.EnvironmentIDs) {
 						t.Errorf("Get = %+v, %v", got, err)
 					}
@@ -320,17 +350,17 @@ func TestCRUD(t *testing.T) {
 		in.Config = ptr(`{ "model": "claude-sonnet-4" }`)
 		in.DefaultEnvironmentID = &w.host2.ID
 		in.TemplateID = &w.tplReady.ID // ignored with sandbox mode off
-		a, err := w.svc.Create(ctx, in, "alice", nil)
+		a, err := w.svc.Create(ctx, w.admin, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := w.svc.Get(ctx, a.ID)
+		got, err := w.svc.Get(ctx, w.admin, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if got.Name != "coder" || got.Description != "writes code" || got.Config != `{"model":"claude-sonnet-4"}` ||
 			got.SandboxMode != agents.SandboxOff || got.TemplateID != nil || got.DefaultEnvironmentID != w.host2.ID ||
-			got.CommandPolicy != "[]" || got.CreatedBy != "alice" || got.DepartmentID != nil || !got.CreatedAt.Equal(clock) {
+			got.CommandPolicy != "[]" || got.CreatedBy != "user:1" || got.DepartmentID != nil || !got.CreatedAt.Equal(clock) {
 			t.Errorf("stored %+v", got)
 		}
 		if got.IdleTimeoutSeconds != int(agents.DefaultIdleTimeout.Seconds()) || got.IdleTimeoutSeconds != 15*60 ||
@@ -342,16 +372,16 @@ func TestCRUD(t *testing.T) {
 		}
 
 		t.Run("duplicate name", func(t *testing.T) {
-			_, err := w.svc.Create(ctx, base(w.host1.ID), "x", nil)
+			_, err := w.svc.Create(ctx, w.admin, base(w.host1.ID))
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = w.svc.Create(ctx, base(w.host1.ID), "x", nil)
+			_, err = w.svc.Create(ctx, w.admin, base(w.host1.ID))
 			var v *apperr.ValidationError
 			if !errors.As(err, &v) || !strings.Contains(v.Fields["name"], "already exists") {
 				t.Fatalf("duplicate = %v", err)
 			}
-			_, _, err = w.svc.Update(ctx, a.ID, agents.Input{Name: ptr("agent")}, nil)
+			_, _, err = w.svc.Update(ctx, w.admin, a.ID, agents.Input{Name: ptr("agent")})
 			if !errors.As(err, &v) || !strings.Contains(v.Fields["name"], "already exists") {
 				t.Fatalf("rename onto a duplicate = %v", err)
 			}
@@ -359,11 +389,11 @@ func TestCRUD(t *testing.T) {
 
 		t.Run("update", func(t *testing.T) {
 			clock = clock.Add(time.Hour)
-			before, after, err := w.svc.Update(ctx, a.ID, agents.Input{
+			before, after, err := w.svc.Update(ctx, w.admin, a.ID, agents.Input{
 				SandboxMode: ptr(agents.SandboxPerSession), TemplateID: &w.tplReady.ID,
 				EnvironmentIDs: []int64{w.sbx.ID, w.host1.ID}, DefaultEnvironmentID: &w.sbx.ID,
 				IdleTimeout: ptr(5 * time.Minute), ReclaimAfter: ptr(2 * time.Hour), CommandPolicy: []string{"^rm -rf"},
-			}, w.canUse)
+			})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -373,7 +403,7 @@ func TestCRUD(t *testing.T) {
 			if fmt.Sprint(before.EnvironmentIDs) != fmt.Sprint([]int64{w.host1.ID, w.host2.ID}) {
 				t.Errorf("before.EnvironmentIDs = %v aliased the update", before.EnvironmentIDs)
 			}
-			got, _ := w.svc.Get(ctx, a.ID)
+			got, _ := w.svc.Get(ctx, w.admin, a.ID)
 			if got.TemplateID == nil || *got.TemplateID != w.tplReady.ID || got.DefaultEnvironmentID != w.sbx.ID ||
 				got.IdleTimeoutSeconds != 300 || got.ReclaimAfterSeconds != 7200 || got.DeniedBy("rm -rf /") != "^rm -rf" ||
 				fmt.Sprint(got.EnvironmentIDs) != fmt.Sprint([]int64{w.host1.ID, w.sbx.ID}) ||
@@ -381,27 +411,27 @@ func TestCRUD(t *testing.T) {
 				t.Errorf("after update %+v", got)
 			}
 			// A refused update changes nothing.
-			_, _, err = w.svc.Update(ctx, a.ID, agents.Input{TemplateID: &w.tplBuild.ID}, nil)
+			_, _, err = w.svc.Update(ctx, w.admin, a.ID, agents.Input{TemplateID: &w.tplBuild.ID})
 			var v *apperr.ValidationError
 			if !errors.As(err, &v) || v.Fields["template_id"] == "" {
 				t.Fatalf("not-ready template accepted: %v", err)
 			}
-			if again, _ := w.svc.Get(ctx, a.ID); *again.TemplateID != w.tplReady.ID {
+			if again, _ := w.svc.Get(ctx, w.admin, a.ID); *again.TemplateID != w.tplReady.ID {
 				t.Error("a refused update was stored")
 			}
 			// Back to off: the template goes, the default must be a host.
-			_, _, err = w.svc.Update(ctx, a.ID, agents.Input{SandboxMode: ptr(agents.SandboxOff)}, nil)
+			_, _, err = w.svc.Update(ctx, w.admin, a.ID, agents.Input{SandboxMode: ptr(agents.SandboxOff)})
 			if !errors.As(err, &v) || !strings.Contains(v.Fields["default_environment_id"], "must be a host") {
 				t.Fatalf("off with a sandbox default = %v", err)
 			}
-			_, after, err = w.svc.Update(ctx, a.ID, agents.Input{SandboxMode: ptr(agents.SandboxOff), DefaultEnvironmentID: &w.host1.ID}, nil)
+			_, after, err = w.svc.Update(ctx, w.admin, a.ID, agents.Input{SandboxMode: ptr(agents.SandboxOff), DefaultEnvironmentID: &w.host1.ID})
 			if err != nil || after.TemplateID != nil {
 				t.Fatalf("back to off: %+v, %v", after.TemplateID, err)
 			}
-			if got, _ := w.svc.Get(ctx, a.ID); got.TemplateID != nil || got.SandboxMode != agents.SandboxOff {
+			if got, _ := w.svc.Get(ctx, w.admin, a.ID); got.TemplateID != nil || got.SandboxMode != agents.SandboxOff {
 				t.Errorf("stored %+v", got)
 			}
-			_, _, err = w.svc.Update(ctx, 999_999, agents.Input{}, nil)
+			_, _, err = w.svc.Update(ctx, w.admin, 999_999, agents.Input{})
 			if !errors.Is(err, apperr.ErrNotFound) {
 				t.Errorf("update of a missing agent = %v", err)
 			}
@@ -413,12 +443,12 @@ func TestCRUD(t *testing.T) {
 			ib := base(w.hostB.ID)
 			ib.Name, ib.DepartmentID = ptr("in-b"), &w.deptB
 			for _, in := range []agents.Input{ia, ib} {
-				if _, err := w.svc.Create(ctx, in, "x", nil); err != nil {
+				if _, err := w.svc.Create(ctx, w.admin, in); err != nil {
 					t.Fatal(err)
 				}
 			}
-			names := func(depts []int64) string {
-				list, err := w.svc.List(ctx, depts)
+			names := func(a *authz.Actor) string {
+				list, err := w.svc.List(ctx, a)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -431,26 +461,27 @@ func TestCRUD(t *testing.T) {
 				}
 				return strings.Join(out, ",")
 			}
-			if got := names(nil); got != "agent,coder,in-a,in-b" {
-				t.Errorf("List(nil) = %s", got)
+			// Org-wide agents are everyone's; a department's its members'.
+			if got := names(w.admin); got != "agent,coder,in-a,in-b" {
+				t.Errorf("org admin sees %s", got)
 			}
-			if got := names([]int64{w.deptA}); got != "in-a" {
-				t.Errorf("List(A) = %s", got)
+			if got := names(w.actor(t, 10, rbac.RoleMember+"@"+rbac.DeptDomain(w.deptA))); got != "agent,coder,in-a" {
+				t.Errorf("member of A sees %s", got)
 			}
-			if got := names([]int64{w.deptA, w.deptB}); got != "in-a,in-b" {
-				t.Errorf("List(A, B) = %s", got)
+			if got := names(w.actor(t, 11, rbac.RoleMember+"@"+rbac.DeptDomain(w.deptA), rbac.RoleMember+"@"+rbac.DeptDomain(w.deptB))); got != "agent,coder,in-a,in-b" {
+				t.Errorf("member of A and B sees %s", got)
 			}
-			if got := names([]int64{}); got != "" {
-				t.Errorf("List(none) = %s", got)
+			if got := names(w.actor(t, 12)); got != "agent,coder" {
+				t.Errorf("member of nothing sees %s", got)
 			}
 		})
 
 		t.Run("delete", func(t *testing.T) {
-			del, err := w.svc.Delete(ctx, a.ID)
+			del, err := w.svc.Delete(ctx, w.admin, a.ID)
 			if err != nil || del.Name != "coder" || len(del.EnvironmentIDs) == 0 {
 				t.Fatalf("Delete = %+v, %v", del, err)
 			}
-			if _, err := w.svc.Get(ctx, a.ID); !errors.Is(err, apperr.ErrNotFound) {
+			if _, err := w.svc.Get(ctx, w.admin, a.ID); !errors.Is(err, apperr.ErrNotFound) {
 				t.Errorf("Get after delete = %v", err)
 			}
 			var links int64
@@ -458,7 +489,7 @@ func TestCRUD(t *testing.T) {
 			if links != 0 {
 				t.Errorf("%d environment links left", links)
 			}
-			if _, err := w.svc.Delete(ctx, a.ID); !errors.Is(err, apperr.ErrNotFound) {
+			if _, err := w.svc.Delete(ctx, w.admin, a.ID); !errors.Is(err, apperr.ErrNotFound) {
 				t.Errorf("second delete = %v", err)
 			}
 		})

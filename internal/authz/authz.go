@@ -53,6 +53,9 @@ func (p *Principal) AuditActor() audit.Actor {
 // Checker is the policy decision point: one org's casbin enforcer.
 type Checker interface {
 	Decide(ctx context.Context, sub, dom, obj, act string) (rbac.Decision, error)
+	// DecideAnywhere allows when any domain the subject holds a role in
+	// allows (listings, which then filter per object).
+	DecideAnywhere(ctx context.Context, sub, obj, act string) (rbac.Decision, error)
 }
 
 // Denial is one refused check, as it goes to the audit log.
@@ -121,6 +124,28 @@ func (a *Actor) Decide(ctx context.Context, dom, obj, act string) (rbac.Decision
 	d, err := a.check.Decide(ctx, a.Subject, dom, obj, act)
 	if err != nil {
 		return rbac.Decision{}, fmt.Errorf("authorize %s %s in %s: %w", act, obj, dom, err)
+	}
+	return d, nil
+}
+
+// AllowedAnywhere is Allowed in the org or any department where the actor
+// holds a role.
+func (a *Actor) AllowedAnywhere(ctx context.Context, obj, act string) (bool, error) {
+	d, err := a.DecideAnywhere(ctx, obj, act)
+	return d.Allowed, err
+}
+
+// DecideAnywhere is AllowedAnywhere with the deciding rule.
+func (a *Actor) DecideAnywhere(ctx context.Context, obj, act string) (rbac.Decision, error) {
+	if a.system {
+		return rbac.Decision{Allowed: true, Rule: "system"}, nil
+	}
+	if a.check == nil {
+		return rbac.Decision{}, errors.New("authz: actor has no policy checker")
+	}
+	d, err := a.check.DecideAnywhere(ctx, a.Subject, obj, act)
+	if err != nil {
+		return rbac.Decision{}, fmt.Errorf("authorize %s %s: %w", act, obj, err)
 	}
 	return d, nil
 }

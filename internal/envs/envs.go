@@ -128,6 +128,8 @@ type Input struct {
 	ProxyBaseURL  *string
 	APIKey        *string
 	AgentdToken   *string
+	// Private (on create) makes the environment its creator's own.
+	Private bool
 }
 
 var (
@@ -227,8 +229,8 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 	return agentdToken, apiKey, v.Err()
 }
 
-// Create stores a new environment. owner makes it private to that user.
-func (s *Service) Create(ctx context.Context, in Input, owner *int64, createdBy string) (Environment, error) {
+// create stores a new environment. owner makes it private to that user.
+func (s *Service) create(ctx context.Context, in Input, owner *int64, createdBy string) (Environment, error) {
 	now := s.now()
 	e := Environment{DepartmentID: orgWide(in.DepartmentID), OwnerUserID: owner, HealthStatus: HealthUnknown, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
 	tok, key, err := apply(&e, in, true)
@@ -314,8 +316,9 @@ func (s *Service) sealSecrets(tx *gorm.DB, e *Environment, tok, key *string) err
 	return tx.Model(&Environment{}).Where("id = ?", e.ID).Updates(updates).Error
 }
 
-// Get returns one environment.
-func (s *Service) Get(ctx context.Context, id int64) (Environment, error) {
+// load reads one environment, whoever asks; the exported readers check
+// the actor first.
+func (s *Service) load(ctx context.Context, id int64) (Environment, error) {
 	var e Environment
 	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&e)
 	if res.Error != nil {
@@ -327,9 +330,8 @@ func (s *Service) Get(ctx context.Context, id int64) (Environment, error) {
 	return e, nil
 }
 
-// List returns every environment ordered by name; callers filter with
-// Visible.
-func (s *Service) List(ctx context.Context) ([]Environment, error) {
+// listAll returns every environment ordered by name, whoever asks.
+func (s *Service) listAll(ctx context.Context) ([]Environment, error) {
 	var out []Environment
 	if err := s.DB.WithContext(ctx).Order("name").Find(&out).Error; err != nil {
 		return nil, fmt.Errorf("list environments: %w", err)
@@ -337,12 +339,9 @@ func (s *Service) List(ctx context.Context) ([]Environment, error) {
 	return out, nil
 }
 
-// Update changes fields and returns before and after.
-func (s *Service) Update(ctx context.Context, id int64, in Input) (before, after Environment, err error) {
-	before, err = s.Get(ctx, id)
-	if err != nil {
-		return
-	}
+// update changes fields of before and returns the result.
+func (s *Service) update(ctx context.Context, before Environment, in Input) (after Environment, err error) {
+	id := before.ID
 	after = before
 	if in.DepartmentID != nil {
 		after.DepartmentID = orgWide(in.DepartmentID)
@@ -426,12 +425,9 @@ func requireSecretsOnMove(before, after Environment, tok, key *string) error {
 	return v.Err()
 }
 
-// Delete removes an environment unless an agent still uses it.
-func (s *Service) Delete(ctx context.Context, id int64) (Environment, error) {
-	e, err := s.Get(ctx, id)
-	if err != nil {
-		return e, err
-	}
+// remove deletes e unless an agent still uses it.
+func (s *Service) remove(ctx context.Context, e Environment) (Environment, error) {
+	id := e.ID
 	n, err := s.usage(ctx, id)
 	if err != nil {
 		return e, err
@@ -500,7 +496,7 @@ type Health struct {
 // RecordHealth stores a check result and reports the previous status when
 // it changed ("" when it did not).
 func (s *Service) RecordHealth(ctx context.Context, id int64, h Health) (prev string, err error) {
-	e, err := s.Get(ctx, id)
+	e, err := s.load(ctx, id)
 	if err != nil {
 		return "", err
 	}

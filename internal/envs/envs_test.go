@@ -85,7 +85,7 @@ func TestCreateValidation(t *testing.T) {
 				if tc.field != "name" {
 					in.Name = &name
 				}
-				e, err := f.envs.Create(context.Background(), in, nil, "tester")
+				e, err := f.envs.Create(context.Background(), sys, in)
 				if tc.want == "" {
 					if err != nil {
 						t.Fatalf("valid input refused: %v", err)
@@ -118,21 +118,21 @@ func TestCreateNormalizes(t *testing.T) {
 		ctx := context.Background()
 		in := hostInput(" h1 ", " https://build-01:49984/ ", token("a"))
 		in.SandboxDomain = ptr("e2b.app") // ignored on a host
-		h, err := f.envs.Create(ctx, in, nil, "alice")
+		h, err := f.envs.Create(ctx, sys, in)
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := f.envs.Get(ctx, h.ID)
+		got, err := f.envs.Get(ctx, sys, h.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Name != "h1" || got.URL != "https://build-01:49984" || got.SandboxDomain != "" || got.CreatedBy != "alice" || got.Private() {
+		if got.Name != "h1" || got.URL != "https://build-01:49984" || got.SandboxDomain != "" || got.CreatedBy != "tester" || got.Private() {
 			t.Errorf("host stored as %+v", got)
 		}
 		sin := sandboxInput("s1", "https://api.e2b.app/", "e2b.app", token("b"), "")
 		sin.SandboxScheme = nil
 		sin.OS, sin.Deployment, sin.WorkspaceRoot = ptr("windows"), ptr("kubernetes"), ptr("/srv")
-		s, err := f.envs.Create(ctx, sin, nil, "alice")
+		s, err := f.envs.Create(ctx, sys, sin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,23 +155,23 @@ func TestCRUD(t *testing.T) {
 		s := f.mustCreate(t, sandboxInput("cloud", "https://api.e2b.app", "e2b.app", tokA, "key-one"))
 
 		t.Run("duplicate name", func(t *testing.T) {
-			_, err := f.envs.Create(ctx, hostInput("build", "https://build-02:49984", tokA), nil, "x")
+			_, err := f.envs.Create(ctx, sys, hostInput("build", "https://build-02:49984", tokA))
 			wantField(t, err, "name", "already exists")
-			_, _, err = f.envs.Update(ctx, s.ID, envs.Input{Name: ptr("build")})
+			_, _, err = f.envs.Update(ctx, sys, s.ID, envs.Input{Name: ptr("build")})
 			wantField(t, err, "name", "already exists")
 		})
 
 		t.Run("get missing", func(t *testing.T) {
-			_, err := f.envs.Get(ctx, 999_999)
+			_, err := f.envs.Get(ctx, sys, 999_999)
 			wantKind(t, err, apperr.ErrNotFound, "environment_not_found")
-			_, _, err = f.envs.Update(ctx, 999_999, envs.Input{})
+			_, _, err = f.envs.Update(ctx, sys, 999_999, envs.Input{})
 			wantKind(t, err, apperr.ErrNotFound, "environment_not_found")
-			_, err = f.envs.Delete(ctx, 999_999)
+			_, err = f.envs.Delete(ctx, sys, 999_999)
 			wantKind(t, err, apperr.ErrNotFound, "environment_not_found")
 		})
 
 		t.Run("list ordered by name", func(t *testing.T) {
-			list, err := f.envs.List(ctx)
+			list, err := f.envs.List(ctx, sys)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,26 +181,26 @@ func TestCRUD(t *testing.T) {
 		})
 
 		t.Run("update leaves secrets when nil", func(t *testing.T) {
-			before, after, err := f.envs.Update(ctx, h.ID, envs.Input{Name: ptr("build-renamed"), OS: ptr("macos")})
+			before, after, err := f.envs.Update(ctx, sys, h.ID, envs.Input{Name: ptr("build-renamed"), OS: ptr("macos")})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if before.Name != "build" || after.Name != "build-renamed" || after.OS != "macos" {
 				t.Errorf("before %q after %q/%q", before.Name, after.Name, after.OS)
 			}
-			got, _ := f.envs.Get(ctx, h.ID)
+			got, _ := f.envs.Get(ctx, sys, h.ID)
 			if got.SealedAgentdToken != h.SealedAgentdToken {
 				t.Errorf("a nil token pointer changed the sealed token")
 			}
 			if tok, err := f.envs.AgentdToken(got); err != nil || tok != tokA {
 				t.Errorf("AgentdToken = %q, %v; want the original", tok, err)
 			}
-			if _, _, err := f.envs.Update(ctx, h.ID, envs.Input{Deployment: ptr("mainframe")}); err == nil {
+			if _, _, err := f.envs.Update(ctx, sys, h.ID, envs.Input{Deployment: ptr("mainframe")}); err == nil {
 				t.Error("update accepted an invalid deployment")
 			} else {
 				wantField(t, err, "deployment", "bare-metal")
 			}
-			if _, _, err := f.envs.Update(ctx, h.ID, envs.Input{AgentdToken: ptr("short")}); err == nil {
+			if _, _, err := f.envs.Update(ctx, sys, h.ID, envs.Input{AgentdToken: ptr("short")}); err == nil {
 				t.Error("update accepted a short token")
 			} else {
 				wantField(t, err, "agentd_token", "at least")
@@ -208,11 +208,11 @@ func TestCRUD(t *testing.T) {
 		})
 
 		t.Run("update replaces secrets", func(t *testing.T) {
-			_, after, err := f.envs.Update(ctx, h.ID, envs.Input{AgentdToken: ptr(tokB)})
+			_, after, err := f.envs.Update(ctx, sys, h.ID, envs.Input{AgentdToken: ptr(tokB)})
 			if err != nil {
 				t.Fatal(err)
 			}
-			got, _ := f.envs.Get(ctx, h.ID)
+			got, _ := f.envs.Get(ctx, sys, h.ID)
 			if got.SealedAgentdToken == h.SealedAgentdToken || got.SealedAgentdToken != after.SealedAgentdToken {
 				t.Errorf("sealed token not replaced")
 			}
@@ -222,30 +222,30 @@ func TestCRUD(t *testing.T) {
 			// The sandbox's API key: nil leaves it, a value replaces it, ""
 			// clears it.
 			// A stored secret never follows a changed address.
-			_, _, err = f.envs.Update(ctx, h.ID, envs.Input{URL: ptr("https://attacker.example:49984")})
+			_, _, err = f.envs.Update(ctx, sys, h.ID, envs.Input{URL: ptr("https://attacker.example:49984")})
 			var ve *apperr.ValidationError
 			if !errors.As(err, &ve) || ve.Fields["agentd_token"] == "" {
 				t.Fatalf("moving a host without re-entering its token: %v", err)
 			}
-			if got, _ := f.envs.Get(ctx, h.ID); got.URL == "https://attacker.example:49984" {
+			if got, _ := f.envs.Get(ctx, sys, h.ID); got.URL == "https://attacker.example:49984" {
 				t.Fatal("the refused move was stored")
 			}
-			if _, _, err := f.envs.Update(ctx, s.ID, envs.Input{SandboxDomain: ptr("cube.app"), AgentdToken: ptr(tokA)}); err != nil {
+			if _, _, err := f.envs.Update(ctx, sys, s.ID, envs.Input{SandboxDomain: ptr("cube.app"), AgentdToken: ptr(tokA)}); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := f.envs.Get(ctx, s.ID); got.SealedAPIKey != s.SealedAPIKey || got.SandboxDomain != "cube.app" {
+			if got, _ := f.envs.Get(ctx, sys, s.ID); got.SealedAPIKey != s.SealedAPIKey || got.SandboxDomain != "cube.app" {
 				t.Errorf("api key changed by an update without one")
 			}
-			if _, _, err := f.envs.Update(ctx, s.ID, envs.Input{APIKey: ptr("key-two")}); err != nil {
+			if _, _, err := f.envs.Update(ctx, sys, s.ID, envs.Input{APIKey: ptr("key-two")}); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := f.envs.Get(ctx, s.ID); got.SealedAPIKey == s.SealedAPIKey || !got.HasAPIKey() {
+			if got, _ := f.envs.Get(ctx, sys, s.ID); got.SealedAPIKey == s.SealedAPIKey || !got.HasAPIKey() {
 				t.Errorf("api key not replaced")
 			}
-			if _, _, err := f.envs.Update(ctx, s.ID, envs.Input{APIKey: ptr("")}); err != nil {
+			if _, _, err := f.envs.Update(ctx, sys, s.ID, envs.Input{APIKey: ptr("")}); err != nil {
 				t.Fatal(err)
 			}
-			if got, _ := f.envs.Get(ctx, s.ID); got.HasAPIKey() {
+			if got, _ := f.envs.Get(ctx, sys, s.ID); got.HasAPIKey() {
 				t.Errorf("an empty api key did not clear it")
 			}
 		})
@@ -254,7 +254,7 @@ func TestCRUD(t *testing.T) {
 			dept := newDepartment(t, f.db, "eng")
 			in := hostInput("dept-host", "https://dept:49984", tokA)
 			in.DepartmentID = &dept
-			e, err := f.envs.Create(ctx, in, nil, "x")
+			e, err := f.envs.Create(ctx, sys, in)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -268,23 +268,23 @@ func TestCRUD(t *testing.T) {
 			// A department that does not exist is refused, not stored.
 			in = hostInput("ghost-dept", "https://ghost:49984", tokA)
 			in.DepartmentID = ptr(int64(999_999))
-			_, err = f.envs.Create(ctx, in, nil, "x")
+			_, err = f.envs.Create(ctx, sys, in)
 			wantField(t, err, "department_id", "does not exist")
 			var n int64
 			f.db.Table("environments").Where("name = ?", "ghost-dept").Count(&n)
 			if n != 0 {
 				t.Error("environment with a missing department stored")
 			}
-			_, _, err = f.envs.Update(ctx, e.ID, envs.Input{DepartmentID: ptr(int64(999_999))})
+			_, _, err = f.envs.Update(ctx, sys, e.ID, envs.Input{DepartmentID: ptr(int64(999_999))})
 			wantField(t, err, "department_id", "does not exist")
 			// 0 means the org, on create as on update.
 			in = hostInput("org-wide", "https://org:49984", tokA)
 			in.DepartmentID = ptr(int64(0))
-			ow, err := f.envs.Create(ctx, in, nil, "x")
+			ow, err := f.envs.Create(ctx, sys, in)
 			if err != nil || ow.DepartmentID != nil {
 				t.Fatalf("department 0 on create: %v, %v", ow.DepartmentID, err)
 			}
-			_, after, err := f.envs.Update(ctx, e.ID, envs.Input{DepartmentID: ptr(int64(0))})
+			_, after, err := f.envs.Update(ctx, sys, e.ID, envs.Input{DepartmentID: ptr(int64(0))})
 			if err != nil || after.DepartmentID != nil {
 				t.Fatalf("department 0 on update: %v, %v", after.DepartmentID, err)
 			}
@@ -294,23 +294,23 @@ func TestCRUD(t *testing.T) {
 		})
 
 		t.Run("delete refused while an agent uses it", func(t *testing.T) {
-			a, err := f.agents.Create(ctx, agents.Input{Name: ptr("coder"), Config: ptr(`{"model":"m"}`),
-				EnvironmentIDs: []int64{h.ID}}, "x", nil)
+			a, err := f.agents.Create(ctx, sys, agents.Input{Name: ptr("coder"), Config: ptr(`{"model":"m"}`),
+				EnvironmentIDs: []int64{h.ID}})
 			if err != nil {
 				t.Fatal(err)
 			}
-			_, err = f.envs.Delete(ctx, h.ID)
+			_, err = f.envs.Delete(ctx, sys, h.ID)
 			wantKind(t, err, apperr.ErrConflict, "environment_in_use")
-			if _, err := f.envs.Get(ctx, h.ID); err != nil {
+			if _, err := f.envs.Get(ctx, sys, h.ID); err != nil {
 				t.Fatalf("refused delete removed the environment: %v", err)
 			}
-			if _, err := f.agents.Delete(ctx, a.ID); err != nil {
+			if _, err := f.agents.Delete(ctx, sys, a.ID); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := f.envs.Delete(ctx, h.ID); err != nil {
+			if _, err := f.envs.Delete(ctx, sys, h.ID); err != nil {
 				t.Fatalf("delete after the agent went: %v", err)
 			}
-			_, err = f.envs.Get(ctx, h.ID)
+			_, err = f.envs.Get(ctx, sys, h.ID)
 			wantKind(t, err, apperr.ErrNotFound, "environment_not_found")
 		})
 	})
@@ -337,7 +337,7 @@ func TestSecretsAtRest(t *testing.T) {
 		h := f.mustCreate(t, hostInput("host", url, agentdTok))
 		s := f.mustCreate(t, sandboxInput("sbx", fake.URL(), fake.Domain(), e2bfaketest.Token, e2bfaketest.APIKey))
 		other := f.mustCreate(t, hostInput("other", url, token("other")))
-		if _, _, err := f.envs.Update(ctx, other.ID, envs.Input{AgentdToken: ptr(updatedTok)}); err != nil {
+		if _, _, err := f.envs.Update(ctx, sys, other.ID, envs.Input{AgentdToken: ptr(updatedTok)}); err != nil {
 			t.Fatal(err)
 		}
 		log := audit.NewLog(f.db, audit.OrgTable, nil)
@@ -398,7 +398,7 @@ func TestSecretsAtRest(t *testing.T) {
 		if err := f.db.Exec("UPDATE environments SET sealed_agentd_token = ? WHERE id = ?", h.SealedAgentdToken, other.ID).Error; err != nil {
 			t.Fatal(err)
 		}
-		moved, _ := f.envs.Get(ctx, other.ID)
+		moved, _ := f.envs.Get(ctx, sys, other.ID)
 		if tok, err := f.envs.AgentdToken(moved); err == nil {
 			t.Errorf("a token copied from environment %d opened in environment %d: %q", h.ID, other.ID, tok)
 		} else if strings.Contains(err.Error(), agentdTok) {

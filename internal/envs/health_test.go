@@ -102,7 +102,7 @@ func itoa(id int64) string { return strconv.FormatInt(id, 10) }
 
 func statusOf(t *testing.T, f fixture, id int64) envs.Environment {
 	t.Helper()
-	e, err := f.envs.Get(context.Background(), id)
+	e, err := f.envs.Get(context.Background(), sys, id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestHealthHost(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sess, err := c.CreateLogin(ctx, agentd.CreateSessionRequest{Command: "sleep 60"})
+		sess, err := c.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 60"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func TestHealthHost(t *testing.T) {
 			t.Errorf("row = %+v", row)
 		}
 		changedAt := *row.HealthChangedAt
-		_, _ = c.Kill(ctx, sess.LoginID)
+		_, _ = c.Kill(ctx, sess.SessionID)
 
 		stop()
 		h = f.envs.Check(ctx, e, 5*time.Second)
@@ -200,11 +200,11 @@ func TestHealthSandbox(t *testing.T) {
 			t.Fatalf("Check = %+v", h)
 		}
 
-		base, err := f.envs.AddTemplate(ctx, s.ID, envs.TemplateInput{BackendTemplateID: "base", VCPU: 2, MemoryMB: 512})
+		base, err := f.envs.AddTemplate(ctx, sys, s.ID, envs.TemplateInput{BackendTemplateID: "base", VCPU: 2, MemoryMB: 512})
 		if err != nil {
 			t.Fatal(err)
 		}
-		gpu, err := f.envs.AddTemplate(ctx, s.ID, envs.TemplateInput{BackendTemplateID: "gpu", VCPU: 8, MemoryMB: 8192})
+		gpu, err := f.envs.AddTemplate(ctx, sys, s.ID, envs.TemplateInput{BackendTemplateID: "gpu", VCPU: 8, MemoryMB: 8192})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -215,12 +215,12 @@ func TestHealthSandbox(t *testing.T) {
 			t.Fatalf("Check with known templates = %+v", h)
 		}
 		for _, id := range []int64{base.ID, gpu.ID} { // by id and by alias
-			if tpl, _ := f.envs.GetTemplate(ctx, id); tpl.BackendStatus != "ready" || !tpl.Ready() {
+			if tpl, _ := f.envs.GetTemplate(ctx, sys, id); tpl.BackendStatus != "ready" || !tpl.Ready() {
 				t.Errorf("template %s status = %q, want ready", tpl.BackendTemplateID, tpl.BackendStatus)
 			}
 		}
 
-		ghost, err := f.envs.AddTemplate(ctx, s.ID, envs.TemplateInput{BackendTemplateID: "ghost-tpl", VCPU: 1, MemoryMB: 256, BackendStatus: "ready"})
+		ghost, err := f.envs.AddTemplate(ctx, sys, s.ID, envs.TemplateInput{BackendTemplateID: "ghost-tpl", VCPU: 1, MemoryMB: 256, BackendStatus: "ready"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -228,10 +228,10 @@ func TestHealthSandbox(t *testing.T) {
 		if err != nil || h.Status != envs.HealthDegraded || !strings.Contains(h.Error, "ghost-tpl") {
 			t.Fatalf("CheckAndRecord with a missing template = %+v, %v", h, err)
 		}
-		if tpl, _ := f.envs.GetTemplate(ctx, ghost.ID); tpl.BackendStatus != "missing" || tpl.Ready() {
+		if tpl, _ := f.envs.GetTemplate(ctx, sys, ghost.ID); tpl.BackendStatus != "missing" || tpl.Ready() {
 			t.Errorf("missing template status = %q", tpl.BackendStatus)
 		}
-		if tpl, _ := f.envs.GetTemplate(ctx, base.ID); tpl.BackendStatus != "ready" {
+		if tpl, _ := f.envs.GetTemplate(ctx, sys, base.ID); tpl.BackendStatus != "ready" {
 			t.Errorf("present template status = %q", tpl.BackendStatus)
 		}
 		evs := healthEvents(t, log)

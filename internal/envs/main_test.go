@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
 	"github.com/gatehouse/gatehouse/internal/sealed"
@@ -21,6 +22,10 @@ import (
 
 // agentdBin is the agentd the fake sandbox backends run.
 var agentdBin e2bfaketest.Binary
+
+// sys acts with every permission: these tests are about the domain rules;
+// who may use them is tested in access_test.go.
+var sys = authz.System("tester")
 
 func TestMain(m *testing.M) {
 	e2bfaketest.Main(m, func(b e2bfaketest.Binary) { agentdBin = b })
@@ -82,7 +87,7 @@ func sandboxInput(name, apiURL, domain, tok, apiKey string) envs.Input {
 
 func (f fixture) mustCreate(t testing.TB, in envs.Input) envs.Environment {
 	t.Helper()
-	e, err := f.envs.Create(context.Background(), in, nil, "tester")
+	e, err := f.envs.Create(context.Background(), sys, in)
 	if err != nil {
 		t.Fatalf("create environment %q: %v", *in.Name, err)
 	}

@@ -99,12 +99,9 @@ func (in *TemplateInput) validate() error {
 	return v.Err()
 }
 
-// AddTemplate registers a template for a sandbox environment.
-func (s *Service) AddTemplate(ctx context.Context, envID int64, in TemplateInput) (Template, error) {
-	e, err := s.Get(ctx, envID)
-	if err != nil {
-		return Template{}, err
-	}
+// addTemplate registers a template for sandbox environment e.
+func (s *Service) addTemplate(ctx context.Context, e Environment, in TemplateInput) (Template, error) {
+	envID := e.ID
 	if e.Kind != KindSandbox {
 		return Template{}, &apperr.ValidationError{Fields: map[string]string{"environment_id": "Templates belong to sandbox environments; this one is a host."}}
 	}
@@ -124,13 +121,8 @@ func (s *Service) AddTemplate(ctx context.Context, envID int64, in TemplateInput
 	return t, nil
 }
 
-// ImportInput reads a template's resources from the backend, ready for
-// AddTemplate. Callers do the network call before opening a transaction.
-func (s *Service) ImportInput(ctx context.Context, envID int64, backendID string) (TemplateInput, error) {
-	e, err := s.Get(ctx, envID)
-	if err != nil {
-		return TemplateInput{}, err
-	}
+// importInput reads a template's resources from e's backend.
+func (s *Service) importInput(ctx context.Context, e Environment, backendID string) (TemplateInput, error) {
 	if e.Kind != KindSandbox {
 		return TemplateInput{}, &apperr.ValidationError{Fields: map[string]string{"environment_id": "Templates belong to sandbox environments; this one is a host."}}
 	}
@@ -153,33 +145,6 @@ func (s *Service) ImportInput(ctx context.Context, envID int64, backendID string
 		WritableLayerMB: bt.DiskSizeMB, BackendStatus: normalizeStatus(bt.BuildStatus)}, nil
 }
 
-// ImportTemplate registers a template with the resources the backend
-// reports for it.
-func (s *Service) ImportTemplate(ctx context.Context, envID int64, backendID string) (Template, error) {
-	in, err := s.ImportInput(ctx, envID, backendID)
-	if err != nil {
-		return Template{}, err
-	}
-	return s.AddTemplate(ctx, envID, in)
-}
-
-// BackendTemplates lists what the backend offers, for the import chooser.
-func (s *Service) BackendTemplates(ctx context.Context, envID int64) ([]sandbox.Template, error) {
-	e, err := s.Get(ctx, envID)
-	if err != nil {
-		return nil, err
-	}
-	b, err := s.Backend(e)
-	if err != nil {
-		return nil, err
-	}
-	ts, err := b.ListTemplates(ctx)
-	if err != nil {
-		return nil, backendError("list the backend's templates", err)
-	}
-	return ts, nil
-}
-
 // backendError turns a backend failure into a 502-class message that says
 // what was attempted, without the backend's credentials.
 func backendError(what string, err error) error {
@@ -200,8 +165,8 @@ func normalizeStatus(s string) string {
 	return "unknown"
 }
 
-// Templates lists an environment's templates (all when envID is 0).
-func (s *Service) Templates(ctx context.Context, envID int64) ([]Template, error) {
+// templatesOf lists an environment's templates (all when envID is 0).
+func (s *Service) templatesOf(ctx context.Context, envID int64) ([]Template, error) {
 	var out []Template
 	q := s.DB.WithContext(ctx).Order("name")
 	if envID != 0 {
@@ -213,8 +178,8 @@ func (s *Service) Templates(ctx context.Context, envID int64) ([]Template, error
 	return out, nil
 }
 
-// GetTemplate returns one template.
-func (s *Service) GetTemplate(ctx context.Context, id int64) (Template, error) {
+// loadTemplate reads one template, whoever asks.
+func (s *Service) loadTemplate(ctx context.Context, id int64) (Template, error) {
 	var t Template
 	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&t)
 	if res.Error != nil {
@@ -226,12 +191,9 @@ func (s *Service) GetTemplate(ctx context.Context, id int64) (Template, error) {
 	return t, nil
 }
 
-// DeleteTemplate removes a template no agent uses.
-func (s *Service) DeleteTemplate(ctx context.Context, id int64) (Template, error) {
-	t, err := s.GetTemplate(ctx, id)
-	if err != nil {
-		return t, err
-	}
+// removeTemplate deletes t unless an agent uses it.
+func (s *Service) removeTemplate(ctx context.Context, t Template) (Template, error) {
+	id := t.ID
 	var n int64
 	if err := s.DB.WithContext(ctx).Table("agents").Where("template_id = ?", id).Count(&n).Error; err != nil {
 		return t, err
@@ -248,7 +210,7 @@ func (s *Service) DeleteTemplate(ctx context.Context, id int64) (Template, error
 // syncTemplateStatus updates registered templates from the backend's list
 // and reports the registered ones the backend no longer has.
 func (s *Service) syncTemplateStatus(ctx context.Context, envID int64, backend []sandbox.Template) ([]string, error) {
-	regs, err := s.Templates(ctx, envID)
+	regs, err := s.templatesOf(ctx, envID)
 	if err != nil {
 		return nil, err
 	}

@@ -51,23 +51,23 @@ func TestAddTemplateValidation(t *testing.T) {
 		for _, tc := range cases {
 			t.Run(tc.name, func(t *testing.T) {
 				t.Parallel()
-				_, err := f.envs.AddTemplate(ctx, s.ID, tc.in)
+				_, err := f.envs.AddTemplate(ctx, sys, s.ID, tc.in)
 				wantField(t, err, tc.field, tc.want)
 			})
 		}
 		t.Run("host refused", func(t *testing.T) {
 			t.Parallel()
-			_, err := f.envs.AddTemplate(ctx, h.ID, ok)
+			_, err := f.envs.AddTemplate(ctx, sys, h.ID, ok)
 			wantField(t, err, "environment_id", "sandbox environments")
 		})
 		t.Run("missing environment", func(t *testing.T) {
 			t.Parallel()
-			_, err := f.envs.AddTemplate(ctx, 999_999, ok)
+			_, err := f.envs.AddTemplate(ctx, sys, 999_999, ok)
 			wantKind(t, err, apperr.ErrNotFound, "environment_not_found")
 		})
 		t.Run("defaults and duplicates", func(t *testing.T) {
 			t.Parallel()
-			tpl, err := f.envs.AddTemplate(ctx, s.ID, envs.TemplateInput{BackendTemplateID: " dflt ", VCPU: 1, MemoryMB: 128, ProbePort: 8080})
+			tpl, err := f.envs.AddTemplate(ctx, sys, s.ID, envs.TemplateInput{BackendTemplateID: " dflt ", VCPU: 1, MemoryMB: 128, ProbePort: 8080})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -75,11 +75,11 @@ func TestAddTemplateValidation(t *testing.T) {
 				tpl.AgentdPort != envs.DefaultAgentdPort || tpl.ProbePort != 8080 || tpl.BackendStatus != "unknown" || tpl.Ready() {
 				t.Errorf("stored %+v", tpl)
 			}
-			got, err := f.envs.GetTemplate(ctx, tpl.ID)
+			got, err := f.envs.GetTemplate(ctx, sys, tpl.ID)
 			if err != nil || got.EnvironmentID != s.ID || got.VCPU != 1 || got.MemoryMB != 128 {
 				t.Errorf("GetTemplate = %+v, %v", got, err)
 			}
-			_, err = f.envs.AddTemplate(ctx, s.ID, envs.TemplateInput{BackendTemplateID: "dflt", VCPU: 1, MemoryMB: 128})
+			_, err = f.envs.AddTemplate(ctx, sys, s.ID, envs.TemplateInput{BackendTemplateID: "dflt", VCPU: 1, MemoryMB: 128})
 			wantField(t, err, "backend_template_id", "already registered")
 		})
 	})
@@ -100,7 +100,7 @@ func TestImportAndDeleteTemplates(t *testing.T) {
 		s := f.mustCreate(t, sandboxInput("cloud", fake.URL(), fake.Domain(), e2bfaketest.Token, e2bfaketest.APIKey))
 		h := f.mustCreate(t, hostInput("host", "https://build:49984", token("h")))
 
-		offered, err := f.envs.BackendTemplates(ctx, s.ID)
+		offered, err := f.envs.BackendTemplates(ctx, sys, s.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -112,11 +112,11 @@ func TestImportAndDeleteTemplates(t *testing.T) {
 		if strings.Join(ids, ",") != "bare,base,tpl-9f8e" {
 			t.Errorf("BackendTemplates = %v", ids)
 		}
-		if _, err := f.envs.BackendTemplates(ctx, h.ID); err == nil {
+		if _, err := f.envs.BackendTemplates(ctx, sys, h.ID); err == nil {
 			t.Error("BackendTemplates of a host succeeded")
 		}
 
-		ml, err := f.envs.ImportTemplate(ctx, s.ID, "tpl-9f8e")
+		ml, err := f.envs.ImportTemplate(ctx, sys, s.ID, "tpl-9f8e")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -124,53 +124,53 @@ func TestImportAndDeleteTemplates(t *testing.T) {
 			ml.WritableLayerMB != 20480 || ml.BackendStatus != "ready" || ml.EnvironmentID != s.ID {
 			t.Errorf("imported %+v", ml)
 		}
-		bare, err := f.envs.ImportTemplate(ctx, s.ID, "bare")
+		bare, err := f.envs.ImportTemplate(ctx, sys, s.ID, "bare")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if bare.Name != "bare" || bare.VCPU != 1 || bare.MemoryMB != 256 {
 			t.Errorf("imported %+v", bare)
 		}
-		_, err = f.envs.ImportTemplate(ctx, s.ID, "tpl-9f8e")
+		_, err = f.envs.ImportTemplate(ctx, sys, s.ID, "tpl-9f8e")
 		wantField(t, err, "backend_template_id", "already registered")
-		_, err = f.envs.ImportTemplate(ctx, s.ID, "no-such-template")
+		_, err = f.envs.ImportTemplate(ctx, sys, s.ID, "no-such-template")
 		wantField(t, err, "backend_template_id", "no template")
-		if _, err := f.envs.ImportTemplate(ctx, h.ID, "base"); err == nil {
+		if _, err := f.envs.ImportTemplate(ctx, sys, h.ID, "base"); err == nil {
 			t.Error("import into a host succeeded")
 		}
 		down := f.mustCreate(t, sandboxInput("down", closedURL(t), "e2b.app", e2bfaketest.Token, e2bfaketest.APIKey))
-		_, err = f.envs.ImportTemplate(ctx, down.ID, "base")
+		_, err = f.envs.ImportTemplate(ctx, sys, down.ID, "base")
 		wantKind(t, err, apperr.ErrUnavailable, "backend_error")
 
-		list, err := f.envs.Templates(ctx, s.ID)
+		list, err := f.envs.Templates(ctx, sys, s.ID)
 		if err != nil || len(list) != 2 || list[0].Name != "bare" || list[1].Name != "python-ml" {
 			t.Errorf("Templates = %+v, %v", list, err)
 		}
 
-		a, err := f.agents.Create(ctx, agents.Input{Name: ptr("ml-agent"), Config: ptr(`{"model":"m"}`),
-			SandboxMode: ptr(agents.SandboxPerSession), TemplateID: &ml.ID, EnvironmentIDs: []int64{s.ID}}, "x", nil)
+		a, err := f.agents.Create(ctx, sys, agents.Input{Name: ptr("ml-agent"), Config: ptr(`{"model":"m"}`),
+			SandboxMode: ptr(agents.SandboxPerSession), TemplateID: &ml.ID, EnvironmentIDs: []int64{s.ID}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = f.envs.DeleteTemplate(ctx, ml.ID)
+		_, err = f.envs.DeleteTemplate(ctx, sys, ml.EnvironmentID, ml.ID)
 		wantKind(t, err, apperr.ErrConflict, "template_in_use")
-		if _, err := f.envs.GetTemplate(ctx, ml.ID); err != nil {
+		if _, err := f.envs.GetTemplate(ctx, sys, ml.ID); err != nil {
 			t.Fatalf("refused delete removed the template: %v", err)
 		}
-		if _, err := f.envs.DeleteTemplate(ctx, bare.ID); err != nil {
+		if _, err := f.envs.DeleteTemplate(ctx, sys, bare.EnvironmentID, bare.ID); err != nil {
 			t.Fatalf("delete an unused template: %v", err)
 		}
-		if _, err := f.agents.Delete(ctx, a.ID); err != nil {
+		if _, err := f.agents.Delete(ctx, sys, a.ID); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.envs.DeleteTemplate(ctx, ml.ID); err != nil {
+		if _, err := f.envs.DeleteTemplate(ctx, sys, ml.EnvironmentID, ml.ID); err != nil {
 			t.Fatalf("delete after the agent went: %v", err)
 		}
-		_, err = f.envs.GetTemplate(ctx, ml.ID)
+		_, err = f.envs.GetTemplate(ctx, sys, ml.ID)
 		if !errors.Is(err, apperr.ErrNotFound) {
 			t.Errorf("GetTemplate after delete = %v", err)
 		}
-		_, err = f.envs.DeleteTemplate(ctx, ml.ID)
+		_, err = f.envs.DeleteTemplate(ctx, sys, ml.EnvironmentID, ml.ID)
 		wantKind(t, err, apperr.ErrNotFound, "template_not_found")
 	})
 }

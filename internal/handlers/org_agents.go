@@ -2,8 +2,9 @@ package handlers
 
 import (
 	"encoding/json"
-	"errors"
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -12,62 +13,20 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/envs"
-	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/views"
 )
 
 func (s *Server) agentService(c echo.Context) *agents.Service {
 	return &agents.Service{DB: tenantOf(c).DB, Envs: s.envService(c)}
 }
 
-func agentDomain(a agents.Agent) string {
-	if a.DepartmentID != nil {
-		return rbac.DeptDomain(*a.DepartmentID)
-	}
-	return rbac.DomainOrg
-}
-
-// canSeeAgent: an org-wide agent is everyone's to see; a department's
-// agent its members'.
-func (s *Server) canSeeAgent(c echo.Context, a agents.Agent) bool {
-	if a.DepartmentID == nil {
-		return true
-	}
-	ok, _ := s.allowedOn(c, agentDomain(a), "agents/"+itoa(a.ID), "read")
-	return ok
-}
-
-func (s *Server) canManageAgent(c echo.Context, a agents.Agent) bool {
-	ok, _ := s.allowedOn(c, agentDomain(a), "agents/"+itoa(a.ID), "update")
-	return ok
-}
-
-// canUseEnvFor tells the agents package which environments the caller may
-// attach: visible ones, and private ones only when shared with a department.
-func (s *Server) canUseEnvFor(c echo.Context) func(envs.Environment) bool {
-	return func(e envs.Environment) bool {
-		if e.Private() && e.DepartmentID == nil {
-			return false
-		}
-		return s.canSeeEnv(c, e)
-	}
-}
-
-func (s *Server) visibleAgent(c echo.Context, manage bool) (agents.Agent, error) {
+// agentFromPath reads the :id agent as the request's actor may see it.
+func (s *Server) agentFromPath(c echo.Context) (agents.Agent, error) {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return agents.Agent{}, err
 	}
-	a, err := s.agentService(c).Get(c.Request().Context(), id)
-	if errors.Is(err, apperr.ErrNotFound) || (err == nil && !s.canSeeAgent(c, a)) {
-		return a, notFoundErr()
-	}
-	if err != nil {
-		return a, err
-	}
-	if manage && !s.canManageAgent(c, a) {
-		return a, apperr.New(apperr.ErrForbidden, "forbidden", "You may see agent %q but not change it.", a.Name)
-	}
-	return a, nil
+	return s.agentService(c).Get(c.Request().Context(), actorOf(c), id)
 }
 
 type agentJSON struct {
@@ -103,26 +62,10 @@ func toAgentJSON(a agents.Agent) agentJSON {
 		CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC()}
 }
 
-func agentTarget(a agents.Agent) audit.Target {
-	return audit.Target{Type: "agent", ID: itoa(a.ID), Name: a.Name}
-}
-
-func (s *Server) visibleAgents(c echo.Context) ([]agents.Agent, error) {
-	all, err := s.agentService(c).List(c.Request().Context(), nil)
-	if err != nil {
-		return nil, err
-	}
-	out := []agents.Agent{}
-	for _, a := range all {
-		if s.canSeeAgent(c, a) {
-			out = append(out, a)
-		}
-	}
-	return out, nil
-}
+func agentTarget(a agents.Agent) audit.Target { return agents.Target(a) }
 
 func (s *Server) apiListAgents(c echo.Context) error {
-	list, err := s.visibleAgents(c)
+	list, err := s.agentService(c).List(c.Request().Context(), actorOf(c))
 	if err != nil {
 		return err
 	}
@@ -165,34 +108,11 @@ func (r agentRequest) input() agents.Input {
 	return in
 }
 
-// agentAllowedIn checks that the caller may create or move an agent into
-// a department (or org-wide when dept is nil or 0).
-func (s *Server) agentAllowedIn(c echo.Context, dept *int64) error {
-	dom := rbac.DomainOrg
-	if dept != nil && *dept != 0 {
-		dom = rbac.DeptDomain(*dept)
-	}
-	// Permission first: a department one may not use and one that does
-	// not exist must look the same.
-	if ok, err := s.allowedOn(c, dom, "agents", "create"); err != nil || !ok {
-		return apperr.New(apperr.ErrForbidden, "forbidden", "You may not configure agents there: department owners manage their department's agents, org admins all.")
-	}
-	if dom != rbac.DomainOrg {
-		if _, err := tenantOf(c).Dir.GetDepartment(c.Request().Context(), *dept); err != nil {
-			return &apperr.ValidationError{Fields: map[string]string{"department_id": "That department does not exist."}}
-		}
-	}
-	return nil
-}
-
 func (s *Server) createAgent(c echo.Context, req agentRequest) (agents.Agent, error) {
-	if err := s.agentAllowedIn(c, req.DepartmentID); err != nil {
-		return agents.Agent{}, err
-	}
 	var a agents.Agent
 	err := s.mutate(c, func(m *orgTx) error {
 		var err error
-		if a, err = m.Agents().Create(c.Request().Context(), req.input(), principalOf(c).Name, s.canUseEnvFor(c)); err != nil {
+		if a, err = m.Agents().Create(c.Request().Context(), m.Actor(), req.input()); err != nil {
 			return err
 		}
 		return m.audit("agent.create", agentTarget(a), map[string]any{"after": toAgentJSON(a)})
@@ -208,7 +128,7 @@ func (s *Server) apiCreateAgent(c echo.Context) error {
 }
 
 func (s *Server) apiGetAgent(c echo.Context) error {
-	a, err := s.visibleAgent(c, false)
+	a, err := s.agentFromPath(c)
 	if err != nil {
 		return err
 	}
@@ -216,18 +136,13 @@ func (s *Server) apiGetAgent(c echo.Context) error {
 }
 
 func (s *Server) updateAgent(c echo.Context, req agentRequest) (agents.Agent, error) {
-	a, err := s.visibleAgent(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
-		return a, err
-	}
-	if req.DepartmentID != nil {
-		if err := s.agentAllowedIn(c, req.DepartmentID); err != nil {
-			return a, err
-		}
+		return agents.Agent{}, err
 	}
 	var after agents.Agent
 	err = s.mutate(c, func(m *orgTx) error {
-		before, updated, err := m.Agents().Update(c.Request().Context(), a.ID, req.input(), s.canUseEnvFor(c))
+		before, updated, err := m.Agents().Update(c.Request().Context(), m.Actor(), id, req.input())
 		if err != nil {
 			return err
 		}
@@ -245,12 +160,14 @@ func (s *Server) apiUpdateAgent(c echo.Context) error {
 }
 
 func (s *Server) deleteAgent(c echo.Context) (agents.Agent, error) {
-	a, err := s.visibleAgent(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
-		return a, err
+		return agents.Agent{}, err
 	}
+	var a agents.Agent
 	return a, s.mutate(c, func(m *orgTx) error {
-		if _, err := m.Agents().Delete(c.Request().Context(), a.ID); err != nil {
+		var err error
+		if a, err = m.Agents().Delete(c.Request().Context(), m.Actor(), id); err != nil {
 			return err
 		}
 		return m.audit("agent.delete", agentTarget(a), map[string]any{"before": toAgentJSON(a)})
@@ -262,4 +179,283 @@ func (s *Server) apiDeleteAgent(c echo.Context) error {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// Agent pages.
+
+func (s *Server) agentForm(c echo.Context, a agents.Agent) (views.AgentForm, error) {
+	f := views.AgentForm{Name: a.Name, Description: a.Description, Config: a.Config, SandboxMode: a.SandboxMode,
+		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60, Policy: strings.Join(a.Policy(), "\n")}
+	if a.DepartmentID != nil {
+		f.DepartmentID = *a.DepartmentID
+	}
+	if a.TemplateID != nil {
+		f.TemplateID = *a.TemplateID
+	}
+	if f.IdleMinutes == 0 {
+		f.IdleMinutes = int(agents.DefaultIdleTimeout.Minutes())
+	}
+	if f.ReclaimMins == 0 {
+		f.ReclaimMins = int(agents.DefaultReclaimAfter.Minutes())
+	}
+	if f.Config == "" {
+		f.Config = `{"model": ""}`
+	}
+	return f, s.fillAgentChoices(c, &f, a.EnvironmentIDs, a.DefaultEnvironmentID)
+}
+
+// fillAgentChoices offers the environments the actor may attach and their
+// templates.
+func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []int64, def int64) error {
+	ctx, a, svc := c.Request().Context(), actorOf(c), s.envService(c)
+	f.Departments = s.deptOptions(c)
+	list, err := svc.List(ctx, a)
+	if err != nil {
+		return err
+	}
+	for _, e := range list {
+		if ok, err := svc.Usable(ctx, a, e); err != nil {
+			return err
+		} else if !ok {
+			continue
+		}
+		f.Envs = append(f.Envs, views.EnvChoice{ID: e.ID, Label: e.Name + " (" + e.Kind + ")", Checked: containsID(checked, e.ID), Default: e.ID == def})
+		if e.Kind == envs.KindSandbox {
+			ts, err := svc.Templates(ctx, a, e.ID)
+			if err != nil {
+				return err
+			}
+			for _, t := range ts {
+				f.Templates = append(f.Templates, views.Option{Value: itoa(t.ID), Label: e.Name + " / " + t.Name + " (" + t.BackendStatus + ")"})
+			}
+		}
+	}
+	return nil
+}
+
+// visibleEnvsByID maps the environments the actor may see by id, for
+// naming them on agent pages without a lookup (and a refusal) per id.
+func (s *Server) visibleEnvsByID(c echo.Context) (map[int64]envs.Environment, error) {
+	list, err := s.envService(c).List(c.Request().Context(), actorOf(c))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[int64]envs.Environment, len(list))
+	for _, e := range list {
+		out[e.ID] = e
+	}
+	return out, nil
+}
+
+func containsID(xs []int64, x int64) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func agentRequestFromForm(c echo.Context) agentRequest {
+	_ = c.Request().ParseForm()
+	req := agentRequest{Name: formText(c, "name"), Description: formText(c, "description"), SandboxMode: formText(c, "sandbox_mode")}
+	dept := formInt64(c, "department_id")
+	req.DepartmentID = &dept
+	tid := formInt64(c, "template_id")
+	req.TemplateID = &tid
+	def := formInt64(c, "default_environment_id")
+	req.DefaultEnvironmentID = &def
+	req.EnvironmentIDs = []int64{}
+	for _, v := range c.Request().PostForm["environment_ids"] {
+		if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+			req.EnvironmentIDs = append(req.EnvironmentIDs, n)
+		}
+	}
+	if cfg := c.FormValue("config"); cfg != "" {
+		if json.Valid([]byte(cfg)) {
+			req.Config = json.RawMessage(cfg)
+		} else {
+			// Let the domain explain what is wrong with it.
+			b, _ := json.Marshal(cfg)
+			req.Config = b
+		}
+	}
+	idle, reclaim := formInt(c, "idle_minutes")*60, formInt(c, "reclaim_minutes")*60
+	req.IdleTimeoutSeconds, req.ReclaimAfterSeconds = &idle, &reclaim
+	req.CommandPolicy = []string{}
+	for _, line := range strings.Split(c.FormValue("command_policy"), "\n") {
+		if line = strings.TrimSpace(line); line != "" {
+			req.CommandPolicy = append(req.CommandPolicy, line)
+		}
+	}
+	return req
+}
+
+func agentFormFrom(c echo.Context, req agentRequest) views.AgentForm {
+	f := views.AgentForm{Name: deref(req.Name), Description: deref(req.Description), Config: c.FormValue("config"), SandboxMode: deref(req.SandboxMode),
+		IdleMinutes: formInt(c, "idle_minutes"), ReclaimMins: formInt(c, "reclaim_minutes"), Policy: c.FormValue("command_policy")}
+	if req.DepartmentID != nil {
+		f.DepartmentID = *req.DepartmentID
+	}
+	if req.TemplateID != nil {
+		f.TemplateID = *req.TemplateID
+	}
+	return f
+}
+
+func (s *Server) agentRows(c echo.Context) ([]views.AgentRow, error) {
+	list, err := s.agentService(c).List(c.Request().Context(), actorOf(c))
+	if err != nil {
+		return nil, err
+	}
+	byID, err := s.visibleEnvsByID(c)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]views.AgentRow, len(list))
+	for i, a := range list {
+		cfg, _ := agents.ParseConfig(a.Config, apperr.Validation())
+		def := "#" + itoa(a.DefaultEnvironmentID)
+		if e, ok := byID[a.DefaultEnvironmentID]; ok {
+			def = e.Name
+		}
+		rows[i] = views.AgentRow{ID: a.ID, Name: a.Name, Department: s.scopeLabel(c, a.DepartmentID, nil), SandboxMode: a.SandboxMode, Default: def, Model: cfg.Model}
+	}
+	return rows, nil
+}
+
+func (s *Server) renderAgents(c echo.Context, status int, form views.AgentForm) error {
+	rows, err := s.agentRows(c)
+	if err != nil {
+		return err
+	}
+	canCreate, err := s.agentService(c).CanCreate(c.Request().Context(), actorOf(c))
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.Agents(s.orgPage(c, "Agents"), views.AgentsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, CanCreate: canCreate}))
+}
+
+func (s *Server) pageAgents(c echo.Context) error {
+	f, err := s.agentForm(c, agents.Agent{})
+	if err != nil {
+		return err
+	}
+	return s.renderAgents(c, http.StatusOK, f)
+}
+
+func (s *Server) pageCreateAgent(c echo.Context) error {
+	req := agentRequestFromForm(c)
+	a, err := s.createAgent(c, req)
+	if fields, ok := formFailure(err); ok {
+		f := agentFormFrom(c, req)
+		if err := s.fillAgentChoices(c, &f, req.EnvironmentIDs, deref64(req.DefaultEnvironmentID)); err != nil {
+			return err
+		}
+		f.Errors = fields
+		return s.renderAgents(c, http.StatusBadRequest, f)
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Agent "+a.Name+" was created.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/agents/"+itoa(a.ID))
+}
+
+func deref64(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *views.AgentForm) error {
+	ctx, actor := c.Request().Context(), actorOf(c)
+	canManage, err := s.agentService(c).CanManage(ctx, actor, a)
+	if err != nil {
+		return err
+	}
+	byID, err := s.visibleEnvsByID(c)
+	if err != nil {
+		return err
+	}
+	cfg, _ := agents.ParseConfig(a.Config, apperr.Validation())
+	d := views.AgentDetailData{Slug: tenantOf(c).Org.Slug, ID: a.ID, Name: a.Name, Description: a.Description,
+		Department: s.scopeLabel(c, a.DepartmentID, nil), Model: cfg.Model, Config: a.Config, SandboxMode: a.SandboxMode,
+		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60, Policy: a.Policy(), CanManage: canManage}
+	for _, id := range a.EnvironmentIDs {
+		name := "#" + itoa(id)
+		e, ok := byID[id]
+		if ok {
+			name = e.Name + " (" + e.Kind + ", " + e.HealthStatus + ")"
+		}
+		d.Environments = append(d.Environments, name)
+		if id == a.DefaultEnvironmentID {
+			d.Default = name
+		}
+		if !ok || e.Kind != envs.KindSandbox || a.TemplateID == nil {
+			continue
+		}
+		ts, err := s.envService(c).Templates(ctx, actor, id)
+		if err != nil {
+			return err
+		}
+		for _, t := range ts {
+			if t.ID == *a.TemplateID {
+				d.Template = t.Name + " — " + strconv.Itoa(t.VCPU) + " vCPU, " + strconv.Itoa(t.MemoryMB) + " MiB RAM, " + strconv.Itoa(t.WritableLayerMB) + " MiB disk (" + t.BackendStatus + ")"
+			}
+		}
+	}
+	if form != nil {
+		d.Form = *form
+	} else if d.Form, err = s.agentForm(c, a); err != nil {
+		return err
+	}
+	return render(c, status, views.AgentDetail(s.orgPage(c, a.Name), d))
+}
+
+func (s *Server) pageAgent(c echo.Context) error {
+	a, err := s.agentFromPath(c)
+	if err != nil {
+		return err
+	}
+	return s.renderAgent(c, http.StatusOK, a, nil)
+}
+
+func (s *Server) pageUpdateAgent(c echo.Context) error {
+	req := agentRequestFromForm(c)
+	a, err := s.updateAgent(c, req)
+	if fields, ok := formFailure(err); ok {
+		cur, gerr := s.agentFromPath(c)
+		if gerr != nil {
+			return gerr
+		}
+		f := agentFormFrom(c, req)
+		if err := s.fillAgentChoices(c, &f, req.EnvironmentIDs, deref64(req.DefaultEnvironmentID)); err != nil {
+			return err
+		}
+		f.Errors = fields
+		return s.renderAgent(c, http.StatusBadRequest, cur, &f)
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Agent "+a.Name+" was saved.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/agents/"+itoa(a.ID))
+}
+
+func (s *Server) pageDeleteAgent(c echo.Context) error {
+	a, err := s.agentFromPath(c)
+	if err != nil {
+		return err
+	}
+	if c.FormValue("confirm") != a.Name {
+		s.setFlash(c, "Type the agent's name exactly to delete it.")
+		return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/agents/"+itoa(a.ID))
+	}
+	if _, err := s.deleteAgent(c); err != nil {
+		return err
+	}
+	s.setFlash(c, "Agent "+a.Name+" was deleted.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/agents")
 }

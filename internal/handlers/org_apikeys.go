@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/views"
@@ -46,16 +47,24 @@ func keyTarget(k directory.APIKey) audit.Target {
 	return audit.Target{Type: "api_key", ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")"}
 }
 
+// keysDenial is the refusal to manage another principal's keys.
+func keysDenial(target audit.Target, action string) authz.Denial {
+	return authz.Denial{Target: target, Domain: rbac.DomainOrg, Object: "api-keys", Action: action}
+}
+
 // canManageKeys reports whether the principal manages every key of the org.
-func (s *Server) canManageKeys(c echo.Context) bool {
-	ok, _ := s.allowedOn(c, rbac.DomainOrg, "api-keys", "manage")
-	return ok
+func (s *Server) canManageKeys(c echo.Context) (bool, error) {
+	return actorOf(c).Allowed(c.Request().Context(), rbac.DomainOrg, "api-keys", "manage")
 }
 
 // visibleKeys is every key for key managers, else the caller's own.
 func (s *Server) visibleKeys(c echo.Context) ([]directory.APIKey, error) {
 	p := principalOf(c)
-	if s.canManageKeys(c) {
+	all, err := s.canManageKeys(c)
+	if err != nil {
+		return nil, err
+	}
+	if all {
 		return tenantOf(c).Dir.ListKeys(c.Request().Context(), nil)
 	}
 	if p.UserID == 0 {
@@ -98,8 +107,9 @@ func (s *Server) createKey(c echo.Context, req createKeyRequest) (directory.APIK
 	}
 	in := directory.NewKey{Name: req.Name, CreatedBy: p.Name, ExpiresAt: req.ExpiresAt}
 	if req.Service {
-		if !s.canManageKeys(c) {
-			return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "forbidden", "Only organization admins create service keys.")
+		if err := actorOf(c).Require(ctx, keysDenial(audit.Target{Type: "api_key", Name: req.Name}, "manage"),
+			"Only organization admins create service keys."); err != nil {
+			return directory.APIKey{}, "", err
 		}
 		for _, r := range req.Roles {
 			if msg := rbac.ValidAssignment(rbac.Assignment{Role: r.Role, Domain: r.Domain}); msg != "" {
@@ -172,7 +182,7 @@ func (s *Server) apiCreateKey(c echo.Context) error {
 // revokeKey revokes the caller's own key, or any key for key managers; a
 // key the caller may not see is 404.
 func (s *Server) revokeKey(c echo.Context, id int64) (directory.APIKey, error) {
-	t, p := tenantOf(c), principalOf(c)
+	t := tenantOf(c)
 	ctx := c.Request().Context()
 	k, err := t.Dir.GetKey(ctx, id)
 	if errors.Is(err, apperr.ErrNotFound) {
@@ -181,9 +191,12 @@ func (s *Server) revokeKey(c echo.Context, id int64) (directory.APIKey, error) {
 	if err != nil {
 		return k, err
 	}
-	own := k.OwnerUserID != nil && *k.OwnerUserID == p.UserID && p.UserID != 0
-	if !own && !s.canManageKeys(c) {
-		return k, notFoundErr()
+	if !actorOf(c).Owns(k.OwnerUserID) {
+		d := keysDenial(keyTarget(k), "manage")
+		d.Hidden = true
+		if err := actorOf(c).Require(ctx, d, ""); err != nil {
+			return k, err
+		}
 	}
 	if k, err = s.revokeKeyRow(c, id, ""); err != nil {
 		return k, err
@@ -226,7 +239,9 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 		rows[i] = views.KeyRow{ID: k.ID, Name: k.Name, Masked: j.Masked, Kind: j.Kind, Roles: strings.Join(roles, ", "),
 			CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil}
 	}
-	form.CanService = s.canManageKeys(c)
+	if form.CanService, err = s.canManageKeys(c); err != nil {
+		return err
+	}
 	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form}))
 }
 

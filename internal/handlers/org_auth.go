@@ -132,7 +132,11 @@ type assignmentJSON struct {
 func (s *Server) apiOrgMe(c echo.Context) error {
 	p, t := principalOf(c), tenantOf(c)
 	resp := meResponse{Kind: p.Kind, ID: p.ID, Name: p.Name, Org: t.Org.Slug, MustChange: p.MustChangePassword, Assignments: []assignmentJSON{}}
-	for _, a := range t.Enforcer.Assignments(p.Subject, "") {
+	as, err := t.Enforcer.Assignments(p.Subject, "")
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
 		resp.Assignments = append(resp.Assignments, assignmentJSON(a))
 	}
 	return c.JSON(http.StatusOK, resp)
@@ -150,10 +154,10 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 	c.Set(ctxTenant, t)
 	p := principalOf(c)
 	target := audit.Target{Type: "organization", ID: t.Org.Slug, Name: t.Org.Name}
-	if err := s.platformEvent(c, actorOf(p), "org.enter", target, audit.Allow, nil); err != nil {
+	if err := s.platformEvent(c, p.AuditActor(), "org.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, actorOf(p), "platform_admin.enter", target)
+	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, p.AuditActor(), "platform_admin.enter", target)
 	return tok, err
 }
 
@@ -201,7 +205,13 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 	}
 	for _, it := range items {
 		if it.obj != "" {
-			if ok, _ := t.Enforcer.AllowedAnywhere(c.Request().Context(), pr.Subject, it.obj, it.act); !ok {
+			ok, err := t.Enforcer.AllowedAnywhere(c.Request().Context(), pr.Subject, it.obj, it.act)
+			if err != nil {
+				// The page itself was authorized; a failed check here only
+				// hides a link, and is logged rather than shown as a denial.
+				s.Logger.Error("navigation check failed", "org", t.Org.Slug, "object", it.obj, "request_id", requestID(c), "error", err)
+			}
+			if !ok {
 				continue
 			}
 		}
@@ -271,7 +281,11 @@ func (s *Server) pageOrgPasswordSubmit(c echo.Context) error {
 func (s *Server) pageOrgHome(c echo.Context) error {
 	p, t := principalOf(c), tenantOf(c)
 	var roles []views.RoleRow
-	for _, a := range t.Enforcer.Assignments(p.Subject, "") {
+	as, err := t.Enforcer.Assignments(p.Subject, "")
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
 		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(c.Request().Context(), t, a.Domain)})
 	}
 	return render(c, http.StatusOK, views.OrgHome(s.orgPage(c, "Home"), views.OrgHomeData{Org: t.Org.Name, Slug: t.Org.Slug, Roles: roles}))

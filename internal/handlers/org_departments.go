@@ -53,7 +53,11 @@ func (s *Server) visibleDepartments(c echo.Context) ([]directory.Department, err
 		return t.Dir.ListDepartments(ctx, nil)
 	}
 	ids := []int64{}
-	for _, dom := range t.Enforcer.DomainsOf(p.Subject) {
+	doms, err := t.Enforcer.DomainsOf(p.Subject)
+	if err != nil {
+		return nil, err
+	}
+	for _, dom := range doms {
 		if id, err := parseID(strings.TrimPrefix(dom, "dept:")); err == nil {
 			ids = append(ids, id)
 		}
@@ -184,7 +188,10 @@ func (s *Server) members(c echo.Context, deptID int64) (directory.Department, []
 	if err != nil {
 		return d, nil, err
 	}
-	as := t.Enforcer.Assignments("", rbac.DeptDomain(deptID))
+	as, err := t.Enforcer.Assignments("", rbac.DeptDomain(deptID))
+	if err != nil {
+		return d, nil, err
+	}
 	var ids []int64
 	for _, a := range as {
 		if id, err := parseID(strings.TrimPrefix(a.Subject, "user:")); err == nil {
@@ -265,7 +272,11 @@ func (s *Server) removeMember(c echo.Context, deptID, userID int64) error {
 		return err
 	}
 	dom, sub := rbac.DeptDomain(deptID), directory.UserSubject(userID)
-	if len(t.Enforcer.RolesIn(sub, dom)) == 0 {
+	held, err := t.Enforcer.RolesIn(sub, dom)
+	if err != nil {
+		return err
+	}
+	if len(held) == 0 {
 		return apperr.New(apperr.ErrNotFound, "member_not_found", "That user is not in this department.")
 	}
 	return s.auditedRoles(c, sub, dom, func() error {
@@ -315,7 +326,10 @@ type rolesResponse struct {
 }
 
 func (s *Server) apiListRoles(c echo.Context) error {
-	as := tenantOf(c).Enforcer.Assignments(c.QueryParam("subject"), c.QueryParam("domain"))
+	as, err := tenantOf(c).Enforcer.Assignments(c.QueryParam("subject"), c.QueryParam("domain"))
+	if err != nil {
+		return err
+	}
 	if as == nil {
 		as = []rbac.Assignment{}
 	}
@@ -341,7 +355,11 @@ func (s *Server) assign(c echo.Context, a rbac.Assignment) error {
 			return err
 		}
 	}
-	for _, r := range t.Enforcer.RolesIn(a.Subject, a.Domain) {
+	held, err := t.Enforcer.RolesIn(a.Subject, a.Domain)
+	if err != nil {
+		return err
+	}
+	for _, r := range held {
 		if r == a.Role {
 			return nil // already held: nothing to change or record
 		}
@@ -372,7 +390,10 @@ func (s *Server) unassign(c echo.Context, a rbac.Assignment) error {
 // roles are put back as they were, so nothing is half-written.
 func (s *Server) auditedRoles(c echo.Context, sub, dom string, change func() error, action string, target audit.Target, details any) error {
 	t := tenantOf(c)
-	prev := t.Enforcer.RolesIn(sub, dom)
+	prev, err := t.Enforcer.RolesIn(sub, dom)
+	if err != nil {
+		return err
+	}
 	if err := change(); err != nil {
 		return err
 	}
@@ -437,7 +458,10 @@ func (s *Server) apiUnassignRole(c echo.Context) error {
 }
 
 func (s *Server) apiListRules(c echo.Context) error {
-	rs := tenantOf(c).Enforcer.Rules()
+	rs, err := tenantOf(c).Enforcer.Rules()
+	if err != nil {
+		return err
+	}
 	if rs == nil {
 		rs = []rbac.Rule{}
 	}
@@ -475,7 +499,10 @@ func (s *Server) apiAddRule(c echo.Context) error {
 		return c.NoContent(http.StatusNoContent)
 	}
 	if err := s.audited(c, "policy.add", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"after": r}); err != nil {
-		_, _ = en.RemoveRule(context.WithoutCancel(c.Request().Context()), r) // nothing half-written
+		// Nothing half-written: the unrecorded rule is taken back.
+		if _, rerr := en.RemoveRule(context.WithoutCancel(c.Request().Context()), r); rerr != nil {
+			s.Logger.Error("undo unrecorded policy add", "org", tenantOf(c).Org.Slug, "error", rerr)
+		}
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -494,7 +521,10 @@ func (s *Server) apiRemoveRule(c echo.Context) error {
 		return apperr.New(apperr.ErrNotFound, "rule_not_found", "No such rule exists.")
 	}
 	if err := s.audited(c, "policy.remove", audit.Target{Type: "policy", ID: r.Subject}, map[string]any{"before": r}); err != nil {
-		_, _ = tenantOf(c).Enforcer.AddRule(context.WithoutCancel(c.Request().Context()), r) // nothing half-written
+		// Nothing half-written: the unrecorded removal is taken back.
+		if _, rerr := tenantOf(c).Enforcer.AddRule(context.WithoutCancel(c.Request().Context()), r); rerr != nil {
+			s.Logger.Error("undo unrecorded policy removal", "org", tenantOf(c).Org.Slug, "error", rerr)
+		}
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -515,7 +545,10 @@ func (s *Server) renderDepartments(c echo.Context, status int, name, desc string
 	for i, d := range ds {
 		rows[i] = views.DeptRow{ID: d.ID, Name: d.Name, Description: d.Description, CreatedAt: d.CreatedAt}
 	}
-	canCreate, _ := s.allowedOn(c, rbac.DomainOrg, "departments", "create")
+	canCreate, err := actorOf(c).Allowed(c.Request().Context(), rbac.DomainOrg, "departments", "create")
+	if err != nil {
+		return err
+	}
 	return render(c, status, views.Departments(s.orgPage(c, "Departments"), views.DepartmentsData{
 		Slug: tenantOf(c).Org.Slug, Rows: rows, CanCreate: canCreate, Name: name, Description: desc, Errors: errs}))
 }
@@ -547,8 +580,15 @@ func (s *Server) renderDepartment(c echo.Context, status int, memberErr string) 
 	for i, m := range ms {
 		rows[i] = views.MemberRow{UserID: m.UserID, Email: m.Email, Name: m.Name, Role: m.Role}
 	}
-	canManage, _ := s.allowedOn(c, rbac.DeptDomain(id), "members", "update")
-	canDelete, _ := s.allowedOn(c, rbac.DeptDomain(id), "departments/"+itoa(id), "delete")
+	a := actorOf(c)
+	canManage, err := a.Allowed(c.Request().Context(), rbac.DeptDomain(id), "members", "update")
+	if err != nil {
+		return err
+	}
+	canDelete, err := a.Allowed(c.Request().Context(), rbac.DeptDomain(id), "departments/"+itoa(id), "delete")
+	if err != nil {
+		return err
+	}
 	return render(c, status, views.DepartmentDetail(s.orgPage(c, d.Name), views.DepartmentData{
 		Slug: tenantOf(c).Org.Slug, ID: d.ID, Name: d.Name, Description: d.Description, Members: rows,
 		CanManage: canManage, CanDelete: canDelete, MemberError: memberErr}))

@@ -1,20 +1,17 @@
 package handlers
 
 import (
-	"errors"
-	"gorm.io/gorm"
-	"net"
 	"net/http"
-	"net/url"
 	"strings"
 	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/envs"
-	"github.com/gatehouse/gatehouse/internal/rbac"
 )
 
 // envService binds the environments domain to the request's org.
@@ -27,65 +24,17 @@ func (s *Server) envServiceOn(c echo.Context, db *gorm.DB) *envs.Service {
 	return &envs.Service{DB: db, Box: s.Box, Org: tenantOf(c).Org.Slug, HTTPClient: s.OutboundHTTP}
 }
 
-// envDomain is the casbin domain an environment belongs to.
-func envDomain(e envs.Environment) string {
-	if e.DepartmentID != nil {
-		return rbac.DeptDomain(*e.DepartmentID)
-	}
-	return rbac.DomainOrg
-}
-
-// canSeeEnv: org admins see all; a private environment is its owner's
-// (and its department's, when shared); a department's environment is its
-// members'; an org-wide one is everyone's.
-func (s *Server) canSeeEnv(c echo.Context, e envs.Environment) bool {
-	p := principalOf(c)
-	if ok, _ := s.allowedOn(c, rbac.DomainOrg, "environments/"+itoa(e.ID), "read"); ok {
-		return true
-	}
-	if e.OwnerUserID != nil && p.UserID != 0 && *e.OwnerUserID == p.UserID {
-		return true
-	}
-	if e.DepartmentID != nil {
-		ok, _ := s.allowedOn(c, envDomain(e), "environments/"+itoa(e.ID), "read")
-		return ok
-	}
-	return e.OwnerUserID == nil
-}
-
-// canManageEnv: the owner of a private environment, a department owner for
-// their department's, org admins for all.
-func (s *Server) canManageEnv(c echo.Context, e envs.Environment) bool {
-	p := principalOf(c)
-	if e.OwnerUserID != nil && p.UserID != 0 && *e.OwnerUserID == p.UserID {
-		return true
-	}
-	if e.OwnerUserID != nil {
-		ok, _ := s.allowedOn(c, rbac.DomainOrg, "environments/"+itoa(e.ID), "update")
-		return ok
-	}
-	ok, _ := s.allowedOn(c, envDomain(e), "environments/"+itoa(e.ID), "update")
-	return ok
-}
-
-// visibleEnv loads an environment the caller may see; a hidden one and a
-// missing one answer the same 404.
-func (s *Server) visibleEnv(c echo.Context, manage bool) (envs.Environment, error) {
+// envFromPath reads the :id environment as the request's actor may see
+// it (manage: and change it).
+func (s *Server) envFromPath(c echo.Context, manage bool) (envs.Environment, error) {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return envs.Environment{}, err
 	}
-	e, err := s.envService(c).Get(c.Request().Context(), id)
-	if errors.Is(err, apperr.ErrNotFound) || (err == nil && !s.canSeeEnv(c, e)) {
-		return e, notFoundErr()
+	if manage {
+		return s.envService(c).Manageable(c.Request().Context(), actorOf(c), id)
 	}
-	if err != nil {
-		return e, err
-	}
-	if manage && !s.canManageEnv(c, e) {
-		return e, apperr.New(apperr.ErrForbidden, "forbidden", "You may see environment %q but not change it.", e.Name)
-	}
-	return e, nil
+	return s.envService(c).Get(c.Request().Context(), actorOf(c), id)
 }
 
 type healthJSON struct {
@@ -145,26 +94,10 @@ func envAudit(e envs.Environment) map[string]any {
 	return m
 }
 
-func envTarget(e envs.Environment) audit.Target {
-	return audit.Target{Type: "environment", ID: itoa(e.ID), Name: e.Name}
-}
-
-func (s *Server) visibleEnvs(c echo.Context) ([]envs.Environment, error) {
-	all, err := s.envService(c).List(c.Request().Context())
-	if err != nil {
-		return nil, err
-	}
-	out := []envs.Environment{}
-	for _, e := range all {
-		if s.canSeeEnv(c, e) {
-			out = append(out, e)
-		}
-	}
-	return out, nil
-}
+func envTarget(e envs.Environment) audit.Target { return envs.Target(e) }
 
 func (s *Server) apiListEnvs(c echo.Context) error {
-	list, err := s.visibleEnvs(c)
+	list, err := s.envService(c).List(c.Request().Context(), actorOf(c))
 	if err != nil {
 		return err
 	}
@@ -194,55 +127,15 @@ type envRequest struct {
 func (r envRequest) input() envs.Input {
 	return envs.Input{Name: r.Name, Kind: r.Kind, DepartmentID: r.DepartmentID, URL: r.URL, OS: r.OS, Deployment: r.Deployment,
 		WorkspaceRoot: r.WorkspaceRoot, SandboxDomain: r.SandboxDomain, SandboxScheme: r.SandboxScheme, ProxyBaseURL: r.ProxyBaseURL,
-		APIKey: r.APIKey, AgentdToken: r.AgentdToken}
+		APIKey: r.APIKey, AgentdToken: r.AgentdToken, Private: r.Private}
 }
 
-// createEnv applies who may create what: anyone registers a private host
-// (optionally shared with a department they belong to), department owners
-// their department's, org admins org-wide ones.
+// createEnv adds an environment where the actor may; envs decides where.
 func (s *Server) createEnv(c echo.Context, req envRequest) (envs.Environment, error) {
-	p := principalOf(c)
-	ctx := c.Request().Context()
-	if req.DepartmentID != nil && *req.DepartmentID == 0 {
-		req.DepartmentID = nil
-	}
-	var owner *int64
-	if req.Private {
-		if p.UserID == 0 {
-			return envs.Environment{}, apperr.New(apperr.ErrForbidden, "not_a_user", "Private environments belong to users; a service key cannot own one.")
-		}
-		if req.Kind != envs.KindHost {
-			return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"kind": "A private environment is a host you run agentd on, such as your workstation."}}
-		}
-		if req.DepartmentID != nil {
-			if ok, _ := s.allowedOn(c, rbac.DeptDomain(*req.DepartmentID), "departments/"+itoa(*req.DepartmentID), "read"); !ok {
-				return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "You can share a private environment only with a department you belong to."}}
-			}
-		}
-		if err := privateTargetOK(deref(req.URL)); err != nil {
-			return envs.Environment{}, err
-		}
-		uid := p.UserID
-		owner = &uid
-	} else {
-		dom := rbac.DomainOrg
-		if req.DepartmentID != nil {
-			dom = rbac.DeptDomain(*req.DepartmentID)
-		}
-		if ok, err := s.allowedOn(c, dom, "environments", "create"); err != nil || !ok {
-			return envs.Environment{}, apperr.New(apperr.ErrForbidden, "forbidden",
-				"You may not add shared environments there; register a private environment instead, or ask a department owner.")
-		}
-	}
-	if req.DepartmentID != nil {
-		if _, err := tenantOf(c).Dir.GetDepartment(ctx, *req.DepartmentID); err != nil {
-			return envs.Environment{}, &apperr.ValidationError{Fields: map[string]string{"department_id": "That department does not exist."}}
-		}
-	}
 	var e envs.Environment
 	err := s.mutate(c, func(m *orgTx) error {
 		var err error
-		if e, err = m.Envs().Create(ctx, req.input(), owner, p.Name); err != nil {
+		if e, err = m.Envs().Create(c.Request().Context(), m.Actor(), req.input()); err != nil {
 			return err
 		}
 		return m.audit("environment.create", envTarget(e), map[string]any{"after": envAudit(e)})
@@ -258,7 +151,7 @@ func (s *Server) apiCreateEnv(c echo.Context) error {
 }
 
 func (s *Server) apiGetEnv(c echo.Context) error {
-	e, err := s.visibleEnv(c, false)
+	e, err := s.envFromPath(c, false)
 	if err != nil {
 		return err
 	}
@@ -266,38 +159,13 @@ func (s *Server) apiGetEnv(c echo.Context) error {
 }
 
 func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, error) {
-	e, err := s.visibleEnv(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
-		return e, err
+		return envs.Environment{}, err
 	}
-	if req.DepartmentID != nil && !sameDept(e.DepartmentID, *req.DepartmentID) {
-		// Moving an environment is creating it in the new place: a
-		// department owner cannot make theirs org-wide or another's.
-		target := *req.DepartmentID
-		allowed := false
-		if e.Private() {
-			allowed = target == 0 || s.canSeeDept(c, target)
-		} else {
-			dom := rbac.DomainOrg
-			if target != 0 {
-				dom = rbac.DeptDomain(target)
-			}
-			allowed, _ = s.allowedOn(c, dom, "environments", "create")
-		}
-		if !allowed {
-			return e, &apperr.ValidationError{Fields: map[string]string{"department_id": "You may not move the environment there."}}
-		}
-	}
-	if e.Private() && req.URL != nil {
-		if err := privateTargetOK(*req.URL); err != nil {
-			return e, err
-		}
-	}
-	in := req.input()
-	in.Kind = e.Kind
 	var after envs.Environment
 	err = s.mutate(c, func(m *orgTx) error {
-		before, updated, err := m.Envs().Update(c.Request().Context(), e.ID, in)
+		before, updated, err := m.Envs().Update(c.Request().Context(), m.Actor(), id, req.input())
 		if err != nil {
 			return err
 		}
@@ -312,40 +180,6 @@ func (s *Server) updateEnv(c echo.Context, req envRequest) (envs.Environment, er
 		return m.audit("environment.update", envTarget(after), map[string]any{"before": b, "after": a})
 	})
 	return after, err
-}
-
-// privateTargetOK keeps private environments, which anyone may register,
-// off the console's own machine and link-local metadata services, so the
-// health prober cannot be aimed at them. Shared environments are set up by
-// department owners and admins and may point anywhere (a dev agentd on
-// loopback included). Names are not resolved here; the prober repeats no
-// response bodies, which is what would make a rebinding trick pay.
-func privateTargetOK(raw string) error {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return nil // the domain's URL validation explains it
-	}
-	host := strings.ToLower(u.Hostname())
-	bad := host == "localhost" || strings.HasSuffix(host, ".localhost")
-	if ip := net.ParseIP(host); ip != nil {
-		bad = bad || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast()
-	}
-	if bad {
-		return &apperr.ValidationError{Fields: map[string]string{"url": "A private environment cannot point at this machine (loopback) or a link-local address; use the host's network address."}}
-	}
-	return nil
-}
-
-func sameDept(cur *int64, target int64) bool {
-	if cur == nil {
-		return target == 0
-	}
-	return *cur == target
-}
-
-func (s *Server) canSeeDept(c echo.Context, id int64) bool {
-	ok, _ := s.allowedOn(c, rbac.DeptDomain(id), "departments/"+itoa(id), "read")
-	return ok
 }
 
 func (s *Server) apiUpdateEnv(c echo.Context) error {
@@ -364,12 +198,14 @@ func (s *Server) apiUpdateEnv(c echo.Context) error {
 }
 
 func (s *Server) deleteEnv(c echo.Context) (envs.Environment, error) {
-	e, err := s.visibleEnv(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
-		return e, err
+		return envs.Environment{}, err
 	}
+	var e envs.Environment
 	return e, s.mutate(c, func(m *orgTx) error {
-		if _, err := m.Envs().Delete(c.Request().Context(), e.ID); err != nil {
+		var err error
+		if e, err = m.Envs().Delete(c.Request().Context(), m.Actor(), id); err != nil {
 			return err
 		}
 		return m.audit("environment.delete", envTarget(e), map[string]any{"before": envAudit(e)})
@@ -385,20 +221,15 @@ func (s *Server) apiDeleteEnv(c echo.Context) error {
 
 // testEnv runs a health check now ("Test connection"), records and audits it.
 func (s *Server) testEnv(c echo.Context) (envs.Environment, envs.Health, error) {
-	e, err := s.visibleEnv(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
-		return e, envs.Health{}, err
+		return envs.Environment{}, envs.Health{}, err
 	}
-	svc := s.envService(c)
-	h, err := svc.CheckAndRecord(c.Request().Context(), e, tenantOf(c).Audit, 10*time.Second)
+	e, h, err := s.envService(c).Test(c.Request().Context(), actorOf(c), id, tenantOf(c).Audit, 10*time.Second)
 	if err != nil {
 		return e, h, err
 	}
-	if err := s.audited(c, "environment.test", envTarget(e), map[string]any{"result": h.Status}); err != nil {
-		return e, h, err
-	}
-	e, err = svc.Get(c.Request().Context(), e.ID)
-	return e, h, err
+	return e, h, s.audited(c, "environment.test", envTarget(e), map[string]any{"result": h.Status})
 }
 
 func (s *Server) apiTestEnv(c echo.Context) error {
@@ -442,11 +273,11 @@ func templateTarget(t envs.Template) audit.Target {
 }
 
 func (s *Server) apiListTemplates(c echo.Context) error {
-	e, err := s.visibleEnv(c, false)
+	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
-	ts, err := s.envService(c).Templates(c.Request().Context(), e.ID)
+	ts, err := s.envService(c).Templates(c.Request().Context(), actorOf(c), id)
 	if err != nil {
 		return err
 	}
@@ -467,11 +298,11 @@ type backendTemplateJSON struct {
 }
 
 func (s *Server) apiBackendTemplates(c echo.Context) error {
-	e, err := s.visibleEnv(c, true)
+	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
-	ts, err := s.envService(c).BackendTemplates(c.Request().Context(), e.ID)
+	ts, err := s.envService(c).BackendTemplates(c.Request().Context(), actorOf(c), id)
 	if err != nil {
 		return err
 	}
@@ -497,7 +328,7 @@ type templateRequest struct {
 }
 
 func (s *Server) addTemplate(c echo.Context, req templateRequest) (envs.Template, error) {
-	e, err := s.visibleEnv(c, true)
+	envID, err := idParam(c, "id")
 	if err != nil {
 		return envs.Template{}, err
 	}
@@ -507,14 +338,14 @@ func (s *Server) addTemplate(c echo.Context, req templateRequest) (envs.Template
 	if req.Import {
 		// Ask the backend before the transaction: no database lock is held
 		// across a network call.
-		if in, err = s.envService(c).ImportInput(ctx, e.ID, strings.TrimSpace(req.BackendTemplateID)); err != nil {
+		if in, err = s.envService(c).ImportInput(ctx, actorOf(c), envID, strings.TrimSpace(req.BackendTemplateID)); err != nil {
 			return envs.Template{}, err
 		}
 	}
 	var t envs.Template
 	err = s.mutate(c, func(m *orgTx) error {
 		var err error
-		if t, err = m.Envs().AddTemplate(ctx, e.ID, in); err != nil {
+		if t, err = m.Envs().AddTemplate(ctx, m.Actor(), envID, in); err != nil {
 			return err
 		}
 		return m.audit("template.create", templateTarget(t), map[string]any{"after": toTemplateJSON(t)})
@@ -530,22 +361,18 @@ func (s *Server) apiAddTemplate(c echo.Context) error {
 }
 
 func (s *Server) deleteTemplate(c echo.Context) (envs.Template, error) {
-	svc := s.envService(c)
-	ctx := c.Request().Context()
+	envID, err := idParam(c, "id")
+	if err != nil {
+		return envs.Template{}, err
+	}
 	tid, err := idParam(c, "tid")
 	if err != nil {
 		return envs.Template{}, err
 	}
-	e, err := s.visibleEnv(c, true)
-	if err != nil {
-		return envs.Template{}, err
-	}
-	t, err := svc.GetTemplate(ctx, tid)
-	if err != nil || t.EnvironmentID != e.ID {
-		return t, notFoundErr()
-	}
+	var t envs.Template
 	return t, s.mutate(c, func(m *orgTx) error {
-		if _, err := m.Envs().DeleteTemplate(ctx, tid); err != nil {
+		var err error
+		if t, err = m.Envs().DeleteTemplate(c.Request().Context(), m.Actor(), envID, tid); err != nil {
 			return err
 		}
 		return m.audit("template.delete", templateTarget(t), map[string]any{"before": toTemplateJSON(t)})

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"time"
 
 	"gorm.io/gorm"
@@ -22,7 +23,10 @@ import (
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
-const ctxTenant = "gh.tenant"
+const (
+	ctxTenant = "gh.tenant"
+	ctxActor  = "gh.actor"
+)
 
 func tenantOf(c echo.Context) *tenant.Tenant {
 	t, _ := c.Get(ctxTenant).(*tenant.Tenant)
@@ -140,7 +144,11 @@ func orgCookieName(slug string) string { return orgCookiePrefix + slug }
 
 // authorizeOrg opens the org named in the path, authenticates its
 // principal with the org's own keys and checks casbin. Deny is the
-// default; denials are audited; objects the caller may not see answer 404.
+// default; objects the caller may not see answer 404. The request's
+// authz.Actor carries the principal into the domain services, which check
+// each object where they read it; every refusal, route-level or
+// object-level, is audited once the handler returned (outside its
+// transaction). A refusal that cannot be recorded fails the request.
 func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerFunc) error {
 	t, err := s.Tenants.Open(c.Request().Context(), c.Param("org"))
 	if err != nil {
@@ -163,53 +171,82 @@ func (s *Server) authorizeOrg(c echo.Context, perm rbac.Perm, next echo.HandlerF
 		return apperr.New(apperr.ErrForbidden, "password_change_required",
 			"Change your one-time password (POST /api/v1/orgs/%s/auth/password) before doing anything else.", t.Org.Slug)
 	}
+	actor := authz.New(*p, t.Enforcer, s.denialRecorder(c, t))
+	c.Set(ctxActor, actor)
+	err = s.routeCheck(c, actor, perm, next)
+	if ferr := actor.Flush(c.Request().Context()); ferr != nil {
+		s.Logger.Error("denial not recorded", "org", t.Org.Slug, "request_id", requestID(c), "error", ferr)
+		return ferr
+	}
+	return err
+}
+
+// routeCheck is the route's declared permission; the handler runs only
+// when it allows.
+func (s *Server) routeCheck(c echo.Context, actor *authz.Actor, perm rbac.Perm, next echo.HandlerFunc) error {
 	if perm.SignedIn() {
 		return next(c)
 	}
 	obj := perm.Resolve(c.Param)
-	var allowed bool
+	var dec rbac.Decision
+	var err error
+	dom := rbac.DomainOrg
 	if dept := c.Param("dept"); dept != "" {
 		id, perr := strconv.ParseInt(dept, 10, 64)
 		if perr != nil {
 			return notFoundErr()
 		}
-		allowed, err = t.Enforcer.Allowed(c.Request().Context(), p.Subject, rbac.DeptDomain(id), obj, perm.Action)
+		dom = rbac.DeptDomain(id)
+		dec, err = actor.Decide(c.Request().Context(), dom, obj, perm.Action)
 	} else {
-		allowed, err = t.Enforcer.AllowedAnywhere(c.Request().Context(), p.Subject, obj, perm.Action)
+		dec, err = actor.DecideAnywhere(c.Request().Context(), obj, perm.Action)
 	}
 	if err != nil {
 		return err
 	}
-	if !allowed {
-		return s.deny(c, t, perm, obj)
+	if dec.Allowed {
+		return next(c)
 	}
-	return next(c)
-}
-
-func notFoundErr() error {
-	return apperr.New(apperr.ErrNotFound, "not_found", "There is nothing at this address, or you may not see it.")
-}
-
-// deny audits a refusal and answers 404 for specific objects (so their
-// existence does not leak) and 403 for collections.
-func (s *Server) deny(c echo.Context, t *tenant.Tenant, perm rbac.Perm, obj string) error {
-	if err := s.orgEvent(c, t, "authz.deny", audit.Target{Type: "route", ID: obj, Name: c.Request().Method + " " + c.Path()}, audit.Deny,
-		map[string]string{"object": obj, "action": perm.Action}); err != nil {
-		return err
-	}
+	// Specific objects answer 404 so their existence does not leak;
+	// collections answer 403.
+	hidden := false
 	for _, name := range c.ParamNames() {
 		if name != "org" {
-			return notFoundErr()
+			hidden = true
 		}
 	}
-	return apperr.New(apperr.ErrForbidden, "forbidden", "You do not have permission to %s %s.", perm.Action, obj)
+	return actor.Deny(authz.Denial{Target: audit.Target{Type: "route", ID: obj, Name: c.Request().Method + " " + c.Path()},
+		Domain: dom, Object: obj, Action: perm.Action, Rule: authz.RuleText(dec), Hidden: hidden}, "")
 }
 
-// allowedOn is the object-level check handlers make once they know which
-// department an object belongs to.
-func (s *Server) allowedOn(c echo.Context, dom, obj, act string) (bool, error) {
-	t, p := tenantOf(c), principalOf(c)
-	return t.Enforcer.Allowed(c.Request().Context(), p.Subject, dom, obj, act)
+func notFoundErr() error { return authz.NotFound() }
+
+// denialRecorder writes an actor's refusals to the org's audit log, each
+// with the object, the action and the rule that decided.
+func (s *Server) denialRecorder(c echo.Context, t *tenant.Tenant) authz.Recorder {
+	return func(ctx context.Context, ds []authz.Denial) error {
+		for _, d := range ds {
+			answer := "forbidden"
+			if d.Hidden {
+				answer = "not_found"
+			}
+			if err := s.orgEvent(c, t, "authz.deny", d.Target, audit.Deny, map[string]string{
+				"domain": d.Domain, "object": d.Object, "action": d.Action, "rule": d.Rule, "answered": answer}); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// actorOf is the request's acting principal for domain services.
+func actorOf(c echo.Context) *authz.Actor {
+	a, _ := c.Get(ctxActor).(*authz.Actor)
+	return a
+}
+
+func requestID(c echo.Context) string {
+	return c.Response().Header().Get(echo.HeaderXRequestID)
 }
 
 // orgPrincipal authenticates a bearer JWT or API key, or the org's sign-in
@@ -282,7 +319,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 
 // orgEvent appends to the org's audit log for the current request.
 func (s *Server) orgEvent(c echo.Context, t *tenant.Tenant, action string, target audit.Target, decision string, details any) error {
-	return s.appendOrg(c, t, actorOf(principalOf(c)), action, target, decision, details)
+	return s.appendOrg(c, t, principalOf(c).AuditActor(), action, target, decision, details)
 }
 
 // orgTx is one transaction on the org's database: domain services bound
@@ -302,9 +339,12 @@ func (m *orgTx) Agents() *agents.Service {
 	return &agents.Service{DB: m.tx, Envs: m.Envs()}
 }
 
+// Actor is the request's acting principal.
+func (m *orgTx) Actor() *authz.Actor { return actorOf(m.c) }
+
 // audit appends the mutation's record in the same transaction.
 func (m *orgTx) audit(action string, target audit.Target, details any) error {
-	return m.auditAs(actorOf(principalOf(m.c)), action, target, details)
+	return m.auditAs(principalOf(m.c).AuditActor(), action, target, details)
 }
 
 // auditAs is audit with an explicit actor (at sign-in, before a principal

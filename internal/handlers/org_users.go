@@ -216,7 +216,11 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, int64, error) {
 	rows := make([]views.UserRow, len(us))
 	for i, u := range us {
 		var roles []string
-		for _, a := range t.Enforcer.Assignments(directory.UserSubject(u.ID), "") {
+		as, err := t.Enforcer.Assignments(directory.UserSubject(u.ID), "")
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, a := range as {
 			roles = append(roles, a.Role+" in "+strings.TrimPrefix(s.domainLabel(c.Request().Context(), t, a.Domain), "department "))
 		}
 		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt,
@@ -275,7 +279,11 @@ func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
 		return err
 	}
 	var roles []views.RoleRow
-	for _, a := range t.Enforcer.Assignments(directory.UserSubject(u.ID), "") {
+	as, err := t.Enforcer.Assignments(directory.UserSubject(u.ID), "")
+	if err != nil {
+		return err
+	}
+	for _, a := range as {
 		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(ctx, t, a.Domain), DomainKey: a.Domain})
 	}
 	depts, err := t.Dir.ListDepartments(ctx, nil)

@@ -10,7 +10,6 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
-	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -38,13 +37,6 @@ func (s *Server) appendTo(c echo.Context, log *audit.Log, name string, e audit.E
 		s.Logger.Error("audit append failed", "log", name, "action", e.Action, "error", err)
 	}
 	return err
-}
-
-func actorOf(p *authz.Principal) audit.Actor {
-	if p == nil {
-		return audit.Actor{Type: audit.ActorAnonymous}
-	}
-	return audit.Actor{Type: p.Kind, ID: p.ID, Name: p.Name}
 }
 
 type loginRequest struct {
@@ -95,7 +87,7 @@ func (s *Server) apiLogout(c echo.Context) error {
 	if err := s.Platform.Logout(c.Request().Context(), p.LoginID); err != nil {
 		return err
 	}
-	_ = s.platformEvent(c, actorOf(p), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)
+	_ = s.platformEvent(c, p.AuditActor(), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)
 	return c.NoContent(http.StatusNoContent)
 }
 
@@ -109,7 +101,7 @@ func (s *Server) changePassword(c echo.Context, current, next string) error {
 	if err := s.Platform.ChangePassword(c.Request().Context(), p.ID, current, next); err != nil {
 		return err
 	}
-	return s.platformEvent(c, actorOf(p), "platform.password_change", audit.Target{Type: audit.ActorPlatformAdmin, ID: p.ID, Name: p.Name}, audit.Allow, nil)
+	return s.platformEvent(c, p.AuditActor(), "platform.password_change", audit.Target{Type: audit.ActorPlatformAdmin, ID: p.ID, Name: p.Name}, audit.Allow, nil)
 }
 
 func (s *Server) apiChangePassword(c echo.Context) error {
@@ -177,7 +169,7 @@ func (s *Server) pageLogout(c echo.Context) error {
 	if err := s.Platform.Logout(c.Request().Context(), p.LoginID); err != nil {
 		return err
 	}
-	_ = s.platformEvent(c, actorOf(p), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)
+	_ = s.platformEvent(c, p.AuditActor(), "platform.logout", audit.Target{Type: "platform"}, audit.Allow, nil)
 	s.clearCookie(c, platformCookie)
 	return c.Redirect(http.StatusSeeOther, "/login")
 }

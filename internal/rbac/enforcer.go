@@ -132,7 +132,11 @@ func (en *Enforcer) installBuiltins(ctx context.Context) error {
 	defer en.mu.Unlock()
 	changed := false
 	for _, p := range builtinPolicies {
-		if has, _ := en.e.HasPolicy(toIface(p)...); !has {
+		has, err := en.e.HasPolicy(toIface(p)...)
+		if err != nil {
+			return fmt.Errorf("read built-in policy: %w", err)
+		}
+		if !has {
 			if _, err := en.e.AddPolicy(toIface(p)...); err != nil {
 				return fmt.Errorf("install built-in policy: %w", err)
 			}
@@ -140,7 +144,11 @@ func (en *Enforcer) installBuiltins(ctx context.Context) error {
 		}
 	}
 	for _, g := range builtinGrouping {
-		if has, _ := en.e.HasGroupingPolicy(toIface(g)...); !has {
+		has, err := en.e.HasGroupingPolicy(toIface(g)...)
+		if err != nil {
+			return fmt.Errorf("read built-in grouping: %w", err)
+		}
+		if !has {
 			if _, err := en.e.AddGroupingPolicy(toIface(g)...); err != nil {
 				return fmt.Errorf("install built-in grouping: %w", err)
 			}
@@ -241,15 +249,28 @@ func (en *Enforcer) Decide(ctx context.Context, sub, dom, obj, act string) (Deci
 // in any department domain it holds a role in (used for listings, which
 // are then filtered per department).
 func (en *Enforcer) AllowedAnywhere(ctx context.Context, sub, obj, act string) (bool, error) {
-	if ok, err := en.Allowed(ctx, sub, DomainOrg, obj, act); ok || err != nil {
-		return ok, err
+	d, err := en.DecideAnywhere(ctx, sub, obj, act)
+	return d.Allowed, err
+}
+
+// DecideAnywhere is AllowedAnywhere with the deciding rule (the org
+// domain's when nothing allows).
+func (en *Enforcer) DecideAnywhere(ctx context.Context, sub, obj, act string) (Decision, error) {
+	first, err := en.Decide(ctx, sub, DomainOrg, obj, act)
+	if err != nil || first.Allowed {
+		return first, err
 	}
-	for _, d := range en.DomainsOf(sub) {
-		if ok, err := en.Allowed(ctx, sub, d, obj, act); ok || err != nil {
-			return ok, err
+	doms, err := en.DomainsOf(sub)
+	if err != nil {
+		return Decision{}, err
+	}
+	for _, d := range doms {
+		dec, err := en.Decide(ctx, sub, d, obj, act)
+		if err != nil || dec.Allowed {
+			return dec, err
 		}
 	}
-	return false, nil
+	return first, nil
 }
 
 // Assignment is one role held by a subject in a domain.
@@ -260,10 +281,13 @@ type Assignment struct {
 }
 
 // DomainsOf lists the department domains sub holds any role in.
-func (en *Enforcer) DomainsOf(sub string) []string {
+func (en *Enforcer) DomainsOf(sub string) ([]string, error) {
 	en.mu.RLock()
 	defer en.mu.RUnlock()
-	rules, _ := en.e.GetFilteredGroupingPolicy(0, sub)
+	rules, err := en.e.GetFilteredGroupingPolicy(0, sub)
+	if err != nil {
+		return nil, fmt.Errorf("read roles of %s: %w", sub, err)
+	}
 	seen := map[string]bool{}
 	var out []string
 	for _, r := range rules {
@@ -273,15 +297,18 @@ func (en *Enforcer) DomainsOf(sub string) []string {
 		}
 	}
 	sort.Strings(out)
-	return out
+	return out, nil
 }
 
 // Assignments lists role assignments, optionally for one subject or domain
 // ("" = all). Built-in grouping rules are left out.
-func (en *Enforcer) Assignments(subject, domain string) []Assignment {
+func (en *Enforcer) Assignments(subject, domain string) ([]Assignment, error) {
 	en.mu.RLock()
 	defer en.mu.RUnlock()
-	rules, _ := en.e.GetGroupingPolicy()
+	rules, err := en.e.GetGroupingPolicy()
+	if err != nil {
+		return nil, fmt.Errorf("read role assignments: %w", err)
+	}
 	var out []Assignment
 	for _, r := range rules {
 		if len(r) < 3 || r[0] == PlatformSubject {
@@ -297,7 +324,7 @@ func (en *Enforcer) Assignments(subject, domain string) []Assignment {
 		}
 		return out[i].Subject < out[j].Subject
 	})
-	return out
+	return out, nil
 }
 
 // Assign gives sub role in dom. It reports whether anything changed.
@@ -356,12 +383,16 @@ func (en *Enforcer) SetRoles(ctx context.Context, sub, dom string, roles []strin
 }
 
 // RolesIn lists the roles sub holds in dom.
-func (en *Enforcer) RolesIn(sub, dom string) []string {
+func (en *Enforcer) RolesIn(sub, dom string) ([]string, error) {
+	as, err := en.Assignments(sub, dom)
+	if err != nil {
+		return nil, err
+	}
 	var out []string
-	for _, a := range en.Assignments(sub, dom) {
+	for _, a := range as {
 		out = append(out, a.Role)
 	}
-	return out
+	return out, nil
 }
 
 // RemoveSubject drops every assignment and rule of sub (user or key gone).
@@ -426,14 +457,17 @@ func (en *Enforcer) RemoveRule(ctx context.Context, r Rule) (bool, error) {
 }
 
 // Rules lists explicit rules that are not built in.
-func (en *Enforcer) Rules() []Rule {
+func (en *Enforcer) Rules() ([]Rule, error) {
 	en.mu.RLock()
 	defer en.mu.RUnlock()
 	builtin := map[string]bool{}
 	for _, p := range builtinPolicies {
 		builtin[strings.Join(p, "\x00")] = true
 	}
-	all, _ := en.e.GetPolicy()
+	all, err := en.e.GetPolicy()
+	if err != nil {
+		return nil, fmt.Errorf("read policies: %w", err)
+	}
 	var out []Rule
 	for _, p := range all {
 		if len(p) < 5 || builtin[strings.Join(p, "\x00")] {
@@ -441,7 +475,7 @@ func (en *Enforcer) Rules() []Rule {
 		}
 		out = append(out, Rule{Subject: p[0], Domain: p[1], Object: p[2], Action: p[3], Effect: p[4]})
 	}
-	return out
+	return out, nil
 }
 
 // changed publishes a local change to other replicas.

@@ -85,7 +85,7 @@ func TestEnforcer(t *testing.T) {
 		if ok, _ := other.Allowed(ctx, outsider, d2, "agents/1", "read"); !ok {
 			t.Fatal("other replica did not pick up the new assignment")
 		}
-		if got := en.DomainsOf(outsider); len(got) != 1 || got[0] != d2 {
+		if got, err := en.DomainsOf(outsider); err != nil || len(got) != 1 || got[0] != d2 {
 			t.Fatalf("DomainsOf = %v", got)
 		}
 		if err := en.RemoveSubject(ctx, outsider); err != nil {
