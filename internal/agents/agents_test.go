@@ -149,8 +149,8 @@ type world struct {
 	host1, host2       envs.Environment
 	hostA, hostB       envs.Environment // in departments A and B
 	sbx, sbx2          envs.Environment
-	tplReady, tplBuild envs.Template // of sbx
-	tplOther           envs.Template // of sbx2
+	tplReady, tplBuild envs.Template    // of sbx
+	tplOther           envs.Template    // of sbx2
 	hidden             envs.Environment // private to another user, not shared
 	en                 *rbac.Enforcer
 	admin              *authz.Actor // user 1, org-admin

@@ -69,8 +69,8 @@ func (s *Signer) IssueChild(subject, loginID, name, parent string) (string, time
 			ID:        RandomToken(12),
 		},
 		LoginID: loginID,
-		Name:      name,
-		Parent:    parent,
+		Name:    name,
+		Parent:  parent,
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodHS256, c)
 	tok.Header["kid"] = s.kid

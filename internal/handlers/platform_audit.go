@@ -112,7 +112,7 @@ func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 
 func (s *Server) apiPlatformAuditExport(c echo.Context) error {
 	return s.exportLog(c, s.PlatformAudit, "platform", func(q, format string) error {
-		return s.platformEvent(c, actorOf(principalOf(c)), "platform.audit_export", audit.Target{Type: "audit_log"}, audit.Allow,
+		return s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_export", audit.Target{Type: "audit_log"}, audit.Allow,
 			map[string]any{"q": q, "format": format})
 	})
 }
@@ -123,7 +123,7 @@ func (s *Server) verifyPlatformAudit(c echo.Context) (audit.VerifyResult, error)
 	if err != nil {
 		return res, err
 	}
-	return res, s.platformEvent(c, actorOf(principalOf(c)), "platform.audit_verify", audit.Target{Type: "audit_log"}, audit.Allow, res)
+	return res, s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_verify", audit.Target{Type: "audit_log"}, audit.Allow, res)
 }
 
 func (s *Server) apiPlatformAuditVerify(c echo.Context) error {
