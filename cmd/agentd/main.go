@@ -49,6 +49,7 @@ type options struct {
 	pollBytes   int
 	sessionTTL  time.Duration
 	killGrace   time.Duration
+	stdinTime   time.Duration
 	runAs       string
 	cgroup      string
 	cgroupDir   string
@@ -81,6 +82,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.IntVar(&o.pollBytes, "poll-bytes", agentd.DefaultPollBytes, "output bytes one poll response carries at most")
 	fs.DurationVar(&o.sessionTTL, "session-ttl", agentd.DefaultSessionTTL, "how long ended sessions stay readable")
 	fs.DurationVar(&o.killGrace, "kill-grace", agentd.DefaultKillGrace, "wait between SIGTERM and SIGKILL")
+	fs.DurationVar(&o.stdinTime, "stdin-timeout", agentd.DefaultStdinTimeout, "how long one stdin request may take, from its arrival")
 	fs.StringVar(&o.runAs, "run-as", "", "run commands as this user (name or uid; agentd must run as root)")
 	fs.StringVar(&o.cgroup, "cgroup", agentd.CgroupAuto, "cgroup v2 per session: auto, off or required (Linux)")
 	fs.StringVar(&o.cgroupDir, "cgroup-parent", "", "cgroup v2 directory for the session cgroups (default: agentd's own cgroup)")
@@ -231,6 +233,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		PollBytes:                  o.pollBytes,
 		SessionTTL:                 o.sessionTTL,
 		KillGrace:                  o.killGrace,
+		StdinTimeout:               o.stdinTime,
 		Cgroup:                     o.cgroup,
 		CgroupParent:               o.cgroupDir,
 		SessionMemoryMax:           o.memoryMax,

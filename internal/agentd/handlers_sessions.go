@@ -229,7 +229,7 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) err
 func (s *Server) handleStdin(w http.ResponseWriter, r *http.Request) error {
 	// The deadline starts when the request arrives, not when earlier
 	// writes to the same session let this one go.
-	deadline := time.Now().Add(stdinWriteTimeout)
+	deadline := time.Now().Add(s.cfg.StdinTimeout)
 	sess, err := s.session(r.PathValue("id"))
 	if err != nil {
 		return err

@@ -31,18 +31,17 @@ const (
 
 // Protocol limits that are not configurable.
 const (
-	maxJSONBody       = 1 << 20  // JSON request bodies
-	maxStdinBody      = 8 << 20  // stdin request bodies (base64 inflates)
-	maxCommandLen     = 64 << 10 // command string length
-	maxEnvVars        = 1024
-	maxStatPaths      = 1024
-	maxWait           = 60 * time.Second
-	maxTimeout        = 7 * 24 * time.Hour
-	maxTTYDimension   = 4096
-	defaultRows       = 24
-	defaultCols       = 80
-	maxFileReadLimit  = 64 << 20
-	stdinWriteTimeout = 10 * time.Second
+	maxJSONBody      = 1 << 20  // JSON request bodies
+	maxStdinBody     = 8 << 20  // stdin request bodies (base64 inflates)
+	maxCommandLen    = 64 << 10 // command string length
+	maxEnvVars       = 1024
+	maxStatPaths     = 1024
+	maxWait          = 60 * time.Second
+	maxTimeout       = 7 * 24 * time.Hour
+	maxTTYDimension  = 4096
+	defaultRows      = 24
+	defaultCols      = 80
+	maxFileReadLimit = 64 << 20
 )
 
 // Health is the body of GET /healthz.

@@ -46,6 +46,9 @@ type Config struct {
 	// DrainGrace is how long output may keep draining after the command
 	// exits (background children can hold the pipes). Default 250ms.
 	DrainGrace time.Duration
+	// StdinTimeout is how long one stdin request may take, counted from
+	// its arrival (waiting behind other writes included). Default 10s.
+	StdinTimeout time.Duration
 	// FetchMaxBytes caps POST /v1/files/fetch downloads. Default 1 GiB.
 	FetchMaxBytes int64
 	// FetchTimeout caps a download's duration. Default 10m.
@@ -119,6 +122,7 @@ const (
 	DefaultSessionTTL       = 5 * time.Minute
 	DefaultKillGrace        = 3 * time.Second
 	DefaultDrainGrace       = 250 * time.Millisecond
+	DefaultStdinTimeout     = 10 * time.Second
 	DefaultFetchMaxBytes    = 1 << 30
 	DefaultFetchTimeout     = 10 * time.Minute
 )
@@ -147,6 +151,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.DrainGrace <= 0 {
 		c.DrainGrace = DefaultDrainGrace
+	}
+	if c.StdinTimeout <= 0 {
+		c.StdinTimeout = DefaultStdinTimeout
 	}
 	if c.FetchMaxBytes <= 0 {
 		c.FetchMaxBytes = DefaultFetchMaxBytes

@@ -417,6 +417,9 @@ func (t *tracker) scan(m *members) []int {
 		leaders[s.leader.pid] = s
 	}
 	owners := make(map[int]*members, len(procs))
+	// orphans stands for the trees of orphans agentd adopted that no
+	// session claims.
+	orphans := &members{}
 	var owner func(pid int, depth int) *members
 	owner = func(pid int, depth int) *members {
 		if o, ok := owners[pid]; ok {
@@ -436,20 +439,22 @@ func (t *tracker) scan(m *members) []int {
 		if o == nil && info.ppid > 1 && info.ppid != t.self {
 			o = owner(info.ppid, depth+1)
 		}
+		if o == nil && t.subreaper && info.ppid == t.self && leaders[pid] == nil {
+			o = orphans // with its descendants
+		}
 		owners[pid] = o
 		return o
 	}
 	var out []int
 	for pid, info := range procs {
 		o := owner(pid, 0)
-		if o != nil {
+		if o != nil && o != orphans {
 			t.learned[procKey{pid, info.start}] = o
 		}
 		if info.zombie || m == nil {
 			continue
 		}
-		adoptedOrphan := o == nil && t.subreaper && info.ppid == t.self && leaders[pid] == nil
-		if o == m || adoptedOrphan {
+		if o == m || o == orphans {
 			out = append(out, pid)
 		}
 	}
