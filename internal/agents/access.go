@@ -56,6 +56,12 @@ func (s *Service) Get(ctx context.Context, actor *authz.Actor, id int64) (Agent,
 	return s.visible(ctx, actor, id, false)
 }
 
+// Manageable returns an agent actor may see and change (to show a
+// confirmation before a change, say).
+func (s *Service) Manageable(ctx context.Context, actor *authz.Actor, id int64) (Agent, error) {
+	return s.visible(ctx, actor, id, true)
+}
+
 // List returns the agents actor may see, ordered by name.
 func (s *Service) List(ctx context.Context, actor *authz.Actor) ([]Agent, error) {
 	all, err := s.listAll(ctx, nil)

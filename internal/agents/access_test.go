@@ -25,6 +25,10 @@ func agentCases() map[string]agentCase {
 			_, err := w.svc.Get(ctx, a, w.agentInA(t).ID)
 			return err
 		},
+		"Manageable": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, err := w.svc.Manageable(ctx, a, w.agentInA(t).ID)
+			return err
+		},
 		"Update": func(t *testing.T, w *world, a *authz.Actor) error {
 			_, _, err := w.svc.Update(ctx, a, w.agentInA(t).ID, agents.Input{Description: ptr("changed")})
 			return err

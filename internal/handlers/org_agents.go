@@ -347,13 +347,13 @@ func (s *Server) pageAgents(c echo.Context) error {
 func (s *Server) pageCreateAgent(c echo.Context) error {
 	req := agentRequestFromForm(c)
 	a, err := s.createAgent(c, req)
-	if fields, ok := formFailure(err); ok {
+	if fields, status, ok := formFailure(err); ok {
 		f := agentFormFrom(c, req)
 		if err := s.fillAgentChoices(c, &f, req.EnvironmentIDs, deref64(req.DefaultEnvironmentID)); err != nil {
 			return err
 		}
 		f.Errors = fields
-		return s.renderAgents(c, http.StatusBadRequest, f)
+		return s.renderAgents(c, status, f)
 	}
 	if err != nil {
 		return err
@@ -425,7 +425,7 @@ func (s *Server) pageAgent(c echo.Context) error {
 func (s *Server) pageUpdateAgent(c echo.Context) error {
 	req := agentRequestFromForm(c)
 	a, err := s.updateAgent(c, req)
-	if fields, ok := formFailure(err); ok {
+	if fields, status, ok := formFailure(err); ok {
 		cur, gerr := s.agentFromPath(c)
 		if gerr != nil {
 			return gerr
@@ -435,7 +435,7 @@ func (s *Server) pageUpdateAgent(c echo.Context) error {
 			return err
 		}
 		f.Errors = fields
-		return s.renderAgent(c, http.StatusBadRequest, cur, &f)
+		return s.renderAgent(c, status, cur, &f)
 	}
 	if err != nil {
 		return err
@@ -445,7 +445,11 @@ func (s *Server) pageUpdateAgent(c echo.Context) error {
 }
 
 func (s *Server) pageDeleteAgent(c echo.Context) error {
-	a, err := s.agentFromPath(c)
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	a, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), id)
 	if err != nil {
 		return err
 	}

@@ -98,8 +98,8 @@ func (s *Server) apiOrgAuditVerify(c echo.Context) error {
 func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	evs, before, limit, err := s.queryAudit(c)
 	if err != nil {
-		if fields, ok := formFailure(err); ok {
-			return render(c, http.StatusBadRequest, views.AuditLog(s.orgPage(c, "Audit log"),
+		if fields, status, ok := formFailure(err); ok {
+			return render(c, status, views.AuditLog(s.orgPage(c, "Audit log"),
 				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}))
 		}
 		return err

@@ -141,27 +141,29 @@ func envFormFrom(req envRequest) views.EnvForm {
 	return f
 }
 
-// formFailure re-renders a form with inline errors for input problems and
-// returns other errors to the error handler.
-func formFailure(err error) (map[string]string, bool) {
+// formFailure says whether a failed form is shown again with inline errors
+// (input problems, refusals, conflicts), and with which status; other
+// errors go to the error handler.
+func formFailure(err error) (map[string]string, int, bool) {
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
-		return ve.Fields, true
+		return ve.Fields, http.StatusBadRequest, true
 	}
 	var ae *apperr.Error
 	if errors.As(err, &ae) && (errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) || errors.Is(err, apperr.ErrInvalid)) {
-		return map[string]string{"form": ae.Message}, true
+		status, _ := classify(err)
+		return map[string]string{"form": ae.Message}, status, true
 	}
-	return nil, false
+	return nil, 0, false
 }
 
 func (s *Server) pageCreateEnv(c echo.Context) error {
 	req := envRequestFromForm(c, true)
 	e, err := s.createEnv(c, req)
-	if fields, ok := formFailure(err); ok {
+	if fields, status, ok := formFailure(err); ok {
 		f := envFormFrom(req)
 		f.Errors = fields
-		return s.renderEnvs(c, http.StatusBadRequest, f)
+		return s.renderEnvs(c, status, f)
 	}
 	if err != nil {
 		return err
@@ -225,14 +227,14 @@ func (s *Server) pageEnv(c echo.Context) error {
 func (s *Server) pageUpdateEnv(c echo.Context) error {
 	req := envRequestFromForm(c, false)
 	e, err := s.updateEnv(c, req)
-	if fields, ok := formFailure(err); ok {
+	if fields, status, ok := formFailure(err); ok {
 		cur, gerr := s.envFromPath(c, false)
 		if gerr != nil {
 			return gerr
 		}
 		f := envFormFrom(req)
 		f.Kind, f.Errors = cur.Kind, fields
-		return s.renderEnv(c, http.StatusBadRequest, cur, &f, nil)
+		return s.renderEnv(c, status, cur, &f, nil)
 	}
 	if err != nil {
 		return err
@@ -274,12 +276,12 @@ func (s *Server) pageAddTemplate(c echo.Context) error {
 	req := templateRequest{Import: c.FormValue("import") == "true", BackendTemplateID: c.FormValue("backend_template_id"), Name: c.FormValue("name"),
 		Image: c.FormValue("image"), VCPU: formInt(c, "vcpu"), MemoryMB: formInt(c, "memory_mb"), WritableLayerMB: formInt(c, "writable_layer_mb")}
 	_, err := s.addTemplate(c, req)
-	if fields, ok := formFailure(err); ok {
+	if fields, status, ok := formFailure(err); ok {
 		e, gerr := s.envFromPath(c, false)
 		if gerr != nil {
 			return gerr
 		}
-		return s.renderEnv(c, http.StatusBadRequest, e, nil, fields)
+		return s.renderEnv(c, status, e, nil, fields)
 	}
 	if err != nil {
 		return err

@@ -90,8 +90,8 @@ func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 	q := c.QueryParam("q")
 	evs, before, limit, err := queryLog(c, s.PlatformAudit)
 	if err != nil {
-		if fields, ok := formFailure(err); ok {
-			return render(c, http.StatusBadRequest, views.AuditLog(s.page(c, "Platform audit log"),
+		if fields, status, ok := formFailure(err); ok {
+			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"),
 				views.AuditPage{Heading: "Platform audit log", Query: q, Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}))
 		}
 		return err

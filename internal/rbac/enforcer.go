@@ -192,6 +192,14 @@ func (en *Enforcer) bump(ctx context.Context) (int64, error) {
 	return en.readVersion(ctx)
 }
 
+// SetCheckEvery sets how stale the cached policy may be before the stored
+// version is read again (0: on every check).
+func (en *Enforcer) SetCheckEvery(d time.Duration) {
+	en.mu.Lock()
+	defer en.mu.Unlock()
+	en.CheckEvery = d
+}
+
 // refresh reloads policies when another replica changed them.
 func (en *Enforcer) refresh(ctx context.Context) error {
 	en.mu.RLock()
