@@ -427,13 +427,9 @@ func translate(err error) error {
 
 // load reads one agent with its environments, whoever asks.
 func (s *Service) load(ctx context.Context, id int64) (Agent, error) {
-	var a Agent
-	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&a)
-	if res.Error != nil {
-		return a, fmt.Errorf("read agent: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return a, apperr.New(apperr.ErrNotFound, "agent_not_found", "No agent with id %d exists.", id)
+	a, err := store.ByID[Agent](ctx, s.DB, id, "agent")
+	if err != nil {
+		return a, err
 	}
 	if err := s.DB.WithContext(ctx).Model(&agentEnv{}).Where("agent_id = ?", id).Order("environment_id").Pluck("environment_id", &a.EnvironmentIDs).Error; err != nil {
 		return a, fmt.Errorf("read agent environments: %w", err)

@@ -130,15 +130,7 @@ func (d *Directory) ListKeys(ctx context.Context, owner *int64) ([]APIKey, error
 
 // GetKey returns one key.
 func (d *Directory) GetKey(ctx context.Context, id int64) (APIKey, error) {
-	var k APIKey
-	res := d.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&k)
-	if res.Error != nil {
-		return k, fmt.Errorf("read api key: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return k, notFound("api_key", id)
-	}
-	return k, nil
+	return store.ByID[APIKey](ctx, d.DB, id, "api key")
 }
 
 // RevokeKey revokes a key; the next request with it fails.

@@ -69,15 +69,7 @@ func (d *Directory) ListDepartments(ctx context.Context, ids []int64) ([]Departm
 
 // GetDepartment returns one department.
 func (d *Directory) GetDepartment(ctx context.Context, id int64) (Department, error) {
-	var dep Department
-	res := d.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&dep)
-	if res.Error != nil {
-		return dep, fmt.Errorf("read department: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return dep, notFound("department", id)
-	}
-	return dep, nil
+	return store.ByID[Department](ctx, d.DB, id, "department")
 }
 
 // UpdateDepartment changes name and description.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/auth"
-	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -59,10 +58,10 @@ func notFound(what string, id any) error {
 // CreateUser adds an account with a one-time password that must be changed
 // at first sign-in; the password is returned once and never stored.
 func (d *Directory) CreateUser(ctx context.Context, email, name string) (User, string, error) {
-	email = platform.NormalizeEmail(email)
+	email = auth.NormalizeEmail(email)
 	name = strings.TrimSpace(name)
 	v := apperr.Validation()
-	if msg := platform.ValidateEmail(email); msg != "" {
+	if msg := auth.ValidateEmail(email); msg != "" {
 		v.Add("email", "%s", msg)
 	}
 	if len(name) > 200 {
@@ -102,15 +101,7 @@ func (d *Directory) ListUsers(ctx context.Context, after int64, limit int) ([]Us
 
 // GetUser returns one user.
 func (d *Directory) GetUser(ctx context.Context, id int64) (User, error) {
-	var u User
-	res := d.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&u)
-	if res.Error != nil {
-		return u, fmt.Errorf("read user: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return u, notFound("user", id)
-	}
-	return u, nil
+	return store.ByID[User](ctx, d.DB, id, "user")
 }
 
 // UsersByID loads several users at once (for member lists).
@@ -215,7 +206,7 @@ func (d *Directory) ChangePassword(ctx context.Context, id int64, current, next 
 // alike, so the caller cannot tell them apart.
 func (d *Directory) CheckLogin(ctx context.Context, email, password string) (User, bool, error) {
 	var u User
-	res := d.DB.WithContext(ctx).Where("email = ?", platform.NormalizeEmail(email)).Limit(1).Find(&u)
+	res := d.DB.WithContext(ctx).Where("email = ?", auth.NormalizeEmail(email)).Limit(1).Find(&u)
 	if res.Error != nil {
 		return u, false, fmt.Errorf("read user: %w", res.Error)
 	}
@@ -272,7 +263,7 @@ func revokeSubject(tx *gorm.DB, subject string, now time.Time) error {
 // UserByEmail finds a user by email.
 func (d *Directory) UserByEmail(ctx context.Context, email string) (User, error) {
 	var u User
-	email = platform.NormalizeEmail(email)
+	email = auth.NormalizeEmail(email)
 	res := d.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&u)
 	if res.Error != nil {
 		return u, fmt.Errorf("read user: %w", res.Error)

@@ -180,15 +180,7 @@ func (s *Service) templatesOf(ctx context.Context, envID int64) ([]Template, err
 
 // loadTemplate reads one template, whoever asks.
 func (s *Service) loadTemplate(ctx context.Context, id int64) (Template, error) {
-	var t Template
-	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&t)
-	if res.Error != nil {
-		return t, fmt.Errorf("read template: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return t, apperr.New(apperr.ErrNotFound, "template_not_found", "No template with id %d exists.", id)
-	}
-	return t, nil
+	return store.ByID[Template](ctx, s.DB, id, "template")
 }
 
 // removeTemplate deletes t unless an agent uses it.

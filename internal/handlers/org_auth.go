@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -22,7 +23,7 @@ import (
 func (s *Server) orgLogin(c echo.Context, email, password string) (directory.User, loginResponse, error) {
 	t := tenantOf(c)
 	ctx := c.Request().Context()
-	email = platform.NormalizeEmail(email)
+	email = auth.NormalizeEmail(email)
 	var u directory.User
 	keys := []string{"org:" + t.Org.Slug + ":ip:" + c.RealIP(), "org:" + t.Org.Slug + ":acct:" + email}
 	err := s.Throttle.Attempt(ctx, keys, s.Sleep, func() (bool, error) {

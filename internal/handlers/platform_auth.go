@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -59,7 +60,7 @@ func (s *Server) login(c echo.Context, email, password string) (platform.Login, 
 		if errors.As(err, &ae) {
 			reason = ae.Code
 		}
-		_ = s.platformEvent(c, audit.Actor{Type: audit.ActorAnonymous, Name: platform.NormalizeEmail(email)}, "platform.login",
+		_ = s.platformEvent(c, audit.Actor{Type: audit.ActorAnonymous, Name: auth.NormalizeEmail(email)}, "platform.login",
 			audit.Target{Type: "platform"}, audit.Deny, map[string]string{"reason": reason})
 		return res, err
 	}

@@ -7,8 +7,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/mail"
-	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -59,17 +57,6 @@ func (s *Service) now() time.Time {
 	return time.Now().UTC()
 }
 
-// NormalizeEmail lowercases and trims; emails compare case-insensitively.
-func NormalizeEmail(e string) string { return strings.ToLower(strings.TrimSpace(e)) }
-
-// ValidateEmail explains what is wrong with an email address, or "".
-func ValidateEmail(e string) string {
-	if a, err := mail.ParseAddress(e); err != nil || a.Address != e {
-		return "Enter a valid email address, like name@example.com."
-	}
-	return ""
-}
-
 // Count returns how many admins exist (bootstrap checks this).
 func (s *Service) Count(ctx context.Context) (int64, error) {
 	var n int64
@@ -79,9 +66,9 @@ func (s *Service) Count(ctx context.Context) (int64, error) {
 
 // CreateAdmin adds an admin with a chosen password.
 func (s *Service) CreateAdmin(ctx context.Context, email, name, password string, mustChange bool) (Admin, error) {
-	email = NormalizeEmail(email)
+	email = auth.NormalizeEmail(email)
 	v := apperr.Validation()
-	if msg := ValidateEmail(email); msg != "" {
+	if msg := auth.ValidateEmail(email); msg != "" {
 		v.Add("email", "%s", msg)
 	}
 	if len(password) < auth.MinPasswordLength {
@@ -118,7 +105,7 @@ type Login struct {
 // opens a login. It returns ErrBadCredentials or a too-many error; the
 // caller audits either outcome.
 func (s *Service) Login(ctx context.Context, email, password, ip string) (Login, error) {
-	email = NormalizeEmail(email)
+	email = auth.NormalizeEmail(email)
 	var a Admin
 	err := s.Throttle.Attempt(ctx, []string{"platform-ip:" + ip, "platform-acct:" + email}, s.Sleep, func() (bool, error) {
 		res := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&a)

@@ -16,6 +16,8 @@ import (
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
 // Dialect names a database engine.
@@ -150,4 +152,18 @@ func DatabaseName(dsn string) (string, error) {
 // QuoteIdent quotes a Postgres identifier.
 func QuoteIdent(s string) string {
 	return `"` + strings.ReplaceAll(s, `"`, `""`) + `"`
+}
+
+// ByID reads the row of T with primary key id, or answers not found in
+// words: what names the kind of row ("user", "api key").
+func ByID[T any](ctx context.Context, db *gorm.DB, id int64, what string) (T, error) {
+	var v T
+	res := db.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&v)
+	if res.Error != nil {
+		return v, fmt.Errorf("read %s %d: %w", what, id, res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return v, apperr.New(apperr.ErrNotFound, strings.ReplaceAll(what, " ", "_")+"_not_found", "No %s with id %d exists.", what, id)
+	}
+	return v, nil
 }
