@@ -7,6 +7,7 @@
 package netguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -124,9 +125,30 @@ func transport(base http.RoundTripper, control func(network, address string, c s
 	if !ok || t == nil {
 		t, _ = http.DefaultTransport.(*http.Transport)
 	}
+	custom := t.DialContext
+	if t == http.DefaultTransport {
+		custom = nil
+	}
 	t = t.Clone()
-	d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: control}
-	t.DialContext = d.DialContext
+	if custom != nil {
+		// A dialer of the caller's own (a test's name mapping, a tunnel)
+		// resolves out of the hook's sight: check where the connection
+		// landed before a byte is sent, and drop it if it is refused.
+		t.DialContext = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			conn, err := custom(ctx, network, addr)
+			if err != nil {
+				return nil, err
+			}
+			if err := control(network, conn.RemoteAddr().String(), nil); err != nil {
+				conn.Close()
+				return nil, err
+			}
+			return conn, nil
+		}
+	} else {
+		d := &net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second, Control: control}
+		t.DialContext = d.DialContext
+	}
 	// Every other dial path is cleared so the hooked dialer is the only one.
 	t.DialTLSContext = nil
 	t.Dial = nil    //nolint:staticcheck // deprecated field, cleared on purpose

@@ -3,6 +3,7 @@ package netguard_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
@@ -115,5 +116,47 @@ func TestWatchedReportsDialledAddresses(t *testing.T) {
 	defer mu.Unlock()
 	if len(seen) != 1 || !seen[0].IsLoopback() {
 		t.Fatalf("seen %v, want the loopback address dialled", seen)
+	}
+}
+
+// TestTransportChecksCustomDialers: a transport with its own dialer (here
+// one that maps a made-up name to the server, as a DNS answer would) is
+// checked on where the connection landed, before anything is sent.
+func TestTransportChecksCustomDialers(t *testing.T) {
+	t.Parallel()
+	hits := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { hits <- struct{}{} }))
+	t.Cleanup(srv.Close)
+	target := strings.TrimPrefix(srv.URL, "http://")
+	base := &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, network, target)
+	}}
+	for _, tc := range []struct {
+		name string
+		rt   http.RoundTripper
+	}{{"plain", base}, {"guarded", netguard.Transport(base)}} {
+		name := tc.name
+		resp, err := (&http.Client{Transport: tc.rt}).Get("http://workstation.test/")
+		if name == "plain" {
+			if err != nil {
+				t.Fatalf("the mapping itself does not work: %v", err)
+			}
+			resp.Body.Close()
+			<-hits
+			continue
+		}
+		if err == nil {
+			resp.Body.Close()
+			t.Fatal("guarded transport reached loopback through a custom dialer")
+		}
+		if !errors.Is(err, netguard.ErrBlocked) {
+			t.Fatalf("error %v does not say the address is blocked", err)
+		}
+	}
+	select {
+	case <-hits:
+		t.Fatal("the server saw the guarded request")
+	default:
 	}
 }
