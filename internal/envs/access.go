@@ -2,7 +2,7 @@ package envs
 
 import (
 	"context"
-	"net"
+	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
@@ -11,6 +11,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 )
@@ -238,7 +239,9 @@ func (s *Service) Delete(ctx context.Context, a *authz.Actor, id int64) (Environ
 
 // Test probes an environment a may manage now ("Test connection"),
 // records the result (auditing a status change as the system) and returns
-// the environment as stored afterwards.
+// the environment as stored afterwards. Failures at the console's own
+// machine are detailed only to actors with org-wide authority (see
+// Health.Shown).
 func (s *Service) Test(ctx context.Context, a *authz.Actor, id int64, log *audit.Log, timeout time.Duration) (Environment, Health, error) {
 	e, err := s.visible(ctx, a, id, true)
 	if err != nil {
@@ -246,10 +249,22 @@ func (s *Service) Test(ctx context.Context, a *authz.Actor, id int64, log *audit
 	}
 	h, err := s.CheckAndRecord(ctx, e, log, timeout)
 	if err != nil {
-		return e, h, err
+		return e, h.Shown(), err
 	}
-	e, err = s.load(ctx, id)
-	return e, h, err
+	if e, err = s.load(ctx, id); err != nil {
+		return e, h.Shown(), err
+	}
+	// The full message about the console's own machine is for those who
+	// run the whole org; the stored one (Shown) is for everyone else.
+	full, err := a.Allowed(ctx, rbac.DomainOrg, "environments", "create")
+	if err != nil {
+		return e, h.Shown(), err
+	}
+	if !full {
+		return e, h.Shown(), nil
+	}
+	e.HealthError = h.Error
+	return e, h, nil
 }
 
 // Templates lists the templates of an environment a may see.
@@ -337,22 +352,24 @@ func (s *Service) DeleteTemplate(ctx context.Context, a *authz.Actor, envID, tid
 }
 
 // privateTargetOK keeps private environments, which anyone may register,
-// off the console's own machine and link-local metadata services, so the
-// health prober cannot be aimed at them. Shared environments are set up by
-// department owners and admins and may point anywhere (a dev agentd on
-// loopback included).
+// off the console's own machine and link-local metadata services. This is
+// the early, friendly check on the literal address; the rule is enforced
+// on every address actually dialled (clientFor), so a name that resolves
+// there is refused too. Shared environments are set up by department
+// owners and admins and may point anywhere (a dev agentd on loopback
+// included).
 func privateTargetOK(raw string) error {
 	u, err := url.Parse(strings.TrimSpace(raw))
 	if err != nil {
 		return nil // the URL validation explains it
 	}
-	host := strings.ToLower(u.Hostname())
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
 	bad := host == "localhost" || strings.HasSuffix(host, ".localhost")
-	if ip := net.ParseIP(host); ip != nil {
-		bad = bad || ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() || ip.IsMulticast()
+	if ip, err := netip.ParseAddr(host); err == nil {
+		bad = bad || netguard.Blocked(ip) != ""
 	}
 	if bad {
-		return &apperr.ValidationError{Fields: map[string]string{"url": "A private environment cannot point at this machine (loopback) or a link-local address; use the host's network address."}}
+		return &apperr.ValidationError{Fields: map[string]string{"url": "A private environment cannot point at this machine (loopback), a link-local or a metadata address; use the host's network address."}}
 	}
 	return nil
 }

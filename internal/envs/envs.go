@@ -7,9 +7,11 @@ package envs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
+	"path"
 	"regexp"
 	"strings"
 	"time"
@@ -18,6 +20,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2b"
 	"github.com/gatehouse/gatehouse/internal/sealed"
@@ -99,14 +102,35 @@ func (s *Service) now() time.Time {
 	return time.Now().UTC()
 }
 
-func (s *Service) httpClient() *http.Client {
-	if s.HTTPClient != nil {
-		return s.HTTPClient
-	}
+// ErrRedirect is wrapped by the error of a call that was answered with a
+// redirect: none is followed, so a stored agentd token or backend key is
+// only ever sent to the address it was entered for.
+var ErrRedirect = errors.New("redirects are not followed, so the stored token or key is never sent elsewhere; set the environment's URL to agentd (or the API) itself")
+
+// clientFor is the HTTP client for calls to e. It follows no redirect
+// (reporting where it pointed instead). A private environment, whose
+// address any member may choose, is also dialled only at addresses
+// netguard allows, checked on the address actually dialled: a name that
+// resolves to loopback or a metadata address is refused like the literal.
+// Shared environments are set up by department owners and admins and may
+// point anywhere, a development agentd on loopback included.
+func (s *Service) clientFor(e Environment) *http.Client {
 	// No whole-call Timeout: agentd long-polls (Follow asks for 30 s) and
 	// downloads outlast any fixed limit, so the caller's context bounds
 	// each call instead (Check sets its own).
-	return &http.Client{}
+	c := &http.Client{}
+	if s.HTTPClient != nil {
+		*c = *s.HTTPClient
+	}
+	c.CheckRedirect = refuseRedirect
+	if e.Private() {
+		c.Transport = netguard.Transport(c.Transport)
+	}
+	return c
+}
+
+func refuseRedirect(req *http.Request, _ []*http.Request) error {
+	return fmt.Errorf("answered with a redirect to %s: %w", req.URL.Redacted(), ErrRedirect)
 }
 
 func (s *Service) ad(id int64, field string) string {
@@ -183,8 +207,12 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 		if !validDeployment[e.Deployment] {
 			v.Add("deployment", "Deployment must be bare-metal, cloud-vm or kubernetes.")
 		}
-		if e.WorkspaceRoot != "" && !strings.HasPrefix(e.WorkspaceRoot, "/") && !windowsAbsRE.MatchString(e.WorkspaceRoot) {
-			v.Add("workspace_root", "The workspace root must be an absolute path, like /srv/work or C:\\work.")
+		if e.WorkspaceRoot != "" {
+			root, msg := cleanWorkspaceRoot(e.WorkspaceRoot)
+			if msg != "" {
+				v.Add("workspace_root", "%s", msg)
+			}
+			e.WorkspaceRoot = root
 		}
 		e.SandboxDomain, e.SandboxScheme, e.ProxyBaseURL = "", "", ""
 		if in.APIKey != nil && *in.APIKey != "" {
@@ -227,6 +255,43 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 		apiKey = &k
 	}
 	return agentdToken, apiKey, v.Err()
+}
+
+// maxWorkspaceRoot bounds the stored path.
+const maxWorkspaceRoot = 1024
+
+// cleanWorkspaceRoot returns the workspace root in clean form, or why it
+// is refused. A ".." element is refused rather than resolved:
+// "/srv/../../etc" names /etc, which is not what anyone typing it meant
+// to expose to agents.
+func cleanWorkspaceRoot(p string) (string, string) {
+	const example = "The workspace root must be an absolute path, like /srv/work or C:\\work"
+	if len(p) > maxWorkspaceRoot {
+		return p, fmt.Sprintf("%s, at most %d characters.", example, maxWorkspaceRoot)
+	}
+	for _, r := range p {
+		if r < 0x20 || r == 0x7f {
+			return p, example + ", without control characters."
+		}
+	}
+	var elems []string
+	for _, el := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
+		switch el {
+		case "..":
+			return p, example + ", without \"..\" elements."
+		case ".":
+		default:
+			elems = append(elems, el)
+		}
+	}
+	switch {
+	case strings.HasPrefix(p, "/"):
+		return path.Clean(p), ""
+	case windowsAbsRE.MatchString(p):
+		// elems[0] is the drive ("C:").
+		return p[:2] + `\` + strings.Join(elems[1:], `\`), ""
+	}
+	return p, example + "."
 }
 
 // create stores a new environment. owner makes it private to that user.
@@ -319,15 +384,7 @@ func (s *Service) sealSecrets(tx *gorm.DB, e *Environment, tok, key *string) err
 // load reads one environment, whoever asks; the exported readers check
 // the actor first.
 func (s *Service) load(ctx context.Context, id int64) (Environment, error) {
-	var e Environment
-	res := s.DB.WithContext(ctx).Where("id = ?", id).Limit(1).Find(&e)
-	if res.Error != nil {
-		return e, fmt.Errorf("read environment: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return e, apperr.New(apperr.ErrNotFound, "environment_not_found", "No environment with id %d exists.", id)
-	}
-	return e, nil
+	return store.ByID[Environment](ctx, s.DB, id, "environment")
 }
 
 // listAll returns every environment ordered by name, whoever asks.
@@ -458,6 +515,10 @@ func (s *Service) AgentdToken(e Environment) (string, error) {
 
 // Agentd returns a client for a host environment's agentd.
 func (s *Service) Agentd(e Environment) (*agentd.Client, error) {
+	return s.agentdOver(e, s.clientFor(e))
+}
+
+func (s *Service) agentdOver(e Environment, hc *http.Client) (*agentd.Client, error) {
 	if e.Kind != KindHost {
 		return nil, fmt.Errorf("environment %d is not a host", e.ID)
 	}
@@ -465,11 +526,15 @@ func (s *Service) Agentd(e Environment) (*agentd.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return agentd.NewClient(e.URL, tok, s.httpClient()), nil
+	return agentd.NewClient(e.URL, tok, hc), nil
 }
 
 // Backend returns the sandbox backend client of a sandbox environment.
 func (s *Service) Backend(e Environment) (sandbox.Backend, error) {
+	return s.backendOver(e, s.clientFor(e))
+}
+
+func (s *Service) backendOver(e Environment, hc *http.Client) (sandbox.Backend, error) {
 	if e.Kind != KindSandbox {
 		return nil, fmt.Errorf("environment %d is not a sandbox backend", e.ID)
 	}
@@ -481,7 +546,7 @@ func (s *Service) Backend(e Environment) (sandbox.Backend, error) {
 		}
 		key = string(b)
 	}
-	return e2b.New(e.URL, key, s.httpClient())
+	return e2b.New(e.URL, key, hc)
 }
 
 // Health is one check's outcome.
@@ -491,6 +556,11 @@ type Health struct {
 	Latency        time.Duration
 	Version        string
 	ActiveSessions int
+	// OwnMachine is set when the probe dialled an address netguard
+	// reserves (loopback, link-local, metadata): see Shown.
+	OwnMachine bool
+	// answered is set once the other end proved to be agentd or a backend.
+	answered bool
 }
 
 // RecordHealth stores a check result and reports the previous status when

@@ -6,9 +6,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
+	"net/netip"
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -16,6 +19,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -27,13 +31,53 @@ const SlowThreshold = 2 * time.Second
 // backend's health and template list (which also refreshes the registered
 // templates' status).
 func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duration) Health {
+	hc, reserved := s.probeClient(e)
+	h := s.check(ctx, e, hc, timeout)
+	h.OwnMachine = reserved.Load()
+	return h
+}
+
+// OwnMachineError is all a failed probe tells about an address on the
+// console's own machine, a link-local or a metadata address, to whoever
+// lacks org-wide authority over environments.
+const OwnMachineError = "No agentd or backend answered properly there. The address is on the console's own machine (or link-local), so no detail is shown; an org admin's \"Test connection\" shows it."
+
+// Shown is h as stored and as shown to those without org-wide authority:
+// when the probe dialled the console's own machine (or a link-local or
+// metadata address) and nothing there proved to be agentd or a backend,
+// the error no longer tells a closed port from an open one. Whoever may
+// add shared environments could otherwise scan that machine with them.
+func (h Health) Shown() Health {
+	if h.OwnMachine && !h.answered {
+		h.Error = OwnMachineError
+	}
+	return h
+}
+
+// probeClient is the client of one probe. For a shared environment it
+// notes whether any address dialled is one netguard reserves (a private
+// environment is refused those outright by clientFor).
+func (s *Service) probeClient(e Environment) (*http.Client, *atomic.Bool) {
+	c := s.clientFor(e)
+	var reserved atomic.Bool
+	if !e.Private() {
+		c.Transport = netguard.Watched(c.Transport, func(a netip.Addr) {
+			if netguard.Blocked(a) != "" {
+				reserved.Store(true)
+			}
+		})
+	}
+	return c, &reserved
+}
+
+func (s *Service) check(ctx context.Context, e Environment, hc *http.Client, timeout time.Duration) Health {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	h := Health{Status: HealthHealthy}
 	switch e.Kind {
 	case KindHost:
-		c, err := s.Agentd(e)
+		c, err := s.agentdOver(e, hc)
 		if err != nil {
 			return Health{Status: HealthUnreachable, Error: err.Error()}
 		}
@@ -42,7 +86,7 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		if err != nil {
 			return Health{Status: HealthUnreachable, Error: explain(err), Latency: h.Latency}
 		}
-		h.Version, h.ActiveSessions = hz.Version, hz.ActiveSessions
+		h.Version, h.ActiveSessions, h.answered = hz.Version, hz.ActiveSessions, true
 		if hz.Status != "ok" {
 			h.Status, h.Error = HealthDegraded, fmt.Sprintf("agentd reports status %q", hz.Status)
 			break
@@ -56,7 +100,7 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		}
 		h.Latency = time.Since(start)
 	case KindSandbox:
-		b, err := s.Backend(e)
+		b, err := s.backendOver(e, hc)
 		if err != nil {
 			return Health{Status: HealthUnreachable, Error: err.Error()}
 		}
@@ -74,6 +118,7 @@ func (s *Service) Check(ctx context.Context, e Environment, timeout time.Duratio
 		if err != nil {
 			return Health{Status: HealthDegraded, Error: "the backend is up but its template list failed: " + scrub(err.Error()), Latency: h.Latency}
 		}
+		h.answered = true
 		missing, err := s.syncTemplateStatus(ctx, e.ID, ts)
 		if err != nil {
 			return Health{Status: HealthDegraded, Error: "could not record template status: " + err.Error(), Latency: h.Latency}
@@ -126,10 +171,13 @@ func scrub(msg string) string {
 	return truncate(msg, 300)
 }
 
-// CheckAndRecord probes e, stores the result and audits a status change as
-// the system. It returns the new health.
+// CheckAndRecord probes e, stores the result (as Shown) and audits a
+// status change as the system. It returns the new health in full; callers
+// show it through Shown unless the viewer has org-wide authority.
 func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.Log, timeout time.Duration) (Health, error) {
-	h := s.Check(ctx, e, timeout)
+	full := s.Check(ctx, e, timeout)
+	// What is stored is shown to everyone who sees the environment.
+	h := full.Shown()
 	// The probe is done; record it and its audit event together.
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		in := *s
@@ -147,7 +195,7 @@ func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.
 		})
 		return err
 	})
-	return h, err
+	return full, err
 }
 
 // OrgDeps is what the checker needs of one org while checking it.
