@@ -35,7 +35,17 @@ type ring struct {
 	// eviction.
 	evictedEnds []uint64
 	lastEvicted uint64
+
+	// spare holds data buffers of evicted chunks no reader was ever given,
+	// for reuse: a command flooding output nobody reads then churns no
+	// garbage, which would otherwise inflate the heap between collections.
+	spare      [][]byte
+	spareBytes int
 }
+
+// maxSpare bounds how many evicted buffers a ring keeps for reuse (and
+// their capacity is bounded by a quarter of the ring).
+const maxSpare = 16
 
 type chunk struct {
 	id     uint64
@@ -109,9 +119,60 @@ func (r *ring) serve(cursor uint64) {
 	r.served = max(r.served, cursor)
 }
 
-// add appends data (which the ring now owns), coalescing it into the newest
-// chunk while that is unread, and evicts (or trims) the oldest output so
-// the ring stays within max.
+// bufClass rounds a buffer size up to a power of two (at least 256, at
+// most limit), so evicted buffers fit later output of similar size and the
+// heap does not fragment into odd sizes.
+func bufClass(n, limit int) int {
+	c := 256
+	for c < n {
+		c <<= 1
+	}
+	if c > limit {
+		return max(n, limit)
+	}
+	return c
+}
+
+// buffer returns an empty buffer of at least bufClass(n, limit) bytes: the
+// smallest spare one of up to four times that, else a new one.
+func (r *ring) buffer(n, limit int) []byte {
+	want := bufClass(n, limit)
+	best := -1
+	for i, b := range r.spare {
+		if cap(b) >= want && cap(b) <= 4*want && (best < 0 || cap(b) < cap(r.spare[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return make([]byte, 0, want)
+	}
+	b := r.spare[best]
+	last := len(r.spare) - 1
+	r.spare[best], r.spare[last] = r.spare[last], nil
+	r.spare = r.spare[:last]
+	r.spareBytes -= cap(b)
+	return b[:0]
+}
+
+// minSpare is the smallest buffer worth keeping: smaller ones are cheap to
+// allocate and would crowd out the big ones.
+const minSpare = 4 << 10
+
+// recycle keeps b for reuse if no reader can hold it.
+func (r *ring) recycle(b []byte, served bool) {
+	if served || cap(b) < minSpare || len(r.spare) >= maxSpare || r.spareBytes+cap(b) > r.max/4 {
+		return
+	}
+	r.spare = append(r.spare, b)
+	r.spareBytes += cap(b)
+}
+
+// dropSpares releases the reuse buffers, e.g. once the session has ended.
+func (r *ring) dropSpares() { r.spare, r.spareBytes = nil, 0 }
+
+// add appends a copy of data, coalescing it into the newest chunk while
+// that is unread, and evicts (or trims) the oldest output so the ring stays
+// within max.
 func (r *ring) add(stream uint8, data []byte) {
 	r.total += uint64(len(data))
 	if live := r.live(); len(live) > 0 {
@@ -119,7 +180,9 @@ func (r *ring) add(stream uint8, data []byte) {
 		need := len(c.data) + len(data)
 		newCap := cap(c.data)
 		if need > newCap {
-			newCap = min(max(2*newCap, need, 256), r.coalesceLimit())
+			// A chunk that coalesces is likely to keep doing so: grow it
+			// to the limit at once rather than through every size.
+			newCap = bufClass(r.coalesceLimit(), r.coalesceLimit())
 		}
 		// A blocking ring coalesces only into room it has: fits
 		// reserved room for a new chunk, not for a grown one.
@@ -127,8 +190,8 @@ func (r *ring) add(stream uint8, data []byte) {
 		if c.id > r.served && c.stream == stream && need <= r.coalesceLimit() && room {
 			before := cap(c.data)
 			if newCap > cap(c.data) {
-				grown := make([]byte, len(c.data), newCap)
-				copy(grown, c.data)
+				grown := append(r.buffer(newCap, r.coalesceLimit()), c.data...)
+				r.recycle(c.data, false)
 				c.data = grown
 			}
 			c.data = append(c.data, data...)
@@ -142,6 +205,7 @@ func (r *ring) add(stream uint8, data []byte) {
 	if len(data) > r.maxData() {
 		data = data[len(data)-r.maxData():]
 	}
+	data = append(r.buffer(len(data), r.maxData()), data...)
 	cost := cap(data) + chunkOverhead
 	r.evict(r.bytes+cost-r.max, false)
 	r.lastID++
@@ -165,6 +229,7 @@ func (r *ring) evict(need int, ackedOnly bool) {
 		cost := cap(c.data) + chunkOverhead
 		need -= cost
 		r.bytes -= cost
+		r.recycle(c.data, c.id <= r.served)
 		*c = chunk{}
 		r.head++
 	}

@@ -127,9 +127,7 @@ func (s *session) pump(o outputPipe) {
 	for {
 		n, err := o.f.Read(buf)
 		if n > 0 {
-			data := make([]byte, n)
-			copy(data, buf[:n])
-			s.appendOutput(o.stream, data)
+			s.appendOutput(o.stream, buf[:n]) // the ring copies it
 			if n == len(buf) && len(buf) < limit {
 				buf = make([]byte, min(len(buf)*8, limit))
 				if len(buf) == limit {
@@ -212,6 +210,7 @@ func (s *session) reap(pumpsDone chan struct{}) {
 	}
 	s.exitCode = code
 	s.finishedAt = time.Now()
+	s.ring.dropSpares()
 	s.aborted = true
 	s.room.Broadcast()
 	s.wakeLocked()

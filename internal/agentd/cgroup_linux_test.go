@@ -1,0 +1,37 @@
+//go:build linux
+
+package agentd_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+)
+
+// TestSessionPidsLimit covers the optional per-session limits of finding
+// 3: where the pids controller can be delegated to agentd's cgroup, a
+// session cannot start more than pids.max processes; where it cannot,
+// agentd refuses to start rather than run without the limit it was given.
+func TestSessionPidsLimit(t *testing.T) {
+	t.Parallel()
+	srv, err := agentd.NewServer(agentd.Config{Token: "t", SessionPidsMax: 8})
+	if err != nil {
+		if !strings.Contains(err.Error(), "cgroup") {
+			t.Fatalf("NewServer with a pids limit: %v; want a cgroup error", err)
+		}
+		t.Logf("pids controller not available to agentd here, so the limit is refused: %v", err)
+		return
+	}
+	c := agentd.NewClient(newHTTPServer(t, srv), "t", nil)
+	res, err := c.Run(testCtx(t), agentd.CreateSessionRequest{
+		Command: "n=0; for i in $(seq 20); do sleep 5 & n=$((n+1)); done 2>/dev/null; jobs -p | wc -l",
+		WaitMS:  10000,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.TrimSpace(string(res.Stdout)) == "20" {
+		t.Fatalf("20 background processes started under pids.max 8")
+	}
+}
