@@ -1,0 +1,614 @@
+package sessions
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/sandbox"
+)
+
+// Target is where a session's commands go: everything the terminal gateway
+// needs to forward one operation. AgentdToken is injected by the gateway
+// and never shown to clients.
+type Target struct {
+	Session     Session
+	Environment envs.Environment
+	AgentdURL   string
+	AgentdToken string
+	// Workspace is the session's working directory at agentd ("" is
+	// agentd's own root inside a sandbox).
+	Workspace string
+}
+
+// Ensure makes a session a may use ready for a command and says where to
+// send it: on first use it creates the sandbox (exactly once, whichever
+// replica and however many callers race) or the host workspace; a paused
+// sandbox is resumed; a running one has its backend timeout refreshed.
+// A running session checked within the refresh interval costs neither a
+// backend call nor a database write: only the policy check.
+func (s *Service) Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
+	k := s.key(sessionID)
+	if c, ok := s.fresh(k); ok {
+		if err := s.authorize(ctx, a, c.target.Session, true); err != nil {
+			return Target{}, err
+		}
+		return c.target, nil
+	}
+	sess, err := s.visible(ctx, a, sessionID, true)
+	if err != nil {
+		return Target{}, err
+	}
+	return s.ensure(ctx, a, sess)
+}
+
+// Start is Ensure for people: it brings the session up now instead of at
+// the first command and returns it.
+func (s *Service) Start(ctx context.Context, a *authz.Actor, sessionID int64) (Session, error) {
+	t, err := s.Ensure(ctx, a, sessionID)
+	return t.Session, err
+}
+
+func (s *Service) fresh(k cacheKey) (*cached, bool) {
+	c, ok := s.rt().get(k)
+	if !ok || s.now().Sub(c.checked) >= c.refresh {
+		return nil, false
+	}
+	return c, true
+}
+
+// authorize repeats visible's checks on a session already in hand.
+func (s *Service) authorize(ctx context.Context, a *authz.Actor, sess Session, use bool) error {
+	ok, rule, err := canSee(ctx, a, sess)
+	if err != nil {
+		return err
+	}
+	refused := authz.Denial{Target: AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID), Object: sessionObject(sess.ID),
+		Action: "read", Rule: rule, Hidden: true}
+	if !ok {
+		return a.Deny(refused, "")
+	}
+	if !use {
+		return nil
+	}
+	if ok, rule, err = canUse(ctx, a, sess); err != nil {
+		return err
+	} else if !ok {
+		refused.Action, refused.Rule, refused.Hidden = "update", rule, false
+		return a.Deny(refused, "You may see session "+strconv.FormatInt(sess.ID, 10)+" but not use it.")
+	}
+	return nil
+}
+
+// ensure is Ensure's slow path, one caller per session in this process at
+// a time.
+func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session) (Target, error) {
+	k := s.key(sess.ID)
+	g := s.rt().gate(k)
+	g.Lock()
+	defer g.Unlock()
+	if c, ok := s.fresh(k); ok {
+		return c.target, nil
+	}
+	sess, err := s.load(ctx, sess.ID)
+	if err != nil {
+		return Target{}, err
+	}
+	if sess.Final() {
+		return Target{}, finalError(sess)
+	}
+	env, ag, err := s.config(ctx, sess)
+	if err != nil {
+		return Target{}, err
+	}
+	token, err := s.Envs.AgentdToken(env)
+	if err != nil {
+		return Target{}, err
+	}
+	t := Target{Environment: env, AgentdToken: token}
+	if sess.SandboxMode == agents.SandboxPerSession {
+		if sess, err = s.ensureSandbox(ctx, a, sess, env, ag); err != nil {
+			return Target{}, err
+		}
+		t.AgentdURL = addressing(env).AgentdURL(sandbox.Sandbox{ID: sess.SandboxID, Domain: sess.SandboxDomain})
+	} else {
+		if sess.State == StatePending {
+			if sess, err = s.makeHostWorkspace(ctx, a, sess, env); err != nil {
+				return Target{}, err
+			}
+		}
+		t.AgentdURL = env.URL
+	}
+	t.Session, t.Workspace = sess, sess.Workspace
+	s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(time.Duration(ag.IdleTimeoutSeconds) * time.Second)})
+	return t, nil
+}
+
+func finalError(sess Session) error {
+	return apperr.New(apperr.ErrConflict, "session_"+sess.State, "Session %d is %s (%s); start a new session.", sess.ID, sess.State, sess.Reason)
+}
+
+// config reads the session's environment and agent as the session's
+// configuration grants them.
+func (s *Service) config(ctx context.Context, sess Session) (envs.Environment, agents.Agent, error) {
+	if sess.EnvironmentID == nil {
+		return envs.Environment{}, agents.Agent{}, apperr.New(apperr.ErrConflict, "session_environment_gone",
+			"The environment of session %d was deleted.", sess.ID)
+	}
+	env, err := s.Envs.Get(ctx, systemReader(), *sess.EnvironmentID)
+	if err != nil {
+		return env, agents.Agent{}, err
+	}
+	ag, err := s.Agents.Get(ctx, systemReader(), sess.AgentID)
+	return env, ag, err
+}
+
+func addressing(e envs.Environment) sandbox.Addressing {
+	return sandbox.Addressing{Scheme: e.SandboxScheme, Domain: e.SandboxDomain, ProxyBaseURL: e.ProxyBaseURL}
+}
+
+func idleTimeout(ag agents.Agent) time.Duration {
+	if ag.IdleTimeoutSeconds <= 0 {
+		return agents.DefaultIdleTimeout
+	}
+	return time.Duration(ag.IdleTimeoutSeconds) * time.Second
+}
+
+// ensureSandbox brings a per-session sandbox up: created when pending,
+// connected (resumed, timeout refreshed) otherwise.
+func (s *Service) ensureSandbox(ctx context.Context, a *authz.Actor, sess Session, env envs.Environment, ag agents.Agent) (Session, error) {
+	b, err := s.Envs.Backend(env)
+	if err != nil {
+		return sess, err
+	}
+	if sess.State == StatePending {
+		sess, err = s.createSandbox(ctx, a, sess, b, ag)
+		if err != nil || sess.State != StatePending {
+			return sess, err
+		}
+	}
+	if sess.Final() {
+		return sess, finalError(sess)
+	}
+	return s.connect(ctx, a.AuditActor(), sess, b, ag, "resumed on use")
+}
+
+// connect resumes a paused sandbox or refreshes a running one's timeout
+// (one backend call either way) and records what the backend said.
+func (s *Service) connect(ctx context.Context, actor audit.Actor, sess Session, b sandbox.Backend, ag agents.Agent, why string) (Session, error) {
+	sb, err := b.Connect(ctx, sess.SandboxID, idleTimeout(ag))
+	if errors.Is(err, sandbox.ErrNotFound) {
+		lerr := s.MarkLost(ctx, sess.ID, "its sandbox "+sess.SandboxID+" no longer exists at the backend")
+		if lerr != nil {
+			return sess, lerr
+		}
+		return sess, apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend. Start a new session.", sess.ID)
+	}
+	if err != nil {
+		return sess, backendError("resume the session's sandbox", err)
+	}
+	now := s.now()
+	seen := map[string]any{"backend_state": string(sandbox.StateRunning), "backend_seen_at": now, "last_used_at": now}
+	if sb.Domain != "" {
+		seen["sandbox_domain"] = sb.Domain
+	}
+	if sess.State == StatePaused || sb.Resumed {
+		reason := why
+		if sess.State == StateRunning {
+			reason = why + " (the backend had paused it when idle)"
+		}
+		return s.transition(ctx, sess, []string{StatePaused, StateRunning}, StateRunning, reason, actor, "session.resume", seen, nil)
+	}
+	if err := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND state = ?", sess.ID, StateRunning).Updates(seen).Error; err != nil {
+		return sess, fmt.Errorf("record sandbox state: %w", err)
+	}
+	sess.BackendState, sess.BackendSeenAt, sess.LastUsedAt = string(sandbox.StateRunning), &now, &now
+	if sb.Domain != "" {
+		sess.SandboxDomain = sb.Domain
+	}
+	return sess, nil
+}
+
+// createSandbox creates the session's sandbox, exactly once: a
+// conditional update takes the session's "creating" marker (on Postgres
+// and SQLite alike the update is atomic), the winner creates and attaches,
+// the others wait for it. A marker older than the create lease is a
+// crashed creator's and is taken over; a create whose outcome is unknown
+// (timeout after the backend accepted it) is looked up by its
+// gatehouse.session tag, here and on every later attempt, never repeated
+// blindly. It returns the session as stored afterwards.
+func (s *Service) createSandbox(ctx context.Context, a *authz.Actor, sess Session, b sandbox.Backend, ag agents.Agent) (Session, error) {
+	token := randomToken()
+	wait := 20 * time.Millisecond
+	for {
+		now := s.now()
+		res := s.DB.WithContext(ctx).Table("sessions").
+			Where("id = ? AND state = ? AND (create_token = '' OR create_started_at < ?)", sess.ID, StatePending, now.Add(-s.rt().createLease())).
+			Updates(map[string]any{"create_token": token, "create_started_at": now, "create_attempts": gorm.Expr("create_attempts + 1"),
+				"version": gorm.Expr("version + 1"), "updated_at": now})
+		if res.Error != nil {
+			return sess, fmt.Errorf("claim sandbox creation: %w", res.Error)
+		}
+		cur, err := s.load(ctx, sess.ID)
+		if err != nil {
+			return sess, err
+		}
+		if res.RowsAffected == 1 {
+			sess = cur
+			break
+		}
+		if cur.State != StatePending {
+			return cur, nil
+		}
+		// Another caller (here or in another replica) is creating it.
+		select {
+		case <-ctx.Done():
+			return cur, fmt.Errorf("wait for the sandbox being created: %w", ctx.Err())
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, 500*time.Millisecond)
+	}
+	sb, adopted, err := s.createOrFind(ctx, sess, b, ag)
+	if err != nil {
+		s.releaseClaim(sess.ID, token)
+		return sess, err
+	}
+	return s.attach(ctx, a.AuditActor(), sess, token, sb, adopted, b)
+}
+
+// createOrFind creates the sandbox, or finds the one an earlier attempt
+// (or this one, when the answer was lost) created.
+func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Backend, ag agents.Agent) (sandbox.Sandbox, bool, error) {
+	if sess.CreateAttempts > 1 {
+		if sb, ok, err := s.findByTag(ctx, sess, b, ag); err != nil || ok {
+			return sb, ok, err
+		}
+	}
+	tpl, err := s.Envs.GetTemplate(ctx, systemReader(), deref64(sess.TemplateID))
+	if err != nil {
+		return sandbox.Sandbox{}, false, err
+	}
+	user := sess.Subject
+	if sess.UserID != nil {
+		user = strconv.FormatInt(*sess.UserID, 10)
+	}
+	req := sandbox.CreateRequest{
+		TemplateID:     tpl.BackendTemplateID,
+		TimeoutSeconds: int(idleTimeout(ag) / time.Second),
+		AutoPause:      true,
+		AutoResume:     true,
+		Metadata: map[string]string{MetaOrg: s.Org, MetaSession: strconv.FormatInt(sess.ID, 10),
+			MetaAgent: strconv.FormatInt(sess.AgentID, 10), MetaUser: user},
+	}
+	sb, err := b.Create(ctx, req)
+	if err == nil {
+		return sb, false, nil
+	}
+	if !sandbox.OutcomeUnknown(err) {
+		return sb, false, backendError("create the session's sandbox", err)
+	}
+	// The backend may have created it: look before anyone tries again.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if found, ok, ferr := s.findByTag(lctx, sess, b, ag); ferr == nil && ok {
+		return found, true, nil
+	}
+	return sb, false, backendError("create the session's sandbox", err)
+}
+
+// findByTag looks for the session's sandbox by its tags; extra ones
+// (should a backend ever have made two) are killed.
+func (s *Service) findByTag(ctx context.Context, sess Session, b sandbox.Backend, ag agents.Agent) (sandbox.Sandbox, bool, error) {
+	list, err := b.List(ctx, sandbox.ListFilter{Metadata: map[string]string{MetaOrg: s.Org, MetaSession: strconv.FormatInt(sess.ID, 10)}})
+	if err != nil {
+		return sandbox.Sandbox{}, false, backendError("look up the session's sandbox", err)
+	}
+	if len(list) == 0 {
+		return sandbox.Sandbox{}, false, nil
+	}
+	for _, extra := range list[1:] {
+		_ = b.Kill(ctx, extra.ID)
+	}
+	sb, err := b.Connect(ctx, list[0].ID, idleTimeout(ag))
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return sandbox.Sandbox{}, false, nil
+	}
+	if err != nil {
+		return sandbox.Sandbox{}, false, backendError("resume the session's sandbox", err)
+	}
+	return sb, true, nil
+}
+
+// releaseClaim drops this caller's creating marker after a failed create,
+// so the next use tries again at once.
+func (s *Service) releaseClaim(id int64, token string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND create_token = ?", id, token).
+		Updates(map[string]any{"create_token": "", "create_started_at": nil}).Error
+}
+
+// attach records the created sandbox on the session with its audit event;
+// when the claim was lost meanwhile (the session was closed, or a stalled
+// creator's lease taken over) the sandbox is killed, never left behind.
+func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, token string, sb sandbox.Sandbox, adopted bool, b sandbox.Backend) (Session, error) {
+	now := s.now()
+	reason := "sandbox created on first use"
+	if adopted {
+		reason = "sandbox found by its gatehouse.session tag after an earlier create's answer was lost"
+	}
+	set := map[string]any{"state": StateRunning, "reason": reason, "sandbox_id": sb.ID, "sandbox_domain": sb.Domain, "create_token": "",
+		"started_at": now, "last_used_at": now, "backend_state": string(sandbox.StateRunning), "backend_seen_at": now,
+		"agentd_failures": 0, "version": gorm.Expr("version + 1"), "updated_at": now}
+	// Attach even if the caller left: the sandbox exists now.
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	err := s.DB.WithContext(dctx).Transaction(func(tx *gorm.DB) error {
+		res := tx.Table("sessions").Where("id = ? AND state = ? AND create_token = ?", sess.ID, StatePending, token).Updates(set)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			return errMoved
+		}
+		attached := sess
+		attached.SandboxID = sb.ID
+		return s.record(dctx, tx, attached, actor, "session.start", StatePending, StateRunning, reason, map[string]any{"adopted": adopted})
+	})
+	if err != nil {
+		if kerr := b.Kill(dctx, sb.ID); kerr != nil && !errors.Is(kerr, sandbox.ErrNotFound) {
+			err = errors.Join(err, fmt.Errorf("kill the unattached sandbox %s: %w", sb.ID, kerr))
+		}
+		if errors.Is(err, errMoved) {
+			cur, lerr := s.load(ctx, sess.ID)
+			if lerr != nil {
+				return sess, lerr
+			}
+			if cur.Final() {
+				return cur, finalError(cur)
+			}
+			return cur, apperr.New(apperr.ErrConflict, "session_state_changed", "Session %d changed while its sandbox was created; try again.", sess.ID)
+		}
+		return sess, fmt.Errorf("attach sandbox %s: %w", sb.ID, err)
+	}
+	s.rt().forget(s.key(sess.ID))
+	return s.load(ctx, sess.ID)
+}
+
+// makeHostWorkspace creates a host session's workspace directory through
+// agentd and marks the session running.
+func (s *Service) makeHostWorkspace(ctx context.Context, a *authz.Actor, sess Session, env envs.Environment) (Session, error) {
+	c, err := s.Envs.Agentd(env)
+	if err != nil {
+		return sess, err
+	}
+	cmd := "mkdir -p -- " + shellQuote(sess.Workspace)
+	if env.OS == "windows" {
+		cmd = `if not exist "` + sess.Workspace + `" mkdir "` + sess.Workspace + `"`
+	}
+	res, err := c.Run(ctx, agentd.CreateSessionRequest{Command: cmd, WaitMS: 10_000, TimeoutMS: 30_000})
+	if err != nil {
+		return sess, apperr.New(apperr.ErrUnavailable, "agentd_error", "Could not create the session's workspace on %q: %v", env.Name, err)
+	}
+	if res.State != agentd.StateExited || res.ExitCode != 0 {
+		return sess, apperr.New(apperr.ErrUnavailable, "workspace_error", "Could not create the session's workspace %q on %q: %s",
+			sess.Workspace, env.Name, strings.TrimSpace(string(res.Stderr)))
+	}
+	now := s.now()
+	return s.transition(ctx, sess, []string{StatePending}, StateRunning, "workspace "+sess.Workspace+" ready on "+env.Name, a.AuditActor(),
+		"session.start", map[string]any{"started_at": now, "last_used_at": now}, nil)
+}
+
+func shellQuote(p string) string { return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'" }
+
+func randomToken() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func deref64(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return *p
+}
+
+// Pause snapshots a running per-session sandbox a may use.
+func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	sess, err := s.visible(ctx, a, id, true)
+	if err != nil {
+		return sess, err
+	}
+	if sess.SandboxMode != agents.SandboxPerSession {
+		return sess, apperr.New(apperr.ErrConflict, "session_no_sandbox", "Session %d runs on a host and has no sandbox to pause.", id)
+	}
+	if sess.State != StateRunning {
+		return sess, apperr.New(apperr.ErrConflict, "session_not_running", "Session %d is %s, not running.", id, sess.State)
+	}
+	env, _, err := s.config(ctx, sess)
+	if err != nil {
+		return sess, err
+	}
+	b, err := s.Envs.Backend(env)
+	if err != nil {
+		return sess, err
+	}
+	s.rt().forget(s.key(id))
+	err = b.Pause(ctx, sess.SandboxID)
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		if lerr := s.MarkLost(ctx, id, "its sandbox "+sess.SandboxID+" no longer exists at the backend"); lerr != nil {
+			return sess, lerr
+		}
+		return sess, apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend.", id)
+	case err != nil && !errors.Is(err, sandbox.ErrAlreadyPaused):
+		return sess, backendError("pause the session's sandbox", err)
+	}
+	now := s.now()
+	return s.transition(ctx, sess, []string{StateRunning}, StatePaused, "paused by "+a.Name, a.AuditActor(), "session.pause",
+		map[string]any{"backend_state": string(sandbox.StatePaused), "backend_seen_at": now}, nil)
+}
+
+// Resume resumes a paused per-session sandbox a may use.
+func (s *Service) Resume(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	sess, err := s.visible(ctx, a, id, true)
+	if err != nil {
+		return sess, err
+	}
+	if sess.SandboxMode != agents.SandboxPerSession {
+		return sess, apperr.New(apperr.ErrConflict, "session_no_sandbox", "Session %d runs on a host and has no sandbox to resume.", id)
+	}
+	switch sess.State {
+	case StateRunning:
+		return sess, nil
+	case StatePaused:
+	default:
+		return sess, apperr.New(apperr.ErrConflict, "session_not_paused", "Session %d is %s, not paused.", id, sess.State)
+	}
+	env, ag, err := s.config(ctx, sess)
+	if err != nil {
+		return sess, err
+	}
+	b, err := s.Envs.Backend(env)
+	if err != nil {
+		return sess, err
+	}
+	s.rt().forget(s.key(id))
+	return s.connect(ctx, a.AuditActor(), sess, b, ag, "resumed by "+a.Name)
+}
+
+// Close ends a session a may use and kills its sandbox; the record stays.
+// When the backend cannot be reached the session is closed anyway and the
+// reclaimer kills the sandbox (closed sessions' sandboxes are orphans).
+func (s *Service) Close(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	sess, err := s.visible(ctx, a, id, true)
+	if err != nil {
+		return sess, err
+	}
+	if sess.Final() {
+		return sess, nil
+	}
+	reason := "closed by " + a.Name
+	details := map[string]any{}
+	if sess.SandboxID != "" {
+		if kerr := s.killSandbox(ctx, sess); kerr != nil {
+			reason += "; killing its sandbox failed, the reclaimer will retry"
+			details["kill_error"] = kerr.Error()
+		} else {
+			details["killed"] = true
+		}
+	}
+	s.rt().forget(s.key(id))
+	return s.transition(ctx, sess, []string{StatePending, StateRunning, StatePaused, StateLost}, StateClosed, reason, a.AuditActor(),
+		"session.close", map[string]any{"backend_state": ""}, details)
+}
+
+func (s *Service) killSandbox(ctx context.Context, sess Session) error {
+	env, _, err := s.config(ctx, sess)
+	if err != nil {
+		return err
+	}
+	b, err := s.Envs.Backend(env)
+	if err != nil {
+		return err
+	}
+	if err := b.Kill(ctx, sess.SandboxID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		return err
+	}
+	return nil
+}
+
+// MarkLost makes a session lost with reason, as the system, and kills its
+// sandbox if one is left. A session already closed or lost stays as it is.
+// For the gateway and the reclaimer, which hold the session already.
+func (s *Service) MarkLost(ctx context.Context, sessionID int64, reason string) error {
+	sess, err := s.load(ctx, sessionID)
+	if err != nil {
+		return err
+	}
+	s.rt().forget(s.key(sessionID))
+	if sess.Final() {
+		return nil
+	}
+	if _, err := s.transition(ctx, sess, []string{StatePending, StateRunning, StatePaused}, StateLost, reason, SystemActor(), "session.lost", nil, nil); err != nil {
+		if errors.Is(err, apperr.ErrConflict) {
+			return nil
+		}
+		return err
+	}
+	if sess.SandboxID != "" {
+		_ = s.killSandbox(ctx, sess)
+	}
+	return nil
+}
+
+// ReportUnreachable is the gateway's word that agentd of a session did not
+// answer (cause says how). After Runtime.LostAfter consecutive failures
+// the session is lost, unless the backend shows its sandbox paused (then
+// the next use resumes it). It reports whether the session is now lost.
+func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause error) (bool, error) {
+	res := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND state = ?", sessionID, StateRunning).
+		Update("agentd_failures", gorm.Expr("agentd_failures + 1"))
+	if res.Error != nil {
+		return false, fmt.Errorf("count agentd failure: %w", res.Error)
+	}
+	s.rt().forget(s.key(sessionID))
+	if res.RowsAffected == 0 {
+		return false, nil
+	}
+	sess, err := s.load(ctx, sessionID)
+	if err != nil {
+		return false, err
+	}
+	if sess.AgentdFailures < s.rt().lostAfter() {
+		return false, nil
+	}
+	if sess.SandboxMode == agents.SandboxPerSession && sess.SandboxID != "" {
+		env, _, err := s.config(ctx, sess)
+		if err != nil {
+			return false, err
+		}
+		b, err := s.Envs.Backend(env)
+		if err != nil {
+			return false, err
+		}
+		info, err := b.Get(ctx, sess.SandboxID)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+		case err != nil:
+			// The backend is down too: nothing is judged from it.
+			return false, nil
+		case info.State != sandbox.StateRunning:
+			return false, nil
+		}
+	}
+	msg := "unknown error"
+	if cause != nil {
+		msg = cause.Error()
+	}
+	reason := fmt.Sprintf("agentd did not answer %d consecutive times (last: %s)", sess.AgentdFailures, truncate(msg, 200))
+	return true, s.MarkLost(ctx, sessionID, reason)
+}
+
+// ReportReachable is the gateway's word that agentd answered: it ends a
+// run of failures. It writes only when failures were counted.
+func (s *Service) ReportReachable(ctx context.Context, sessionID int64) error {
+	if c, ok := s.rt().get(s.key(sessionID)); ok && c.target.Session.AgentdFailures == 0 {
+		return nil
+	}
+	return s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND agentd_failures > 0", sessionID).Update("agentd_failures", 0).Error
+}
