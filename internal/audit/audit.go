@@ -165,6 +165,7 @@ func (l *Log) AppendTx(ctx context.Context, tx *gorm.DB, e Event) (Event, error)
 }
 
 func prepare(e Event) (Event, error) {
+	e = sanitize(e)
 	if e.Action == "" || e.Actor.Type == "" {
 		return Event{}, fmt.Errorf("audit event needs an action and an actor type")
 	}

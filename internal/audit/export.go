@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/csv"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -27,14 +28,29 @@ const exportBatch = 1000
 var CSVHeader = []string{"seq", "time", "actor_type", "actor_id", "actor_name", "source_ip", "user_agent",
 	"action", "target_type", "target_id", "target_name", "decision", "details", "prev_hash", "hash"}
 
+// ErrExportIncomplete is wrapped by the error of an export that failed
+// after rows were written. The stream then ends with an error marker (see
+// Export), so a reader can tell a cut-short export from a complete one.
+var ErrExportIncomplete = errors.New("audit export incomplete")
+
+// ExportErrorMarker starts the last line (JSONL: the key, CSV: the first
+// cell) of an export that failed midway.
+const ExportErrorMarker = "#export_error"
+
 // Export writes the events matching f to w in seq order, oldest first, as
 // JSONL (one Event per line) or CSV (CSVHeader, then one row per event).
 // It reads in keyset batches and stops at the newest event present when it
 // started, so a busy log neither grows the export without end nor is ever
-// held in memory. Rows already written stay written if it fails midway.
+// held in memory. Nothing reaches w before the first batch was read, so a
+// failure at the start leaves w untouched (the caller can still answer with
+// an error status). A failure after rows were written ends the stream
+// with a marker line — JSONL {"#export_error":{"message":...,"after_seq":N}},
+// CSV a row "#export_error",message,after_seq — and returns an error
+// wrapping ErrExportIncomplete.
 func (l *Log) Export(ctx context.Context, f Filter, w io.Writer, format string) error {
 	var write func(Event) error
 	var flush func() error
+	var marker func(msg string, after int64) error
 	switch format {
 	case FormatJSONL:
 		bw := bufio.NewWriter(w)
@@ -42,27 +58,44 @@ func (l *Log) Export(ctx context.Context, f Filter, w io.Writer, format string) 
 		enc.SetEscapeHTML(false)
 		write = func(e Event) error { return enc.Encode(e) }
 		flush = bw.Flush
+		marker = func(msg string, after int64) error {
+			return enc.Encode(map[string]any{ExportErrorMarker: map[string]any{"message": msg, "after_seq": after}})
+		}
 	case FormatCSV:
+		// csv.Writer buffers: the header reaches w with the first batch.
 		cw := csv.NewWriter(w)
 		if err := cw.Write(CSVHeader); err != nil {
 			return fmt.Errorf("write export: %w", err)
 		}
 		write = func(e Event) error { return cw.Write(csvRecord(e)) }
 		flush = func() error { cw.Flush(); return cw.Error() }
+		marker = func(msg string, after int64) error {
+			return cw.Write([]string{ExportErrorMarker, msg, strconv.FormatInt(after, 10)})
+		}
 	default:
 		v := apperr.Validation()
 		v.Add("format", "Unknown export format %q; use jsonl or csv.", format)
 		return v
 	}
+	started := false
+	after := int64(0)
+	fail := func(err error) error {
+		if !started {
+			return err
+		}
+		if merr := marker("The export stopped early: the audit log could not be read; events after after_seq are missing. Export again.", after); merr == nil {
+			_ = flush()
+		}
+		return fmt.Errorf("%w after seq %d: %w", ErrExportIncomplete, after, err)
+	}
 	head, err := l.head(ctx)
 	if err != nil {
 		return err
 	}
-	after := int64(0)
 	for head > 0 {
 		evs, err := l.page(ctx, f, page{asc: true, after: after, upto: head, limit: exportBatch})
 		if err != nil {
-			return err
+			return fail(err)
 		}
 		for _, e := range evs {
 			if err := write(e); err != nil {
@@ -72,6 +105,7 @@ func (l *Log) Export(ctx context.Context, f Filter, w io.Writer, format string) 
 		if err := flush(); err != nil {
 			return fmt.Errorf("write export: %w", err)
 		}
+		started = true
 		if len(evs) < exportBatch {
 			break
 		}

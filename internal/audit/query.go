@@ -43,6 +43,9 @@ func (f Filter) IsZero() bool {
 		f.From.IsZero() && f.Until.IsZero() && len(f.Text) == 0
 }
 
+// maxQuery bounds a search: no stored value it compares with is longer.
+const maxQuery = 4 * MaxIndexedText
+
 // MinTextTerm is the shortest free-text term a query accepts.
 const MinTextTerm = 3
 
@@ -62,6 +65,14 @@ const MinTextTerm = 3
 // *apperr.ValidationError on the field "q".
 func ParseQuery(q string) (Filter, error) {
 	var f Filter
+	// Postgres cannot compare against NUL or invalid UTF-8; say so rather
+	// than fail the query.
+	if !utf8.ValidString(q) || strings.IndexByte(q, 0) >= 0 {
+		return Filter{}, invalidQuery("The search holds a NUL byte or invalid UTF-8; remove it.")
+	}
+	if len(q) > maxQuery {
+		return Filter{}, invalidQuery("The search is longer than %d bytes; shorten it.", maxQuery)
+	}
 	toks, ok := tokenize(q)
 	if !ok {
 		return Filter{}, invalidQuery("A quote is not closed; add the closing \".")
