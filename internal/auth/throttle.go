@@ -54,22 +54,28 @@ func (t *Throttle) Locked(key string) (bool, time.Time) {
 	return false, time.Time{}
 }
 
-// Fail records a failure and returns how long to delay the answer.
-func (t *Throttle) Fail(key string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
+// entryLocked returns key's entry in the current window, starting a new
+// one when the window has passed. t.mu must be held.
+func (t *Throttle) entryLocked(key string, now time.Time) *throttleEntry {
 	e := t.entries[key]
-	if e == nil || now.Sub(e.first) > t.Window {
+	if e == nil || now.Sub(e.first) > t.Window && !now.Before(e.lockedUntil) {
 		e = &throttleEntry{first: now}
 		t.entries[key] = e
 	}
+	return e
+}
+
+// countLocked counts one failure against e. t.mu must be held.
+func (t *Throttle) countLocked(e *throttleEntry, now time.Time) {
 	e.failures++
 	if e.failures >= t.LockAfter {
 		e.lockedUntil = now.Add(t.LockFor)
 	}
-	t.gcLocked(now)
-	over := e.failures - t.FreeFailures
+}
+
+// delayFor is the growing delay after failures.
+func (t *Throttle) delayFor(failures int) time.Duration {
+	over := failures - t.FreeFailures
 	if over <= 0 {
 		return 0
 	}
@@ -78,6 +84,17 @@ func (t *Throttle) Fail(key string) time.Duration {
 		d = t.MaxDelay
 	}
 	return d
+}
+
+// Fail records a failure and returns how long to delay the answer.
+func (t *Throttle) Fail(key string) time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	e := t.entryLocked(key, now)
+	t.countLocked(e, now)
+	t.gcLocked(now)
+	return t.delayFor(e.failures)
 }
 
 // Succeed clears key's failures.
@@ -117,33 +134,83 @@ func (e *LockedError) Error() string {
 // Unwrap makes errors.Is(err, ErrThrottled) true.
 func (e *LockedError) Unwrap() error { return ErrThrottled }
 
-// Attempt runs check unless one of keys is locked. On failure it records
-// the failure for every key and waits the growing delay (via sleep) before
-// returning ErrBadCredentials; on success it clears the keys.
-func (t *Throttle) Attempt(ctx context.Context, keys []string, sleep func(context.Context, time.Duration), check func() (bool, error)) error {
-	for _, k := range keys {
-		if locked, until := t.Locked(k); locked {
-			return &LockedError{Until: until}
-		}
-	}
-	ok, err := check()
+// LoginKeys are the two budgets one sign-in attempt is counted against.
+type LoginKeys struct {
+	// Address is the client's address: it limits how many accounts one
+	// address may try. A success never clears it, or an attacker's own
+	// valid sign-in every few guesses would reset it.
+	Address string
+	// Account is the account tried: it limits guesses at one password,
+	// from any address. Its own successful sign-in clears it.
+	Account string
+}
+
+// Attempt runs check unless a key is locked. The attempt is counted as a
+// failure against both keys before check runs (reserve), so concurrent
+// guesses cannot all pass the lock while the slow password hash runs;
+// once check answers it is settled: a failure stays counted and waits the
+// growing delay (via sleep) before returning ErrBadCredentials; a success
+// clears the account's count and takes back only this attempt's
+// reservation from the address.
+func (t *Throttle) Attempt(ctx context.Context, keys LoginKeys, sleep func(context.Context, time.Duration), check func() (bool, error)) error {
+	addr, acct, err := t.reserve(keys)
 	if err != nil {
 		return err
 	}
+	ok, err := check()
+	if err != nil {
+		// Not an answer about the password: take the reservation back.
+		t.release(keys, addr, acct, false)
+		return err
+	}
 	if !ok {
-		var delay time.Duration
-		for _, k := range keys {
-			if d := t.Fail(k); d > delay {
-				delay = d
-			}
-		}
-		if delay > 0 && sleep != nil {
-			sleep(ctx, delay)
+		if d := t.delayFor(max(addr.failures, acct.failures)); d > 0 && sleep != nil {
+			sleep(ctx, d)
 		}
 		return ErrBadCredentials
 	}
-	for _, k := range keys {
-		t.Succeed(k)
-	}
+	t.release(keys, addr, acct, true)
 	return nil
+}
+
+// reserve refuses a locked key, else counts the attempt against both keys
+// in one step under the lock, and returns their entries as counted.
+func (t *Throttle) reserve(keys LoginKeys) (addr, acct throttleEntry, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	a, b := t.entryLocked(keys.Address, now), t.entryLocked(keys.Account, now)
+	for _, e := range []*throttleEntry{a, b} {
+		if now.Before(e.lockedUntil) {
+			return throttleEntry{}, throttleEntry{}, &LockedError{Until: e.lockedUntil}
+		}
+	}
+	t.countLocked(a, now)
+	t.countLocked(b, now)
+	t.gcLocked(now)
+	return *a, *b, nil
+}
+
+// release takes one attempt's reservation back: from both keys after an
+// error, from the address after a success (whose account is cleared). A
+// lock that only this reservation caused is lifted with it.
+func (t *Throttle) release(keys LoginKeys, addr, acct throttleEntry, success bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	refund := func(key string, counted throttleEntry) {
+		e := t.entries[key]
+		if e == nil || !e.first.Equal(counted.first) || e.failures == 0 {
+			return // a new window began meanwhile: nothing of ours is left
+		}
+		e.failures--
+		if e.failures < t.LockAfter {
+			e.lockedUntil = time.Time{}
+		}
+	}
+	refund(keys.Address, addr)
+	if success {
+		delete(t.entries, keys.Account)
+		return
+	}
+	refund(keys.Account, acct)
 }

@@ -25,7 +25,7 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 	ctx := c.Request().Context()
 	email = auth.NormalizeEmail(email)
 	var u directory.User
-	keys := []string{"org:" + t.Org.Slug + ":ip:" + c.RealIP(), "org:" + t.Org.Slug + ":acct:" + email}
+	keys := auth.LoginKeys{Address: "org:" + t.Org.Slug + ":ip:" + c.RealIP(), Account: "org:" + t.Org.Slug + ":acct:" + email}
 	err := s.Throttle.Attempt(ctx, keys, s.Sleep, func() (bool, error) {
 		var ok bool
 		var err error

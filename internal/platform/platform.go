@@ -107,7 +107,7 @@ type Login struct {
 func (s *Service) Login(ctx context.Context, email, password, ip string) (Login, error) {
 	email = auth.NormalizeEmail(email)
 	var a Admin
-	err := s.Throttle.Attempt(ctx, []string{"platform-ip:" + ip, "platform-acct:" + email}, s.Sleep, func() (bool, error) {
+	err := s.Throttle.Attempt(ctx, auth.LoginKeys{Address: "platform-ip:" + ip, Account: "platform-acct:" + email}, s.Sleep, func() (bool, error) {
 		res := s.DB.WithContext(ctx).Where("email = ?", email).Limit(1).Find(&a)
 		if res.Error != nil {
 			return false, fmt.Errorf("read admin: %w", res.Error)
