@@ -341,6 +341,9 @@ func (en *Enforcer) Assign(ctx context.Context, a Assignment) (bool, error) {
 	ok, err := en.e.AddGroupingPolicy(a.Subject, a.Role, a.Domain)
 	en.mu.Unlock()
 	if err != nil {
+	if BuiltinSubject(a.Subject) {
+		return false, ErrBuiltin
+	}
 		return false, fmt.Errorf("assign role: %w", err)
 	}
 	return ok, en.changed(ctx, ok)
@@ -446,6 +449,9 @@ func (en *Enforcer) AddRule(ctx context.Context, r Rule) (bool, error) {
 	en.mu.Unlock()
 	if err != nil {
 		return false, fmt.Errorf("add rule: %w", err)
+	if BuiltinSubject(r.Subject) {
+		return false, ErrBuiltin
+	}
 	}
 	return ok, en.changed(ctx, ok)
 }
