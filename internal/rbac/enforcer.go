@@ -336,14 +336,15 @@ func (en *Enforcer) Assignments(subject, domain string) ([]Assignment, error) {
 }
 
 // Assign gives sub role in dom. It reports whether anything changed.
+// Built-in subjects get no further roles (ErrBuiltin).
 func (en *Enforcer) Assign(ctx context.Context, a Assignment) (bool, error) {
+	if BuiltinSubject(a.Subject) {
+		return false, ErrBuiltin
+	}
 	en.mu.Lock()
 	ok, err := en.e.AddGroupingPolicy(a.Subject, a.Role, a.Domain)
 	en.mu.Unlock()
 	if err != nil {
-	if BuiltinSubject(a.Subject) {
-		return false, ErrBuiltin
-	}
 		return false, fmt.Errorf("assign role: %w", err)
 	}
 	return ok, en.changed(ctx, ok)
@@ -442,16 +443,17 @@ type Rule struct {
 	Effect  string `json:"effect"`
 }
 
-// AddRule adds an explicit rule, e.g. a deny that overrides a role's allow.
+// AddRule adds an explicit rule, e.g. a deny that overrides a role's allow
+// for one user. Rules on built-in subjects are refused with ErrBuiltin.
 func (en *Enforcer) AddRule(ctx context.Context, r Rule) (bool, error) {
+	if BuiltinSubject(r.Subject) {
+		return false, ErrBuiltin
+	}
 	en.mu.Lock()
 	ok, err := en.e.AddPolicy(r.Subject, r.Domain, r.Object, r.Action, r.Effect)
 	en.mu.Unlock()
 	if err != nil {
 		return false, fmt.Errorf("add rule: %w", err)
-	if BuiltinSubject(r.Subject) {
-		return false, ErrBuiltin
-	}
 	}
 	return ok, en.changed(ctx, ok)
 }
