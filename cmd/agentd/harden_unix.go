@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 	"syscall"
 )
 
@@ -38,4 +39,15 @@ func reexecClean(args []string, token string) error {
 	err = syscall.Exec(exe, append([]string{os.Args[0]}, args...), cleanEnv(os.Environ()))
 	syscall.Close(p[0])
 	return fmt.Errorf("exec %s: %w", exe, err)
+}
+
+// cleanEnv is the environment without AGENTD_TOKEN.
+func cleanEnv(env []string) []string {
+	out := make([]string, 0, len(env))
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "AGENTD_TOKEN=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -120,17 +120,6 @@ func reexecArgs(o options, fd int) []string {
 	return append(args, "--token-fd="+strconv.Itoa(fd))
 }
 
-// cleanEnv is the environment without AGENTD_TOKEN.
-func cleanEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "AGENTD_TOKEN=") {
-			out = append(out, kv)
-		}
-	}
-	return out
-}
-
 // lookupRunAs resolves --run-as to credentials and the user's environment.
 func lookupRunAs(name string) (*agentd.Credential, error) {
 	u, err := user.Lookup(name)

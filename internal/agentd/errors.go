@@ -18,6 +18,7 @@ const (
 	CodeStdinClosed      = "stdin_closed"       // 409: stdin was not requested or was closed
 	CodeNotATTY          = "not_a_tty"          // 409: resize on a non-TTY session
 	CodeIsDirectory      = "is_directory"       // 409: a file operation hit a directory
+	CodeIDInUse          = "id_in_use"          // 409: a session with the requested id exists
 	CodeTooLarge         = "too_large"          // 413: body or download over its limit
 	CodeTooManySessions  = "too_many_sessions"  // 429: concurrent session cap reached
 	CodeTTYUnsupported   = "tty_unsupported"    // 501: this platform has no PTY support
@@ -38,6 +39,7 @@ var (
 	ErrStdinClosed      = errors.New("agentd: stdin closed")
 	ErrNotATTY          = errors.New("agentd: session has no tty")
 	ErrIsDirectory      = errors.New("agentd: is a directory")
+	ErrIDInUse          = errors.New("agentd: session id in use")
 	ErrTooLarge         = errors.New("agentd: too large")
 	ErrTooManySessions  = errors.New("agentd: too many sessions")
 	ErrTTYUnsupported   = errors.New("agentd: tty unsupported")
@@ -71,6 +73,8 @@ func codeInfo(code string) (int, error) {
 		return http.StatusConflict, ErrNotATTY
 	case CodeIsDirectory:
 		return http.StatusConflict, ErrIsDirectory
+	case CodeIDInUse:
+		return http.StatusConflict, ErrIDInUse
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge, ErrTooLarge
 	case CodeTooManySessions:

@@ -61,6 +61,8 @@ func (s *Server) sessionSpec(req CreateSessionRequest) (procSpec, error) {
 		return procSpec{}, newError(CodeBadRequest, "The rows and cols must be at most %d.", maxTTYDimension)
 	case req.Overflow != "" && req.Overflow != OverflowDrop && req.Overflow != OverflowBlock:
 		return procSpec{}, newError(CodeBadRequest, "The overflow must be %q or %q.", OverflowDrop, OverflowBlock)
+	case req.ID != "" && !validSessionID(req.ID):
+		return procSpec{}, newError(CodeBadRequest, "The id must be 1 to 64 letters, digits, '_' or '-'.")
 	case req.TTY && !ttySupported:
 		return procSpec{}, newError(CodeTTYUnsupported, "This platform cannot run tty sessions.")
 	}
@@ -116,10 +118,25 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		s.mu.Unlock()
 		return nil, newError(CodeTooManySessions, "At most %d sessions may run at once.", s.cfg.MaxSessions)
 	}
+	id := req.ID
+	if id == "" {
+		id = newSessionID()
+	} else if _, taken := s.sessions[id]; taken || s.starting[id] {
+		s.mu.Unlock()
+		return nil, newError(CodeIDInUse, "A session with id %q exists.", id)
+	}
+	if s.starting == nil {
+		s.starting = map[string]bool{}
+	}
+	s.starting[id] = true
 	s.running++
 	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.starting, id)
+		s.mu.Unlock()
+	}()
 
-	id := newSessionID()
 	proc, err := startProcess(spec, s.tracker, id)
 	if err != nil {
 		s.mu.Lock()
@@ -270,4 +287,18 @@ func (s *Server) handleResize(w http.ResponseWriter, r *http.Request) error {
 	}
 	writeJSON(w, http.StatusOK, sess.status())
 	return nil
+}
+
+// validSessionID reports whether a client-chosen session id is acceptable:
+// it appears in URLs and logs, so only a safe alphabet.
+func validSessionID(id string) bool {
+	if len(id) == 0 || len(id) > 64 {
+		return false
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
+			return false
+		}
+	}
+	return true
 }

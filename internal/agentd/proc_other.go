@@ -17,10 +17,10 @@ func shellArgs(command string) []string { return []string{"/C", command} }
 // command itself can be signalled; its children may outlive it.
 type process struct {
 	cmd     *exec.Cmd
-	pty     *os.File
 	outputs []outputPipe
 	stdin   *os.File
 	members *members
+	tracker *tracker
 }
 
 type outputPipe struct {
@@ -42,7 +42,7 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{cmd: cmd, members: m}
+	p := &process{cmd: cmd, members: m, tracker: t}
 	var toClose []*os.File
 	closeAll := func() {
 		for _, f := range toClose {
@@ -73,10 +73,13 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 		cmd.Stdin = r
 		p.stdin = w
 	}
+	registered := t.starting()
 	if err := cmd.Start(); err != nil {
+		registered(0)
 		closeAll()
 		return nil, err
 	}
+	registered(cmd.Process.Pid)
 	started(cmd.Process.Pid)
 	cmd.Stdout.(*os.File).Close()
 	cmd.Stderr.(*os.File).Close()
@@ -86,13 +89,17 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	return p, nil
 }
 
-func (p *process) wait() { p.cmd.Wait() }
+func (p *process) wait() {
+	p.cmd.Wait()
+	p.tracker.waited(p.cmd.Process.Pid)
+}
 
 func (p *process) pid() int { return p.cmd.Process.Pid }
 
-func (p *process) terminateAll() { p.cmd.Process.Kill() }
+// terminateAll kills the command: Windows has no SIGTERM to send.
+func (p *process) terminateAll() { p.members.signal(syscall.SIGKILL) }
 
-func (p *process) killAll() { p.cmd.Process.Kill() }
+func (p *process) killAll() { p.members.signal(syscall.SIGKILL) }
 
 // groupTracking names how sessions are tracked here: the command alone.
 const groupTracking = "process"

@@ -58,6 +58,11 @@ type Health struct {
 
 // CreateSessionRequest is the body of POST /v1/sessions.
 type CreateSessionRequest struct {
+	// ID names the session instead of letting agentd choose (1 to 64 of
+	// A-Z a-z 0-9 _ -): a client that records a command before starting it
+	// (the console's gateway) knows its id up front, so a crash between the
+	// two loses nothing. An id already in use is refused (409 id_in_use).
+	ID string `json:"id,omitempty"`
 	// Command is run through the shell (/bin/sh -c on unix).
 	Command string `json:"command"`
 	// Cwd is the working directory; relative paths resolve against the

@@ -184,6 +184,9 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// starting holds ids of sessions being started, so two requests for
+	// one client-chosen id cannot both start.
+	starting map[string]bool
 	running  int
 	closed   bool
 
