@@ -8,11 +8,14 @@ import (
 	"io"
 	"log/slog"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/console"
 	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -48,6 +51,7 @@ func auditCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, args 
 	defer store.Close(cat)
 
 	var log *audit.Log
+	var orgDB *gorm.DB
 	what := "platform audit log"
 	if *platformLog {
 		log = audit.NewLog(cat, audit.PlatformTable, nil)
@@ -68,10 +72,17 @@ func auditCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, args 
 		}
 		defer h.Release()
 		log = audit.NewLog(h.DB, audit.OrgTable, nil)
+		orgDB = h.DB
 		what = fmt.Sprintf("audit log of organization %q", *slug)
 	}
 
-	res, err := log.Verify(ctx)
+	var res audit.VerifyResult
+	if orgDB != nil {
+		// An org's chain vouches for its recordings too.
+		res, err = recordings.VerifyOrg(ctx, orgDB, log)
+	} else {
+		res, err = log.Verify(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", what, err)
 	}

@@ -20,6 +20,9 @@ var (
 	ErrTooMany      = errors.New("too many requests")
 	ErrInvalid      = errors.New("invalid input")
 	ErrUnavailable  = errors.New("unavailable")
+	// ErrUpstream is a failure of a system behind the console (agentd, a
+	// sandbox backend) that the caller can do nothing about but retry.
+	ErrUpstream = errors.New("upstream failed")
 )
 
 // Error is a failure whose message is safe to show to the caller.

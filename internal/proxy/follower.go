@@ -1,0 +1,330 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Followers record the output of running commands, each from its start
+// until it ends, whether or not any client polls. A follower holds a lease
+// on its command's row, renewed with every write: one replica follows a
+// command at a time, and when a replica dies its commands' leases lapse
+// and another replica (or the same one after a restart) takes over from
+// the last recorded chunk, so nothing is missed or stored twice.
+type Followers struct {
+	// Owner names this process in leases; unique per process start.
+	Owner string
+	// OpenOrg gives a follower the org it works in, as the system; release
+	// is called when the follower is done.
+	OpenOrg func(ctx context.Context, slug string) (org Org, release func(), err error)
+	// ListOrgs lists the active orgs, for the sweep that adopts commands
+	// whose follower died.
+	ListOrgs func(ctx context.Context) ([]string, error)
+	HTTP     *http.Client
+	// Lease is how long a follower's claim lasts without a write.
+	Lease time.Duration
+	// Wait is the long-poll wait of each read from agentd.
+	Wait   time.Duration
+	Logger *slog.Logger
+	Now    func() time.Time
+
+	mu      sync.Mutex
+	running map[followKey]bool
+	wg      sync.WaitGroup
+	ctx     context.Context
+	stop    context.CancelFunc
+}
+
+type followKey struct {
+	org string
+	id  int64
+}
+
+// recorder is the actor the followers act as.
+func recorder() *authz.Actor { return authz.System("recorder") }
+
+func (f *Followers) lease() time.Duration {
+	if f.Lease > 0 {
+		return f.Lease
+	}
+	return time.Minute
+}
+
+func (f *Followers) wait() time.Duration {
+	if f.Wait > 0 {
+		return f.Wait
+	}
+	return 20 * time.Second
+}
+
+func (f *Followers) now() time.Time {
+	if f.Now != nil {
+		return f.Now().UTC()
+	}
+	return time.Now().UTC()
+}
+
+func (f *Followers) logger() *slog.Logger {
+	if f.Logger != nil {
+		return f.Logger
+	}
+	return slog.Default()
+}
+
+// Start makes the followers ready; Stop ends them. Followers started
+// before Start run under a background context.
+func (f *Followers) Start(ctx context.Context) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+}
+
+// Stop ends every follower and waits for them. Their leases lapse and
+// another replica (or this one, restarted) takes over.
+func (f *Followers) Stop() {
+	f.mu.Lock()
+	stop := f.stop
+	f.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	f.wg.Wait()
+}
+
+// Active counts the commands this process follows now.
+func (f *Followers) Active() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.running)
+}
+
+// Follow makes sure command id of org is followed by this process (unless
+// another replica holds its lease).
+func (f *Followers) Follow(org string, id int64) {
+	k := followKey{org, id}
+	f.mu.Lock()
+	if f.running == nil {
+		f.running = map[followKey]bool{}
+	}
+	if f.ctx == nil {
+		f.ctx, f.stop = context.WithCancel(context.Background())
+	}
+	if f.running[k] || f.ctx.Err() != nil {
+		f.mu.Unlock()
+		return
+	}
+	f.running[k] = true
+	ctx := f.ctx
+	f.wg.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.wg.Done()
+		defer func() {
+			f.mu.Lock()
+			delete(f.running, k)
+			f.mu.Unlock()
+		}()
+		if err := f.follow(ctx, org, id); err != nil && ctx.Err() == nil {
+			f.logger().Warn("recording follower stopped", "org", org, "command", id, "error", err)
+		}
+	}()
+}
+
+// follow records command id until it ends or the lease is lost.
+func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
+	org, release, err := f.OpenOrg(ctx, slug)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if org.Done != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithCancel(ctx)
+		defer cancel()
+		go func() {
+			select {
+			case <-org.Done:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
+	if err != nil || !ok {
+		return err
+	}
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		c, err := recordings.Get(ctx, org.DB, id)
+		if err != nil {
+			return err
+		}
+		if c.Ended() {
+			return nil
+		}
+		t, err := org.Sessions.Locate(ctx, recorder(), c.SessionID)
+		if err != nil {
+			if final(err) {
+				return f.finish(ctx, org, c, recordings.End{State: recordings.StateLost, Reason: "its session ended: " + err.Error(), At: f.now()})
+			}
+			if !sleep(ctx, backoff) {
+				return ctx.Err()
+			}
+			backoff = min(backoff*2, 10*time.Second)
+			continue
+		}
+		done, err := f.step(ctx, org, t, c)
+		if err != nil {
+			if errors.Is(err, recordings.ErrLeaseLost) {
+				return nil
+			}
+			if store.IsUnavailable(err) || isTransport(err) {
+				// The database or agentd is away: keep the lease alive
+				// where possible and try again; nothing is judged from
+				// a failed read.
+				if !sleep(ctx, backoff) {
+					return ctx.Err()
+				}
+				backoff = min(backoff*2, 10*time.Second)
+				continue
+			}
+			return err
+		}
+		backoff = 200 * time.Millisecond
+		if done {
+			return nil
+		}
+	}
+	return ctx.Err()
+}
+
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// final reports a session that will not come back (closed or lost).
+func final(err error) bool {
+	var ae *apperr.Error
+	return errors.As(err, &ae) && (ae.Code == "session_"+sessions.StateClosed || ae.Code == "session_"+sessions.StateLost)
+}
+
+func isTransport(err error) bool {
+	var ae *agentd.Error
+	return !errors.As(err, &ae) || ae.Status >= 500
+}
+
+// step reads one batch from agentd, stores it and, when the command ended
+// and nothing more is buffered, records its end.
+func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c recordings.Command) (bool, error) {
+	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.HTTP)
+	pctx, cancel := context.WithTimeout(ctx, f.wait()+30*time.Second)
+	defer cancel()
+	resp, err := cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), f.wait())
+	var ae *agentd.Error
+	if errors.As(err, &ae) && ae.Code == agentd.CodeNotFound {
+		// agentd does not know the command: its environment restarted (or
+		// it was never started). What was recorded is all there is.
+		return true, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
+			Reason: "agentd no longer knows the command (its environment restarted or the command never started)", At: f.now()})
+	}
+	if err != nil {
+		if _, rerr := org.Sessions.ReportUnreachable(ctx, c.SessionID, err); rerr != nil {
+			f.logger().Warn("recording follower: count agentd failure", "org", org.Slug, "session", c.SessionID, "error", rerr)
+		}
+		return false, err
+	}
+	at := f.now()
+	out := recordings.Output{Dropped: resp.DroppedBytes, NextCursor: resp.NextCursor}
+	if !resp.Truncated {
+		out.Dropped = 0
+	}
+	for _, ch := range resp.Chunks {
+		out.Chunks = append(out.Chunks, recordings.Chunk{Seq: ch.ID, Stream: ch.Stream, At: at, Data: ch.Data})
+	}
+	c, err = recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, f.now().Add(f.lease()))
+	if err != nil {
+		return false, err
+	}
+	if resp.State == agentd.StateRunning || resp.More {
+		return false, nil
+	}
+	return true, f.finish(ctx, org, c, recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: f.now()})
+}
+
+// finish records the end of c with its end event.
+func (f *Followers) finish(ctx context.Context, org Org, c recordings.Command, end recordings.End) error {
+	_, err := recordings.Finish(ctx, org.DB, org.Audit, c.ID, f.Owner, end, recorder().AuditActor())
+	if errors.Is(err, recordings.ErrLeaseLost) {
+		return nil
+	}
+	return err
+}
+
+// finishRefused ends the record of a command agentd refused to start.
+func (f *Followers) finishRefused(ctx context.Context, org Org, c recordings.Command, ae *agentd.Error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	end := recordings.End{State: recordings.StateLost, Reason: "agentd refused to start it: " + ae.Message, At: f.now()}
+	if _, err := recordings.Finish(ctx, org.DB, org.Audit, c.ID, "", end, audit.Actor{Type: audit.ActorSystem, Name: "gateway"}); err != nil {
+		f.logger().Warn("gateway: record refused command", "org", org.Slug, "command", c.ID, "error", err)
+	}
+}
+
+// Sweep adopts running commands whose follower lease lapsed (a replica
+// died, or this process restarted), in every org, once.
+func (f *Followers) Sweep(ctx context.Context) {
+	slugs, err := f.ListOrgs(ctx)
+	if err != nil {
+		f.logger().Warn("recording sweep: skipped, orgs could not be listed", "error", err)
+		return
+	}
+	for _, slug := range slugs {
+		org, release, err := f.OpenOrg(ctx, slug)
+		if err != nil {
+			f.logger().Warn("recording sweep: org skipped", "org", slug, "error", err)
+			continue
+		}
+		cs, err := recordings.Unfollowed(ctx, org.DB, f.now(), 500)
+		release()
+		if err != nil {
+			f.logger().Warn("recording sweep: org skipped", "org", slug, "error", err)
+			continue
+		}
+		for _, c := range cs {
+			f.Follow(slug, c.ID)
+		}
+	}
+}
+
+// Run sweeps at start and then on every tick until ctx ends. Tests drive
+// it with their own tick channel.
+func (f *Followers) Run(ctx context.Context, tick <-chan time.Time) {
+	f.Sweep(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+			f.Sweep(ctx)
+		}
+	}
+}

@@ -1,0 +1,96 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"path"
+	"strings"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+// client is agentd of a session, with the environment's token injected:
+// the caller never sees it.
+func (g *Gateway) client(t sessions.Target) *agentd.Client {
+	return agentd.NewClient(t.AgentdURL, t.AgentdToken, g.HTTP)
+}
+
+// upstream turns a failed forward into what the caller is told, and tells
+// the session whether agentd answered at all. Neither the environment's
+// address nor its token is ever part of the answer.
+func (g *Gateway) upstream(ctx context.Context, org Org, t sessions.Target, err error) error {
+	var ae *agentd.Error
+	if errors.As(err, &ae) {
+		if ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout {
+			g.unreachable(ctx, org, t, err)
+			return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment is not answering normally (%s); try again shortly.", ae.Code)
+		}
+		g.reachable(ctx, org, t)
+		return fromAgentd(ae)
+	}
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return ctx.Err()
+	}
+	g.unreachable(ctx, org, t, err)
+	return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment did not answer; try again shortly.")
+}
+
+// fromAgentd maps agentd's own refusals onto the console's error kinds,
+// keeping its code and message (they describe the caller's request).
+func fromAgentd(ae *agentd.Error) error {
+	kind := apperr.ErrUpstream
+	switch ae.Status {
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+		kind = apperr.ErrInvalid
+	case http.StatusForbidden:
+		kind = apperr.ErrForbidden
+	case http.StatusNotFound:
+		kind = apperr.ErrNotFound
+	case http.StatusConflict:
+		kind = apperr.ErrConflict
+	case http.StatusTooManyRequests:
+		kind = apperr.ErrTooMany
+	case http.StatusNotImplemented:
+		kind = apperr.ErrInvalid
+	}
+	return apperr.New(kind, ae.Code, "%s", ae.Message)
+}
+
+func (g *Gateway) unreachable(ctx context.Context, org Org, t sessions.Target, cause error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.callTimeout())
+	defer cancel()
+	if _, err := org.Sessions.ReportUnreachable(ctx, t.Session.ID, cause); err != nil {
+		g.logger().Warn("gateway: could not count an agentd failure", "org", org.Slug, "session", t.Session.ID, "error", err)
+	}
+}
+
+func (g *Gateway) reachable(ctx context.Context, org Org, t sessions.Target) {
+	if t.Session.AgentdFailures == 0 {
+		return
+	}
+	if err := org.Sessions.ReportReachable(ctx, t.Session.ID); err != nil {
+		g.logger().Warn("gateway: could not clear agentd failures", "org", org.Slug, "session", t.Session.ID, "error", err)
+	}
+}
+
+// inWorkspace resolves a path the caller gave against the session's
+// workspace: relative paths are the session's own files.
+func inWorkspace(t sessions.Target, p string) string {
+	if p == "" {
+		return t.Workspace
+	}
+	if t.Workspace == "" || path.IsAbs(p) || isWindowsAbs(p) {
+		return p
+	}
+	if t.Environment.OS == "windows" {
+		return strings.TrimRight(t.Workspace, `\`) + `\` + p
+	}
+	return path.Join(t.Workspace, p)
+}
+
+func isWindowsAbs(p string) bool {
+	return len(p) >= 3 && p[1] == ':' && (p[2] == '\\' || p[2] == '/')
+}

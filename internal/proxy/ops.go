@@ -1,0 +1,407 @@
+package proxy
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"sort"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+// ExecRequest runs a command in a session; the fields mirror agentd's.
+type ExecRequest struct {
+	Command   string            `json:"command"`
+	Cwd       string            `json:"cwd,omitempty"`
+	Env       map[string]string `json:"env,omitempty"`
+	TTY       bool              `json:"tty,omitempty"`
+	Rows      uint16            `json:"rows,omitempty"`
+	Cols      uint16            `json:"cols,omitempty"`
+	Stdin     bool              `json:"stdin,omitempty"`
+	TimeoutMS int64             `json:"timeout_ms,omitempty"`
+	WaitMS    int64             `json:"wait_ms,omitempty"`
+}
+
+// Output is a command's state and a batch of its output; the fields
+// mirror agentd's session response, with the gateway's command id.
+type Output struct {
+	CommandID    int64          `json:"command_id"`
+	SessionID    int64          `json:"session_id"`
+	TTY          bool           `json:"tty"`
+	State        string         `json:"state"`
+	ExitCode     *int           `json:"exit_code"`
+	Chunks       []agentd.Chunk `json:"chunks"`
+	NextCursor   uint64         `json:"next_cursor"`
+	More         bool           `json:"more"`
+	Truncated    bool           `json:"truncated"`
+	DroppedBytes uint64         `json:"dropped_bytes"`
+}
+
+const (
+	maxWait        = 60 * time.Second
+	maxCommandLen  = 64 << 10
+	replayByteCap  = 1 << 20
+	auditFailedMsg = "Nothing was sent to the environment: the operation's audit record could not be written. Try again shortly."
+)
+
+// durable reports an operation whose record could not be written: nothing
+// was forwarded.
+func durable(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ae *apperr.Error
+	if errors.As(err, &ae) {
+		return err
+	}
+	return &wrapped{apperr.New(apperr.ErrUnavailable, "audit_unavailable", auditFailedMsg), err}
+}
+
+// wrapped answers with the first error and keeps the cause for the log.
+type wrapped struct {
+	show  *apperr.Error
+	cause error
+}
+
+func (w *wrapped) Error() string { return w.show.Message + ": " + w.cause.Error() }
+func (w *wrapped) Unwrap() []error {
+	return []error{w.show, w.cause}
+}
+
+func newAgentdID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "gh-" + hex.EncodeToString(b[:])
+}
+
+func clampWait(ms int64) time.Duration {
+	if ms <= 0 {
+		return 0
+	}
+	if ms > maxWait.Milliseconds() {
+		return maxWait
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// envKeys lists the names of the variables an exec sets; their values may
+// be secrets and are not audited.
+func envKeys(env map[string]string) []string {
+	out := make([]string, 0, len(env))
+	for k := range env {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Exec runs a command in session sessionID: authorized, recorded and
+// audited in one commit before agentd hears of it, then followed until it
+// ends.
+func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req ExecRequest) (Output, error) {
+	if strings.TrimSpace(req.Command) == "" || len(req.Command) > maxCommandLen {
+		return Output{}, &apperr.ValidationError{Fields: map[string]string{"command": "Give the command to run, at most 64 KiB."}}
+	}
+	if req.TimeoutMS < 0 || req.WaitMS < 0 {
+		return Output{}, &apperr.ValidationError{Fields: map[string]string{"timeout_ms": "timeout_ms and wait_ms cannot be negative."}}
+	}
+	t, err := resolve(ctx, org, a, sessionID, ActExec)
+	if err != nil {
+		return Output{}, err
+	}
+	if err := policyCheck(a, t, req.Command); err != nil {
+		return Output{}, err
+	}
+	now := g.now()
+	lease := now.Add(g.Followers.lease())
+	cmd := recordings.Command{SessionID: sessionID, AgentdID: newAgentdID(), Command: req.Command, Cwd: inWorkspace(t, req.Cwd), TTY: req.TTY,
+		ActorType: a.Kind, ActorID: a.ID, ActorName: a.Name, StartedAt: now, LeaseOwner: g.Followers.Owner, LeaseUntil: &lease}
+	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if cmd.StdinContent, err = recordings.StdinContent(ctx, tx); err != nil {
+			return err
+		}
+		if err := recordings.Start(ctx, tx, &cmd); err != nil {
+			return err
+		}
+		_, err = org.Audit.AppendTx(ctx, tx, event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
+			"command_id": cmd.ID, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "timeout_ms": req.TimeoutMS}))
+		return err
+	})
+	if err != nil {
+		return Output{}, durable(err)
+	}
+	wait := clampWait(req.WaitMS)
+	fctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
+	defer cancel()
+	resp, err := g.client(t).CreateSession(fctx, agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
+		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS, WaitMS: wait.Milliseconds()})
+	var ae *agentd.Error
+	if errors.As(err, &ae) && ae.Status < 500 {
+		// agentd refused the command: it never ran. Its record ends here.
+		g.reachable(ctx, org, t)
+		g.Followers.finishRefused(ctx, org, cmd, ae)
+		return Output{}, fromAgentd(ae)
+	}
+	// From here the command may be running whatever agentd answered: the
+	// follower finds out and records it.
+	g.Followers.Follow(org.Slug, cmd.ID)
+	if err != nil {
+		return Output{}, g.upstream(ctx, org, t, err)
+	}
+	g.reachable(ctx, org, t)
+	return toOutput(cmd, resp), nil
+}
+
+func toOutput(c recordings.Command, r *agentd.SessionResponse) Output {
+	chunks := r.Chunks
+	if chunks == nil {
+		chunks = []agentd.Chunk{}
+	}
+	return Output{CommandID: c.ID, SessionID: c.SessionID, TTY: r.TTY, State: r.State, ExitCode: r.ExitCode, Chunks: chunks,
+		NextCursor: r.NextCursor, More: r.More, Truncated: r.Truncated, DroppedBytes: r.DroppedBytes}
+}
+
+// Poll long-polls a command's output after cursor, as agentd does. A
+// command that ended and is fully recorded is answered from its recording,
+// so its output stays readable after agentd forgot it or the sandbox was
+// paused.
+func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, cursor uint64, waitMS int64) (Output, error) {
+	t, err := resolve(ctx, org, a, sessionID, ActRead)
+	if err != nil {
+		return Output{}, err
+	}
+	c, err := commandOf(ctx, org, sessionID, commandID)
+	if err != nil {
+		return Output{}, err
+	}
+	if c.Ended() {
+		return g.fromRecording(ctx, org, c, cursor)
+	}
+	wait := clampWait(waitMS)
+	pctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
+	defer cancel()
+	if org.Done != nil {
+		// A suspended or deleted org ends its long-polls at once.
+		go func() {
+			select {
+			case <-org.Done:
+				cancel()
+			case <-pctx.Done():
+			}
+		}()
+	}
+	resp, err := g.client(t).Poll(pctx, c.AgentdID, cursor, wait)
+	var ae *agentd.Error
+	if errors.As(err, &ae) && ae.Code == agentd.CodeNotFound {
+		// agentd no longer knows it (its environment restarted, or it
+		// reclaimed the ended session): what was recorded is what there is.
+		g.Followers.Follow(org.Slug, c.ID)
+		return g.fromRecording(ctx, org, c, cursor)
+	}
+	if err != nil {
+		if org.Done != nil {
+			select {
+			case <-org.Done:
+				return Output{}, apperr.New(apperr.ErrSuspended, "org_suspended", "The organization was suspended.")
+			default:
+			}
+		}
+		return Output{}, g.upstream(ctx, org, t, err)
+	}
+	g.reachable(ctx, org, t)
+	return toOutput(c, resp), nil
+}
+
+// fromRecording answers a poll from the stored output.
+func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Command, cursor uint64) (Output, error) {
+	c, err := recordings.Get(ctx, org.DB, c.ID)
+	if err != nil {
+		return Output{}, err
+	}
+	chunks, err := recordings.Read(ctx, org.DB, c.ID, recordings.KindOut)
+	if err != nil {
+		return Output{}, err
+	}
+	out := Output{CommandID: c.ID, SessionID: c.SessionID, TTY: c.TTY, State: c.State, ExitCode: c.ExitCode, Chunks: []agentd.Chunk{},
+		NextCursor: cursor, Truncated: c.Truncated, DroppedBytes: uint64(c.DroppedBytes)}
+	if !c.Ended() {
+		out.State = recordings.StateRunning
+	}
+	size := 0
+	for _, ch := range chunks {
+		if ch.Seq <= cursor || ch.Stream == recordings.StreamGap {
+			continue
+		}
+		if size >= replayByteCap {
+			out.More = true
+			break
+		}
+		out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
+		out.NextCursor = ch.Seq
+		size += len(ch.Data)
+	}
+	if !out.More && uint64(c.LastChunk) > out.NextCursor {
+		out.NextCursor = uint64(c.LastChunk)
+	}
+	return out, nil
+}
+
+// Stdin writes to a running command. The bytes are recorded (or, by the
+// org's choice, only their size) before agentd receives them.
+func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, data []byte, eof bool) error {
+	t, c, err := g.running(ctx, org, a, sessionID, commandID, ActStdin)
+	if err != nil {
+		return err
+	}
+	if len(data) > 0 {
+		if err := recordings.AppendInput(ctx, org.DB, c.ID, data, g.now(), c.StdinContent); err != nil {
+			return durable(err)
+		}
+	}
+	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
+	defer cancel()
+	if err := g.client(t).WriteStdin(fctx, c.AgentdID, data, eof); err != nil {
+		return g.upstream(ctx, org, t, err)
+	}
+	g.reachable(ctx, org, t)
+	return nil
+}
+
+// running resolves a command that must still run for act.
+func (g *Gateway) running(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, act string) (sessions.Target, recordings.Command, error) {
+	t, err := resolve(ctx, org, a, sessionID, act)
+	if err != nil {
+		return t, recordings.Command{}, err
+	}
+	c, err := commandOf(ctx, org, sessionID, commandID)
+	if err != nil {
+		return t, c, err
+	}
+	if c.Ended() {
+		return t, c, apperr.New(apperr.ErrConflict, "command_ended", "Command %d has ended (%s).", c.ID, c.State)
+	}
+	return t, c, nil
+}
+
+// Resize changes a TTY command's window, audited.
+func (g *Gateway) Resize(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64, rows, cols uint16) error {
+	t, c, err := g.running(ctx, org, a, sessionID, commandID, ActResize)
+	if err != nil {
+		return err
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "command.resize", c.Target(), map[string]any{"rows": rows, "cols": cols})); err != nil {
+		return durable(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
+	defer cancel()
+	if err := g.client(t).Resize(fctx, c.AgentdID, rows, cols); err != nil {
+		return g.upstream(ctx, org, t, err)
+	}
+	return nil
+}
+
+// Kill ends a command and everything it started, audited; the follower
+// records its end.
+func (g *Gateway) Kill(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64) (Output, error) {
+	t, c, err := g.running(ctx, org, a, sessionID, commandID, ActKill)
+	if err != nil {
+		return Output{}, err
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "command.kill", c.Target(), map[string]any{"session_id": sessionID})); err != nil {
+		return Output{}, durable(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
+	defer cancel()
+	resp, err := g.client(t).Kill(fctx, c.AgentdID)
+	if err != nil {
+		return Output{}, g.upstream(ctx, org, t, err)
+	}
+	g.Followers.Follow(org.Slug, c.ID)
+	return toOutput(c, resp), nil
+}
+
+// Commands lists a session's commands, newest first.
+func (g *Gateway) Commands(ctx context.Context, org Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error) {
+	if _, err := resolve(ctx, org, a, f.SessionID, ActRead); err != nil {
+		return nil, err
+	}
+	return recordings.List(ctx, org.DB, f)
+}
+
+// ReadFile reads part of a file in the session's environment, audited.
+func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, p string, offset, limit int64) ([]byte, int64, error) {
+	t, err := resolve(ctx, org, a, sessionID, ActFilesRead)
+	if err != nil {
+		return nil, 0, err
+	}
+	full := inWorkspace(t, p)
+	if _, err := org.Audit.Append(ctx, event(a, m, "file.read", sessions.AuditTarget(t.Session),
+		map[string]any{"path": full, "offset": offset, "limit": limit})); err != nil {
+		return nil, 0, durable(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
+	defer cancel()
+	data, size, err := g.client(t).ReadFile(fctx, full, offset, limit)
+	if err != nil {
+		return nil, 0, g.upstream(ctx, org, t, err)
+	}
+	return data, size, nil
+}
+
+// Stat describes paths in the session's environment, audited.
+func (g *Gateway) Stat(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, paths []string) ([]agentd.FileStat, error) {
+	t, err := resolve(ctx, org, a, sessionID, ActFilesRead)
+	if err != nil {
+		return nil, err
+	}
+	full := make([]string, len(paths))
+	for i, p := range paths {
+		full[i] = inWorkspace(t, p)
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "file.stat", sessions.AuditTarget(t.Session), map[string]any{"paths": full})); err != nil {
+		return nil, durable(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
+	defer cancel()
+	res, err := g.client(t).Stat(fctx, full...)
+	if err != nil {
+		return nil, g.upstream(ctx, org, t, err)
+	}
+	return res, nil
+}
+
+// Fetch downloads a URL into a file of the session's environment, audited.
+func (g *Gateway) Fetch(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req agentd.FetchRequest) (*agentd.FetchResponse, error) {
+	t, err := resolve(ctx, org, a, sessionID, ActFilesFetch)
+	if err != nil {
+		return nil, err
+	}
+	req.Path = inWorkspace(t, req.Path)
+	if _, err := org.Audit.Append(ctx, event(a, m, "file.fetch", sessions.AuditTarget(t.Session),
+		map[string]any{"url": req.URL, "path": req.Path, "max_bytes": req.MaxBytes})); err != nil {
+		return nil, durable(err)
+	}
+	timeout := g.callTimeout()
+	if req.TimeoutMS > 0 {
+		timeout += time.Duration(req.TimeoutMS) * time.Millisecond
+	} else {
+		timeout += 5 * time.Minute
+	}
+	fctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	res, err := g.client(t).Fetch(fctx, req)
+	if err != nil {
+		return nil, g.upstream(ctx, org, t, err)
+	}
+	return res, nil
+}

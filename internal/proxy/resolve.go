@@ -1,0 +1,102 @@
+package proxy
+
+import (
+	"context"
+	"strconv"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+// Terminal actions, as policies name them on a session's terminal object
+// ("sessions/<id>/terminal").
+const (
+	ActExec       = "exec"
+	ActRead       = "read"
+	ActStdin      = "stdin"
+	ActResize     = "resize"
+	ActKill       = "kill"
+	ActFilesRead  = "files.read"
+	ActFilesFetch = "files.fetch"
+)
+
+// useActions make the session's environment do something; the others only
+// read from it.
+var useActions = map[string]bool{ActExec: true, ActStdin: true, ActResize: true, ActKill: true, ActFilesFetch: true, ActFilesRead: true}
+
+func terminalObject(sessionID int64) string {
+	return "sessions/" + strconv.FormatInt(sessionID, 10) + "/terminal"
+}
+
+// resolve finds the session for act and authorizes it: use actions go
+// through Ensure (the session comes up if it must), reads through Locate.
+func resolve(ctx context.Context, org Org, a *authz.Actor, sessionID int64, act string) (sessions.Target, error) {
+	var t sessions.Target
+	var err error
+	if useActions[act] {
+		t, err = org.Sessions.Ensure(ctx, a, sessionID)
+	} else {
+		t, err = org.Sessions.Locate(ctx, a, sessionID)
+	}
+	if err != nil {
+		return t, err
+	}
+	return t, authorize(ctx, a, t, act)
+}
+
+// authorize decides one terminal action. Policies decide first, and an
+// explicit deny rule always wins; without a rule either way, the session's
+// own user may do everything on its terminal (the session service already
+// checked they may still use its agent). Everybody else needs an allow:
+// department owners and org admins hold one, auditors only for read.
+func authorize(ctx context.Context, a *authz.Actor, t sessions.Target, act string) error {
+	dom := authz.Domain(t.Session.AgentDepartmentID)
+	obj := terminalObject(t.Session.ID)
+	dec, err := a.Decide(ctx, dom, obj, act)
+	if err != nil {
+		return err
+	}
+	if dec.Allowed {
+		return nil
+	}
+	if dec.Rule == "" && a.Owns(t.Session.UserID) {
+		return nil
+	}
+	return a.Deny(authz.Denial{Target: sessions.AuditTarget(t.Session), Domain: dom, Object: obj, Action: act, Rule: authz.RuleText(dec)},
+		"You may not "+act+" in session "+strconv.FormatInt(t.Session.ID, 10)+".")
+}
+
+// policyCheck applies the agent's command policy to an exec: a command
+// matching one of its patterns is refused, naming the pattern. It is
+// defence in depth, not a boundary: an interactive shell can type anything.
+func policyCheck(a *authz.Actor, t sessions.Target, command string) error {
+	pattern := t.Agent.DeniedBy(command)
+	if pattern == "" {
+		return nil
+	}
+	return a.Deny(authz.Denial{Target: audit.Target{Type: "command", Name: truncate(command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
+		Object: terminalObject(t.Session.ID), Action: ActExec, Rule: "command policy of agent " + t.Agent.Name + ": " + pattern},
+		"The command matches the agent's command policy ("+pattern+") and was not run.")
+}
+
+// commandOf reads a command of the session, as not found when it belongs
+// to another session.
+func commandOf(ctx context.Context, org Org, sessionID, commandID int64) (recordings.Command, error) {
+	c, err := recordings.Get(ctx, org.DB, commandID)
+	if err != nil {
+		return c, err
+	}
+	if c.SessionID != sessionID {
+		return recordings.Command{}, authz.NotFound()
+	}
+	return c, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}

@@ -1,0 +1,417 @@
+package recordings
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Command states, as agentd names them, plus lost: agentd no longer knows
+// the command (its environment restarted).
+const (
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateTimedOut = "timed_out"
+	StateKilled   = "killed"
+	StateLost     = "lost"
+)
+
+// Command is one command run through the gateway.
+type Command struct {
+	ID           int64 `gorm:"primaryKey"`
+	SessionID    int64
+	AgentdID     string `gorm:"column:agentd_id"`
+	Command      string
+	Cwd          string
+	TTY          bool `gorm:"column:tty"`
+	ActorType    string
+	ActorID      string
+	ActorName    string
+	StartedAt    time.Time
+	EndedAt      *time.Time
+	ExitCode     *int
+	State        string
+	Reason       string
+	OutBytes     int64
+	InBytes      int64
+	DroppedBytes int64
+	Truncated    bool
+	LastChunk    int64
+	OutHash      string
+	InSeq        int64
+	InHash       string
+	StdinContent bool
+	LeaseOwner   string
+	LeaseUntil   *time.Time
+}
+
+// TableName binds Command to its table.
+func (Command) TableName() string { return "commands" }
+
+// Ended reports whether the command reached a final state.
+func (c Command) Ended() bool { return c.State != StateRunning }
+
+// Target names a command in the audit log.
+func (c Command) Target() audit.Target {
+	return audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(c.Command, 200)}
+}
+
+type frame struct {
+	CommandID int64 `gorm:"primaryKey"`
+	Kind      string
+	FirstSeq  int64
+	LastSeq   int64
+	StartedAt time.Time
+	RawBytes  int
+	Body      []byte
+	PrevHash  string
+	Hash      string
+}
+
+func (frame) TableName() string { return "recording_frames" }
+
+// ErrLeaseLost means another replica follows the command now.
+var ErrLeaseLost = errors.New("recording: the command's follower lease is held elsewhere")
+
+// Start records a command about to be forwarded, inside the caller's
+// transaction (with its audit event).
+func Start(ctx context.Context, tx *gorm.DB, c *Command) error {
+	c.State = StateRunning
+	c.StartedAt = c.StartedAt.UTC()
+	if err := tx.WithContext(ctx).Create(c).Error; err != nil {
+		return fmt.Errorf("record command: %w", err)
+	}
+	return nil
+}
+
+// Get reads one command.
+func Get(ctx context.Context, db *gorm.DB, id int64) (Command, error) {
+	return store.ByID[Command](ctx, db, id, "command")
+}
+
+// ByAgentdID reads the command agentd knows as id.
+func ByAgentdID(ctx context.Context, db *gorm.DB, id string) (Command, error) {
+	var c Command
+	res := db.WithContext(ctx).Where("agentd_id = ?", id).Limit(1).Find(&c)
+	if res.Error != nil {
+		return c, fmt.Errorf("read command: %w", res.Error)
+	}
+	if res.RowsAffected == 0 {
+		return c, apperr.New(apperr.ErrNotFound, "command_not_found", "No such command.")
+	}
+	return c, nil
+}
+
+// Filter narrows a command listing.
+type Filter struct {
+	SessionID int64
+	State     string
+	// Before pages backwards: commands with id < Before (0: from the newest).
+	Before int64
+	Limit  int
+}
+
+// List returns a session's commands, newest first.
+func List(ctx context.Context, db *gorm.DB, f Filter) ([]Command, error) {
+	if f.Limit <= 0 || f.Limit > 200 {
+		f.Limit = 50
+	}
+	q := db.WithContext(ctx).Where("session_id = ?", f.SessionID)
+	if f.State != "" {
+		q = q.Where("state = ?", f.State)
+	}
+	if f.Before > 0 {
+		q = q.Where("id < ?", f.Before)
+	}
+	var out []Command
+	if err := q.Order("id DESC").Limit(f.Limit).Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("list commands: %w", err)
+	}
+	return out, nil
+}
+
+// forUpdate locks the command row on Postgres (SQLite's transactions hold
+// the database's write lock already).
+func forUpdate(tx *gorm.DB) *gorm.DB {
+	if store.DialectOfDB(tx) == store.Postgres {
+		return tx.Clauses(clause.Locking{Strength: "UPDATE"})
+	}
+	return tx
+}
+
+// Output is one batch of output a follower read from agentd.
+type Output struct {
+	Chunks []Chunk
+	// Dropped is how many bytes agentd dropped before these chunks (its
+	// ring overflowed); recorded as a gap.
+	Dropped uint64
+	// NextCursor is agentd's cursor after the batch.
+	NextCursor uint64
+}
+
+// AppendOutput stores a batch of output chunks for command id as follower
+// owner and extends its lease. Chunks at or below the recorded cursor are
+// skipped, so a batch read twice (a follower that restarted mid-write) is
+// never stored twice.
+func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out Output, leaseUntil time.Time) (Command, error) {
+	var c Command
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
+			return fmt.Errorf("read command %d: %w", id, err)
+		}
+		if c.LeaseOwner != owner {
+			return ErrLeaseLost
+		}
+		var fresh []Chunk
+		if out.Dropped > 0 {
+			// The gap takes the id just before the first chunk that
+			// survived, which agentd never returned to anyone.
+			at := time.Now()
+			if len(out.Chunks) > 0 {
+				at = out.Chunks[0].At
+			}
+			gapSeq := uint64(c.LastChunk) + 1
+			if len(out.Chunks) > 0 && out.Chunks[0].Seq > gapSeq {
+				gapSeq = out.Chunks[0].Seq - 1
+			}
+			fresh = append(fresh, Chunk{Seq: gapSeq, Stream: StreamGap, At: at, Data: []byte(strconv.FormatUint(out.Dropped, 10))})
+		}
+		for _, ch := range out.Chunks {
+			if int64(ch.Seq) > c.LastChunk && (len(fresh) == 0 || ch.Seq > fresh[len(fresh)-1].Seq) {
+				fresh = append(fresh, ch)
+			}
+		}
+		updates := map[string]any{"lease_until": leaseUntil.UTC()}
+		if len(fresh) > 0 {
+			body, head, raw, err := encodeFrame(c.OutHash, fresh)
+			if err != nil {
+				return err
+			}
+			f := frame{CommandID: id, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
+				StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
+			if err := tx.Create(&f).Error; err != nil {
+				return fmt.Errorf("store output frame: %w", err)
+			}
+			gap := int64(0)
+			if out.Dropped > 0 {
+				gap = int64(len(fresh[0].Data))
+			}
+			c.OutHash, c.LastChunk = head, f.LastSeq
+			c.OutBytes += int64(raw) - gap
+			c.DroppedBytes += int64(out.Dropped)
+			c.Truncated = c.Truncated || out.Dropped > 0
+			updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
+			updates["dropped_bytes"], updates["truncated"] = c.DroppedBytes, c.Truncated
+		}
+		return tx.Model(&Command{}).Where("id = ?", id).Updates(updates).Error
+	})
+	return c, err
+}
+
+// AppendInput stores one stdin write for command id before it is forwarded.
+// With content false only its size is kept (the org's setting).
+func AppendInput(ctx context.Context, db *gorm.DB, id int64, data []byte, at time.Time, content bool) error {
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var c Command
+		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
+			return fmt.Errorf("read command %d: %w", id, err)
+		}
+		ch := Chunk{Seq: uint64(c.InSeq) + 1, Stream: StreamStdin, At: at, Data: data}
+		if !content {
+			ch.Data = nil
+		}
+		body, head, _, err := encodeFrame(c.InHash, []Chunk{ch})
+		if err != nil {
+			return err
+		}
+		f := frame{CommandID: id, Kind: KindIn, FirstSeq: int64(ch.Seq), LastSeq: int64(ch.Seq), StartedAt: at.UTC(),
+			RawBytes: len(ch.Data), Body: body, PrevHash: c.InHash, Hash: head}
+		if err := tx.Create(&f).Error; err != nil {
+			return fmt.Errorf("store input frame: %w", err)
+		}
+		res := tx.Model(&Command{}).Where("id = ? AND in_seq = ?", id, c.InSeq).
+			Updates(map[string]any{"in_seq": ch.Seq, "in_hash": head, "in_bytes": c.InBytes + int64(len(data))})
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected != 1 {
+			return fmt.Errorf("record stdin of command %d: raced with another writer", id)
+		}
+		return nil
+	})
+}
+
+// End is how a command ended.
+type End struct {
+	State    string
+	ExitCode *int
+	Reason   string
+	At       time.Time
+}
+
+// Finish marks command id ended as owner (or as anyone when owner is "",
+// for commands found lost) and appends its end event to log in the same
+// transaction: the event carries both chain heads and the byte counts.
+func Finish(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner string, end End, actor audit.Actor) (Command, error) {
+	var c Command
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
+			return fmt.Errorf("read command %d: %w", id, err)
+		}
+		if c.Ended() {
+			return nil
+		}
+		if owner != "" && c.LeaseOwner != owner {
+			return ErrLeaseLost
+		}
+		at := end.At.UTC()
+		c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
+		if err := tx.Model(&Command{}).Where("id = ?", id).Updates(map[string]any{"state": c.State, "exit_code": c.ExitCode,
+			"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+			return err
+		}
+		_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
+			Details: audit.Details(EndDetails(c))})
+		return err
+	})
+	return c, err
+}
+
+// EndDetails is what a command's end event records: enough to verify its
+// recording against the audit log.
+func EndDetails(c Command) map[string]any {
+	d := map[string]any{"session_id": c.SessionID, "state": c.State, "exit_code": c.ExitCode, "duration_ms": duration(c).Milliseconds(),
+		"output_bytes": c.OutBytes, "input_bytes": c.InBytes, "dropped_bytes": c.DroppedBytes, "truncated": c.Truncated,
+		"output_chunks": c.LastChunk, "input_chunks": c.InSeq, "output_hash": c.OutHash, "input_hash": c.InHash}
+	if c.Reason != "" {
+		d["reason"] = c.Reason
+	}
+	return d
+}
+
+func duration(c Command) time.Duration {
+	if c.EndedAt == nil {
+		return 0
+	}
+	return c.EndedAt.Sub(c.StartedAt)
+}
+
+// Acquire makes owner the follower of command id when nobody holds a live
+// lease on it. It reports whether owner holds it now.
+func Acquire(ctx context.Context, db *gorm.DB, id int64, owner string, now, until time.Time) (bool, error) {
+	res := db.WithContext(ctx).Model(&Command{}).
+		Where("id = ? AND state = ? AND (lease_owner = '' OR lease_owner = ? OR lease_until IS NULL OR lease_until < ?)", id, StateRunning, owner, now.UTC()).
+		Updates(map[string]any{"lease_owner": owner, "lease_until": until.UTC()})
+	if res.Error != nil {
+		return false, fmt.Errorf("acquire command %d: %w", id, res.Error)
+	}
+	return res.RowsAffected == 1, nil
+}
+
+// Unfollowed lists running commands whose follower lease has lapsed (a
+// replica that died or restarted), oldest first.
+func Unfollowed(ctx context.Context, db *gorm.DB, now time.Time, limit int) ([]Command, error) {
+	var out []Command
+	err := db.WithContext(ctx).Where("state = ? AND (lease_until IS NULL OR lease_until < ?)", StateRunning, now.UTC()).
+		Order("id").Limit(limit).Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("list unfollowed commands: %w", err)
+	}
+	return out, nil
+}
+
+// Read returns a command's recorded chunks of kind (KindOut or KindIn) in
+// order, checking each frame's chain as it goes.
+func Read(ctx context.Context, db *gorm.DB, id int64, kind string) ([]Chunk, error) {
+	var frames []frame
+	if err := db.WithContext(ctx).Where("command_id = ? AND kind = ?", id, kind).Order("first_seq").Find(&frames).Error; err != nil {
+		return nil, fmt.Errorf("read recording of command %d: %w", id, err)
+	}
+	var out []Chunk
+	for _, f := range frames {
+		cs, err := decodeFrame(f.Body)
+		if err != nil {
+			return nil, fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
+		}
+		out = append(out, cs...)
+	}
+	return out, nil
+}
+
+// Verification is the outcome of checking one command's recording.
+type Verification struct {
+	OK         bool   `json:"ok"`
+	CommandID  int64  `json:"command_id"`
+	Problem    string `json:"problem,omitempty"`
+	OutputHash string `json:"output_hash"`
+	InputHash  string `json:"input_hash"`
+	OutBytes   int64  `json:"output_bytes"`
+	InBytes    int64  `json:"input_bytes"`
+}
+
+// Verify recomputes both chains of command id from the stored frames and
+// compares them with want (the heads its end event recorded).
+func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) (Verification, error) {
+	v := Verification{CommandID: id}
+	for _, kind := range []string{KindOut, KindIn} {
+		var frames []frame
+		if err := db.WithContext(ctx).Where("command_id = ? AND kind = ?", id, kind).Order("first_seq").Find(&frames).Error; err != nil {
+			return v, fmt.Errorf("read recording of command %d: %w", id, err)
+		}
+		head := ChainStart
+		var n int64
+		last := int64(0)
+		for _, f := range frames {
+			cs, err := decodeFrame(f.Body)
+			if err != nil {
+				v.Problem = fmt.Sprintf("%s frame at %d cannot be read", kind, f.FirstSeq)
+				return v, nil
+			}
+			if f.PrevHash != head || len(cs) == 0 || int64(cs[0].Seq) <= last {
+				v.Problem = fmt.Sprintf("%s frame at %d does not follow the one before", kind, f.FirstSeq)
+				return v, nil
+			}
+			for _, c := range cs {
+				head = chainHash(head, c)
+				if c.Stream != StreamGap {
+					n += int64(len(c.Data))
+				}
+			}
+			if head != f.Hash {
+				v.Problem = fmt.Sprintf("%s frame at %d was changed", kind, f.FirstSeq)
+				return v, nil
+			}
+			last = int64(cs[len(cs)-1].Seq)
+		}
+		if kind == KindOut {
+			v.OutputHash, v.OutBytes = head, n
+		} else {
+			v.InputHash, v.InBytes = head, n
+		}
+	}
+	switch {
+	case v.OutputHash != wantOut:
+		v.Problem = "the output recording does not match its end event"
+	case v.InputHash != wantIn:
+		v.Problem = "the input recording does not match its end event"
+	default:
+		v.OK = true
+	}
+	return v, nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
+}
