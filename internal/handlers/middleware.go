@@ -132,7 +132,9 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		}
 		sent := r.Header.Get("X-CSRF-Token")
 		if sent == "" && isForm(r) {
-			sent = c.FormValue("_csrf")
+			// The body only: a token in the query string would end up in
+			// logs, histories and Referer headers.
+			sent = r.PostFormValue("_csrf")
 		}
 		if sent == "" || subtle.ConstantTimeCompare([]byte(sent), []byte(token)) != 1 {
 			return apperr.New(apperr.ErrForbidden, "csrf_failed",
@@ -177,9 +179,16 @@ func bearer(r *http.Request) (string, bool) {
 
 // authorize is attached to every route with the route's declared
 // permission. Deny is the default: only a matching rule lets a request on.
+// It is also the one place text inputs are checked: path parameters
+// before anything looks them up, the query, form and JSON body once the
+// route's authorization passed (textChecked).
 func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
+		next = s.textChecked(sf, next)
 		return func(c echo.Context) error {
+			if p := pathParamsProblem(c); p != nil {
+				return p.err()
+			}
 			if sf == orgSurface {
 				return s.authorizeOrg(c, perm, next)
 			}

@@ -71,9 +71,15 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, ct)
 	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, name, time.Now().UTC().Format("20060102T150405Z"), format))
-	c.Response().WriteHeader(http.StatusOK)
+	// The status goes out with the first rows (echo's Response commits on
+	// the first Write): a failure before any row answers with an error
+	// status; one after ends the body with audit's error marker.
 	if err := log.Export(c.Request().Context(), f, c.Response(), format); err != nil {
-		// Headers are sent; the truncated body is all we can signal.
+		if !c.Response().Committed {
+			h.Del(echo.HeaderContentDisposition)
+			h.Del(echo.HeaderContentType)
+			return err
+		}
 		s.Logger.Error("audit export failed", "log", name, "error", err)
 	}
 	return nil

@@ -479,8 +479,20 @@ func validRule(r rbac.Rule) error {
 	if r.Domain != rbac.DomainOrg && !strings.HasPrefix(r.Domain, "dept:") {
 		v.Add("domain", "Domain must be \"org\" or \"dept:<id>\" (or \"dept:*\").")
 	}
+	if rbac.BuiltinSubject(r.Subject) {
+		v.Add("subject", "%q is built in (platform admins or a role); rules may target users and service keys only.", r.Subject)
+	}
+	// The rule table's unique index has a per-entry size limit on Postgres.
+	for field, val := range map[string]string{"subject": r.Subject, "domain": r.Domain, "object": r.Object, "action": r.Action} {
+		if len(val) > maxRuleField {
+			v.Add(field, "At most %d characters.", maxRuleField)
+		}
+	}
 	return v.Err()
 }
+
+// maxRuleField bounds each field of a policy rule.
+const maxRuleField = 200
 
 func (s *Server) apiAddRule(c echo.Context) error {
 	var r rbac.Rule
@@ -492,6 +504,9 @@ func (s *Server) apiAddRule(c echo.Context) error {
 	}
 	en := tenantOf(c).Enforcer
 	added, err := en.AddRule(c.Request().Context(), r)
+	if errors.Is(err, rbac.ErrBuiltin) {
+		return builtinErr()
+	}
 	if err != nil {
 		return err
 	}

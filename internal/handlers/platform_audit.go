@@ -50,8 +50,22 @@ func queryLog(c echo.Context, log *audit.Log) ([]audit.Event, int64, int, error)
 	return evs, before, limit, err
 }
 
+// queryPlatformAudit runs the query and records that the platform log was
+// read, as reading an org's log is.
+func (s *Server) queryPlatformAudit(c echo.Context) ([]audit.Event, int64, int, error) {
+	evs, before, limit, err := queryLog(c, s.PlatformAudit)
+	if err != nil {
+		return nil, 0, 0, err
+	}
+	if err := s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_view", audit.Target{Type: "audit_log"}, audit.Allow,
+		map[string]any{"q": c.QueryParam("q"), "before": before}); err != nil {
+		return nil, 0, 0, err
+	}
+	return evs, before, limit, nil
+}
+
 func (s *Server) apiPlatformAudit(c echo.Context) error {
-	evs, _, limit, err := queryLog(c, s.PlatformAudit)
+	evs, _, limit, err := s.queryPlatformAudit(c)
 	if err != nil {
 		return err
 	}
@@ -88,7 +102,7 @@ func (s *Server) pagePlatformAudit(c echo.Context) error { return s.renderPlatfo
 
 func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 	q := c.QueryParam("q")
-	evs, before, limit, err := queryLog(c, s.PlatformAudit)
+	evs, before, limit, err := s.queryPlatformAudit(c)
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
 			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"),
