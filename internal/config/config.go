@@ -34,6 +34,12 @@ type Config struct {
 	TokenTTL time.Duration
 	// HealthInterval is how often every environment is probed.
 	HealthInterval time.Duration
+	// ReclaimInterval is how often the sandbox reclaim round runs.
+	ReclaimInterval time.Duration
+	// LocalSandboxes starts the built-in local sandbox backend (the fake:
+	// agentd processes on this machine, no isolation) for trying
+	// per-session sandboxes with no other set-up.
+	LocalSandboxes bool
 }
 
 // Load parses args (without the program name) with getenv for defaults.
@@ -63,6 +69,14 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		return c, nil, fmt.Errorf("GATEHOUSE_HEALTH_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.HealthInterval, "health-interval", hi, "how often environments are health-checked (GATEHOUSE_HEALTH_INTERVAL)")
+	ri, err := time.ParseDuration(env("GATEHOUSE_RECLAIM_INTERVAL", "60s"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_RECLAIM_INTERVAL: %w", err)
+	}
+	fs.DurationVar(&c.ReclaimInterval, "reclaim-interval", ri, "how often idle sandboxes are reclaimed and orphans killed (GATEHOUSE_RECLAIM_INTERVAL)")
+	local, _ := strconv.ParseBool(env("GATEHOUSE_LOCAL_SANDBOXES", "false"))
+	fs.BoolVar(&c.LocalSandboxes, "local-sandboxes", local,
+		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
 	if err := fs.Parse(args); err != nil {
 		return c, nil, err
 	}

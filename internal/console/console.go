@@ -14,6 +14,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
@@ -22,6 +23,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
@@ -37,6 +39,10 @@ type Console struct {
 	Server   *handlers.Server
 	Tenants  *tenant.Registry
 	Health   *envs.Checker
+	// Reclaim is the sandbox reclaim loop; Local the optional local
+	// sandbox backend (--local-sandboxes).
+	Reclaim *sessions.Reclaimer
+	Local   *LocalSandboxes
 	stop     context.CancelFunc
 	done     chan struct{}
 	Logger   *slog.Logger
@@ -153,6 +159,27 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Interval: cfg.HealthInterval,
 		Logger:   logger,
 	}
+	c.Reclaim = &sessions.Reclaimer{
+		ListOrgs: c.activeOrgs,
+		OpenOrg: func(ctx context.Context, slug string) (sessions.OrgDeps, error) {
+			t, err := c.Tenants.Open(ctx, slug)
+			if err != nil {
+				return sessions.OrgDeps{}, err
+			}
+			e := &envs.Service{DB: t.DB, Box: box, Org: slug}
+			return sessions.OrgDeps{Sessions: &sessions.Service{DB: t.DB, Envs: e, Agents: &agents.Service{DB: t.DB, Envs: e}, Org: slug,
+				Audit: t.Audit}, Release: t.Release}, nil
+		},
+		Interval: cfg.ReclaimInterval,
+		Logger:   logger,
+	}
+	if cfg.LocalSandboxes {
+		if c.Local, err = StartLocalSandboxes(cfg.DataDir, logger); err != nil {
+			c.Close()
+			return nil, err
+		}
+		logger.Warn(c.Local.Describe())
+	}
 	c.Server = handlers.New(handlers.Deps{
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
@@ -189,9 +216,15 @@ func (c *Console) activeOrgs(ctx context.Context) ([]string, error) {
 func (c *Console) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop, c.done = cancel, make(chan struct{})
+	reclaimDone := make(chan struct{})
+	go func() {
+		defer close(reclaimDone)
+		c.Reclaim.Run(ctx)
+	}()
 	go func() {
 		defer close(c.done)
 		c.Health.Run(ctx)
+		<-reclaimDone
 	}()
 }
 
@@ -203,6 +236,9 @@ func (c *Console) Close() {
 	if c.stop != nil {
 		c.stop()
 		<-c.done
+	}
+	if c.Local != nil {
+		_ = c.Local.Close()
 	}
 	if c.Orgs != nil {
 		c.Orgs.Close()

@@ -200,6 +200,7 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		{"Users", base + "/users", "users", "read"},
 		{"Departments", base + "/departments", "departments", "read"},
 		{"Agents", base + "/agents", "", ""},
+		{"Sessions", base + "/sessions", "", ""},
 		{"Environments", base + "/environments", "", ""},
 		{"API keys", base + "/api-keys", "", ""},
 		{"Audit log", base + "/audit", "audit", "read"},

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/sessions"
 
 	"github.com/labstack/echo/v4"
 
@@ -87,6 +88,15 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.apiGetAgent)
 	api.handle(http.MethodPatch, "/agents/:id", rbac.Authenticated(), s.apiUpdateAgent)
 	api.handle(http.MethodDelete, "/agents/:id", rbac.Authenticated(), s.apiDeleteAgent)
+	// Sessions: who may see and use one is decided per session (its user,
+	// its agent's department) by the sessions service.
+	api.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.apiListSessions)
+	api.handle(http.MethodPost, "/sessions", rbac.Authenticated(), s.apiCreateSession)
+	api.handle(http.MethodGet, "/sessions/:id", rbac.Authenticated(), s.apiGetSession)
+	api.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.apiSessionOp("start"))
+	api.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.apiSessionOp("pause"))
+	api.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.apiSessionOp("resume"))
+	api.handle(http.MethodDelete, "/sessions/:id", rbac.Authenticated(), s.apiSessionOp("close"))
 
 	api.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.apiOrgAudit)
 	api.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
@@ -129,6 +139,13 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.pageAgent)
 	pg.handle(http.MethodPost, "/agents/:id", rbac.Authenticated(), s.pageUpdateAgent)
 	pg.handle(http.MethodPost, "/agents/:id/delete", rbac.Authenticated(), s.pageDeleteAgent)
+	pg.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.pageSessions)
+	pg.handle(http.MethodPost, "/sessions", rbac.Authenticated(), s.pageCreateSession)
+	pg.handle(http.MethodGet, "/sessions/:id", rbac.Authenticated(), s.pageSession)
+	pg.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.pageSessionOp("start"))
+	pg.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.pageSessionOp("pause"))
+	pg.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.pageSessionOp("resume"))
+	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp("close"))
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
 	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)
@@ -338,6 +355,9 @@ func (m *orgTx) Envs() *envs.Service { return m.s.envServiceOn(m.c, m.tx) }
 func (m *orgTx) Agents() *agents.Service {
 	return &agents.Service{DB: m.tx, Envs: m.Envs()}
 }
+
+// Sessions is the sessions service inside the transaction.
+func (m *orgTx) Sessions() *sessions.Service { return m.s.sessionServiceOn(m.c, m.tx) }
 
 // Actor is the request's acting principal.
 func (m *orgTx) Actor() *authz.Actor { return actorOf(m.c) }

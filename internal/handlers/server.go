@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/web"
 )
@@ -36,6 +37,8 @@ type Deps struct {
 	Box *sealed.Box
 	// OutboundHTTP reaches agentd hosts and sandbox backends.
 	OutboundHTTP *http.Client
+	// SessionsRT is the process's agent-session runtime (hot-path cache).
+	SessionsRT *sessions.Runtime
 	// Throttle slows repeated org sign-in failures per address and account.
 	Throttle      *auth.Throttle
 	Sleep         func(context.Context, time.Duration)
@@ -66,6 +69,9 @@ func New(d Deps) *Server {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.SessionsRT == nil {
+		d.SessionsRT = sessions.NewRuntime()
 	}
 	e := echo.New()
 	e.HideBanner = true

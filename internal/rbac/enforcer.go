@@ -56,6 +56,9 @@ var builtinPolicies = [][]string{
 	{RoleAuditor, DomainOrg, "audit", "verify", "allow"},
 	{RoleAuditor, DomainOrg, "recordings", "read", "allow"},
 	{RoleAuditor, DomainOrg, "recordings/*", "read", "allow"},
+	// Auditors read every agent session (not use it).
+	{RoleAuditor, DomainOrg, "sessions", "read", "allow"},
+	{RoleAuditor, DomainOrg, "sessions/*", "read", "allow"},
 	// Department owners run their department: its members and what
 	// belongs to it.
 	{RoleDeptOwner, "dept:*", "departments", "read", "allow"},

@@ -27,6 +27,9 @@ import (
 type Target struct {
 	Session     Session
 	Environment envs.Environment
+	// Agent is the session's agent (its command policy applies to every
+	// exec).
+	Agent       agents.Agent
 	AgentdURL   string
 	AgentdToken string
 	// Workspace is the session's working directory at agentd ("" is
@@ -118,7 +121,7 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session) (Tar
 	if err != nil {
 		return Target{}, err
 	}
-	t := Target{Environment: env, AgentdToken: token}
+	t := Target{Environment: env, Agent: ag, AgentdToken: token}
 	if sess.SandboxMode == agents.SandboxPerSession {
 		if sess, err = s.ensureSandbox(ctx, a, sess, env, ag); err != nil {
 			return Target{}, err

@@ -1,0 +1,350 @@
+package handlers
+
+import (
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/views"
+)
+
+// sessionService binds the sessions domain to the request's org and the
+// process's session runtime (its hot-path cache).
+func (s *Server) sessionService(c echo.Context) *sessions.Service {
+	return s.sessionServiceOn(c, tenantOf(c).DB)
+}
+
+// sessionServiceOn is sessionService on a given handle (a transaction).
+func (s *Server) sessionServiceOn(c echo.Context, db *gorm.DB) *sessions.Service {
+	e := s.envServiceOn(c, db)
+	return &sessions.Service{DB: db, Envs: e, Agents: &agents.Service{DB: db, Envs: e}, Org: tenantOf(c).Org.Slug,
+		Audit: tenantOf(c).Audit, RT: s.SessionsRT,
+		Decorate: func(ev *audit.Event) { ev.SourceIP, ev.UserAgent = c.RealIP(), c.Request().UserAgent() }}
+}
+
+type sessionJSON struct {
+	ID            int64      `json:"id"`
+	AgentID       int64      `json:"agent_id"`
+	AgentName     string     `json:"agent_name"`
+	UserID        *int64     `json:"user_id"`
+	CreatedBy     string     `json:"created_by"`
+	EnvironmentID *int64     `json:"environment_id"`
+	TemplateID    *int64     `json:"template_id"`
+	SandboxMode   string     `json:"sandbox_mode"`
+	State         string     `json:"state"`
+	Reason        string     `json:"reason"`
+	SandboxID     string     `json:"sandbox_id"`
+	BackendState  string     `json:"backend_state"`
+	BackendSeenAt *time.Time `json:"backend_seen_at"`
+	Workspace     string     `json:"workspace"`
+	CreatedAt     time.Time  `json:"created_at"`
+	StartedAt     *time.Time `json:"started_at"`
+	LastUsedAt    *time.Time `json:"last_used_at"`
+	ClosedAt      *time.Time `json:"closed_at"`
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+func toSessionJSON(x sessions.Session) sessionJSON {
+	return sessionJSON{ID: x.ID, AgentID: x.AgentID, AgentName: x.AgentName, UserID: x.UserID, CreatedBy: x.CreatedBy,
+		EnvironmentID: x.EnvironmentID, TemplateID: x.TemplateID, SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
+		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeenAt: utcPtr(x.BackendSeenAt), Workspace: x.Workspace,
+		CreatedAt: x.CreatedAt.UTC(), StartedAt: utcPtr(x.StartedAt), LastUsedAt: utcPtr(x.LastUsedAt), ClosedAt: utcPtr(x.ClosedAt)}
+}
+
+// sessionFilter reads the list filters from the query string.
+func sessionFilter(c echo.Context) (sessions.ListFilter, error) {
+	v := apperr.Validation()
+	f := sessions.ListFilter{State: c.QueryParam("state")}
+	ints := map[string]*int64{"agent_id": &f.AgentID, "user_id": &f.UserID, "before": &f.Before}
+	for name, dst := range ints {
+		if raw := c.QueryParam(name); raw != "" {
+			n, err := strconv.ParseInt(raw, 10, 64)
+			if err != nil || n < 0 {
+				v.Add(name, "%s must be a positive whole number.", name)
+			}
+			*dst = n
+		}
+	}
+	if raw := c.QueryParam("limit"); raw != "" {
+		n, err := strconv.Atoi(raw)
+		if err != nil || n < 1 || n > 200 {
+			v.Add("limit", "limit must be from 1 to 200.")
+		}
+		f.Limit = n
+	}
+	times := map[string]*time.Time{"created_after": &f.CreatedAfter, "created_before": &f.CreatedBefore}
+	for name, dst := range times {
+		if raw := c.QueryParam(name); raw != "" {
+			t, err := time.Parse(time.RFC3339, raw)
+			if err != nil {
+				v.Add(name, "%s must be an RFC 3339 time, like 2026-01-02T15:04:05Z.", name)
+			}
+			*dst = t
+		}
+	}
+	return f, v.Err()
+}
+
+func (s *Server) apiListSessions(c echo.Context) error {
+	f, err := sessionFilter(c)
+	if err != nil {
+		return err
+	}
+	p, err := s.sessionService(c).List(c.Request().Context(), actorOf(c), f)
+	if err != nil {
+		return err
+	}
+	out := make([]sessionJSON, len(p.Items))
+	for i, x := range p.Items {
+		out[i] = toSessionJSON(x)
+	}
+	resp := map[string]any{"items": out, "next": nil}
+	if p.Next != 0 {
+		resp["next"] = strconv.FormatInt(p.Next, 10)
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+type sessionRequest struct {
+	AgentID       int64  `json:"agent_id"`
+	EnvironmentID *int64 `json:"environment_id"`
+}
+
+// createSession stores the session and its audit record together.
+func (s *Server) createSession(c echo.Context, req sessionRequest) (sessions.Session, error) {
+	var x sessions.Session
+	err := s.mutate(c, func(m *orgTx) error {
+		var err error
+		if x, err = m.Sessions().Create(c.Request().Context(), m.Actor(), sessions.CreateInput{AgentID: req.AgentID, EnvironmentID: req.EnvironmentID}); err != nil {
+			return err
+		}
+		return m.audit("session.create", sessions.AuditTarget(x), map[string]any{"after": toSessionJSON(x)})
+	})
+	return x, err
+}
+
+func (s *Server) apiCreateSession(c echo.Context) error {
+	return jsonCall(c, http.StatusCreated, func(req sessionRequest) (sessionJSON, error) {
+		x, err := s.createSession(c, req)
+		return toSessionJSON(x), err
+	})
+}
+
+func (s *Server) apiGetSession(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	x, err := s.sessionService(c).Get(c.Request().Context(), actorOf(c), id)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toSessionJSON(x))
+}
+
+// runSessionOp runs a lifecycle operation on the :id session. Each one
+// writes its state change and audit record in one transaction of its own,
+// after the backend call: a backend call never runs inside a database
+// transaction (on SQLite it would hold every writer back).
+func (s *Server) runSessionOp(c echo.Context, name string) (sessions.Session, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return sessions.Session{}, err
+	}
+	ctx, actor, svc := c.Request().Context(), actorOf(c), s.sessionService(c)
+	switch name {
+	case "start":
+		return svc.Start(ctx, actor, id)
+	case "pause":
+		return svc.Pause(ctx, actor, id)
+	case "resume":
+		return svc.Resume(ctx, actor, id)
+	default:
+		return svc.Close(ctx, actor, id)
+	}
+}
+
+// apiSessionOp answers a lifecycle operation with the session afterwards.
+func (s *Server) apiSessionOp(name string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		x, err := s.runSessionOp(c, name)
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, toSessionJSON(x))
+	}
+}
+
+// Session pages.
+
+func (s *Server) sessionRows(c echo.Context, list []sessions.Session) ([]views.SessionRow, error) {
+	byID, err := s.visibleEnvsByID(c)
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]views.SessionRow, len(list))
+	for i, x := range list {
+		rows[i] = views.SessionRow{ID: x.ID, Agent: x.AgentName, User: x.CreatedBy, Environment: envLabel(byID, x.EnvironmentID),
+			State: x.State, Reason: x.Reason, Created: views.When(x.CreatedAt)}
+	}
+	return rows, nil
+}
+
+func envLabel(byID map[int64]envs.Environment, id *int64) string {
+	if id == nil {
+		return "deleted"
+	}
+	if e, ok := byID[*id]; ok {
+		return e.Name
+	}
+	return "#" + itoa(*id)
+}
+
+func (s *Server) pageSessions(c echo.Context) error {
+	f, err := sessionFilter(c)
+	if err != nil {
+		return err
+	}
+	ctx, actor := c.Request().Context(), actorOf(c)
+	p, err := s.sessionService(c).List(ctx, actor, f)
+	if err != nil {
+		return err
+	}
+	rows, err := s.sessionRows(c, p.Items)
+	if err != nil {
+		return err
+	}
+	ags, err := s.agentService(c).List(ctx, actor)
+	if err != nil {
+		return err
+	}
+	d := views.SessionsData{Slug: tenantOf(c).Org.Slug, Rows: rows, State: f.State, AgentID: f.AgentID}
+	for _, a := range ags {
+		d.Agents = append(d.Agents, views.Option{Value: itoa(a.ID), Label: a.Name})
+	}
+	if p.Next != 0 {
+		q := c.Request().URL.Query()
+		q.Set("before", itoa(p.Next))
+		d.NextURL = "/o/" + d.Slug + "/sessions?" + q.Encode()
+	}
+	return render(c, http.StatusOK, views.Sessions(s.orgPage(c, "Sessions"), d))
+}
+
+func (s *Server) pageCreateSession(c echo.Context) error {
+	req := sessionRequest{AgentID: formInt64(c, "agent_id")}
+	if env := formInt64(c, "environment_id"); env != 0 {
+		req.EnvironmentID = &env
+	}
+	x, err := s.createSession(c, req)
+	if fields, _, ok := formFailure(err); ok {
+		s.setFlash(c, "The session was not created: "+fieldMessages(fields))
+		return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/agents/"+itoa(req.AgentID))
+	}
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "Session #"+itoa(x.ID)+" was created; its sandbox or workspace comes on first use.")
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/sessions/"+itoa(x.ID))
+}
+
+func fieldMessages(fields map[string]string) string {
+	var msgs []string
+	for _, m := range fields {
+		msgs = append(msgs, m)
+	}
+	return strings.Join(msgs, " ")
+}
+
+func (s *Server) pageSession(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	ctx, actor, svc := c.Request().Context(), actorOf(c), s.sessionService(c)
+	x, err := svc.Get(ctx, actor, id)
+	if err != nil {
+		return err
+	}
+	canUse, err := svc.CanUse(ctx, actor, x)
+	if err != nil {
+		return err
+	}
+	byID, err := s.visibleEnvsByID(c)
+	if err != nil {
+		return err
+	}
+	when := func(t *time.Time) string {
+		if t == nil {
+			return "—"
+		}
+		return views.When(*t)
+	}
+	d := views.SessionDetailData{Slug: tenantOf(c).Org.Slug, ID: x.ID, AgentID: x.AgentID, Agent: x.AgentName, User: x.CreatedBy,
+		Environment: envLabel(byID, x.EnvironmentID), SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
+		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeen: when(x.BackendSeenAt), Workspace: x.Workspace,
+		Created: views.When(x.CreatedAt), Started: when(x.StartedAt), LastUsed: when(x.LastUsedAt), Closed: when(x.ClosedAt), CanUse: canUse}
+	return render(c, http.StatusOK, views.SessionDetail(s.orgPage(c, "Session #"+itoa(x.ID)), d))
+}
+
+// pageSessionOp runs a lifecycle operation from the session's page and
+// returns to it with what happened.
+func (s *Server) pageSessionOp(name string) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		x, err := s.runSessionOp(c, name)
+		if fields, _, ok := formFailure(err); ok {
+			s.setFlash(c, fieldMessages(fields))
+		} else if err != nil {
+			return err
+		} else {
+			s.setFlash(c, "Session #"+itoa(x.ID)+" is "+x.State+".")
+		}
+		return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/sessions/"+url.PathEscape(c.Param("id")))
+	}
+}
+
+// agentSessions is the sessions section of an agent's page: the newest
+// sessions the actor may see, and a form to start one when allowed.
+func (s *Server) agentSessions(c echo.Context, a agents.Agent) (views.AgentSessionsData, error) {
+	ctx, actor, svc := c.Request().Context(), actorOf(c), s.sessionService(c)
+	d := views.AgentSessionsData{Slug: tenantOf(c).Org.Slug, AgentID: a.ID}
+	p, err := svc.List(ctx, actor, sessions.ListFilter{AgentID: a.ID, Limit: 10})
+	if err != nil {
+		return d, err
+	}
+	if d.Rows, err = s.sessionRows(c, p.Items); err != nil {
+		return d, err
+	}
+	if d.CanCreate, err = svc.CanCreate(ctx, actor, a); err != nil {
+		return d, err
+	}
+	byID, err := s.visibleEnvsByID(c)
+	if err != nil {
+		return d, err
+	}
+	for _, id := range a.EnvironmentIDs {
+		label := envLabel(byID, &id)
+		if id == a.DefaultEnvironmentID {
+			d.Envs = append([]views.Option{{Value: itoa(id), Label: label + " (default)"}}, d.Envs...)
+			continue
+		}
+		d.Envs = append(d.Envs, views.Option{Value: itoa(id), Label: label})
+	}
+	return d, nil
+}
