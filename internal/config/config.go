@@ -36,6 +36,13 @@ type Config struct {
 	HealthInterval time.Duration
 	// ReclaimInterval is how often the sandbox reclaim round runs.
 	ReclaimInterval time.Duration
+	// FollowerLease is how long a recording follower's claim on a running
+	// command lasts without a write: after a replica dies, another adopts
+	// its commands once their leases lapse.
+	FollowerLease time.Duration
+	// FollowerSweepInterval is how often running commands without a live
+	// follower are looked for (and adopted).
+	FollowerSweepInterval time.Duration
 	// LocalSandboxes starts the built-in local sandbox backend (the fake:
 	// agentd processes on this machine, no isolation) for trying
 	// per-session sandboxes with no other set-up.
@@ -74,6 +81,18 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		return c, nil, fmt.Errorf("GATEHOUSE_RECLAIM_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.ReclaimInterval, "reclaim-interval", ri, "how often idle sandboxes are reclaimed and orphans killed (GATEHOUSE_RECLAIM_INTERVAL)")
+	fl, err := time.ParseDuration(env("GATEHOUSE_FOLLOWER_LEASE", "1m"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_FOLLOWER_LEASE: %w", err)
+	}
+	fs.DurationVar(&c.FollowerLease, "follower-lease", fl,
+		"how long a recording follower's claim on a running command lasts without a write; another replica adopts the command after it (GATEHOUSE_FOLLOWER_LEASE)")
+	fsi, err := time.ParseDuration(env("GATEHOUSE_FOLLOWER_SWEEP_INTERVAL", "10s"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_FOLLOWER_SWEEP_INTERVAL: %w", err)
+	}
+	fs.DurationVar(&c.FollowerSweepInterval, "follower-sweep-interval", fsi,
+		"how often running commands whose follower lease lapsed are adopted (GATEHOUSE_FOLLOWER_SWEEP_INTERVAL)")
 	local, _ := strconv.ParseBool(env("GATEHOUSE_LOCAL_SANDBOXES", "false"))
 	fs.BoolVar(&c.LocalSandboxes, "local-sandboxes", local,
 		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
@@ -102,6 +121,9 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		secureDefault = "false"
 	}
 	c.SecureCookies, _ = strconv.ParseBool(env("GATEHOUSE_SECURE_COOKIES", secureDefault))
+	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
+		return c, nil, fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
+	}
 	c.DataDir = filepath.Clean(c.DataDir)
 	return c, fs.Args(), nil
 }

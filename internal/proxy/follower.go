@@ -161,13 +161,40 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
 			}
 		}()
 	}
-	ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
-	if err != nil || !ok {
-		return err
-	}
 	backoff := 200 * time.Millisecond
+	// retry waits before the next attempt after a failure that may pass
+	// (the database or agentd away), longer each time.
+	retry := func() bool {
+		if !sleep(ctx, backoff) {
+			return false
+		}
+		backoff = min(backoff*2, maxBackoff)
+		return true
+	}
+	for acquired := false; !acquired; {
+		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
+		switch {
+		case err == nil && !ok:
+			return nil // another replica follows it
+		case err == nil:
+			acquired = true
+		case !store.IsUnavailable(err):
+			return err
+		case !retry():
+			return ctx.Err()
+		}
+	}
 	for ctx.Err() == nil {
 		c, err := recordings.Get(ctx, org.DB, id)
+		if store.IsUnavailable(err) {
+			// The database is away (an outage): the command keeps
+			// running and agentd keeps its output; follow on when the
+			// database is back, from the last stored chunk.
+			if !retry() {
+				return ctx.Err()
+			}
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -179,10 +206,9 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
 			if final(err) {
 				return f.finish(ctx, org, c, recordings.End{State: recordings.StateLost, Reason: "its session ended: " + err.Error(), At: f.now()})
 			}
-			if !sleep(ctx, backoff) {
+			if !retry() {
 				return ctx.Err()
 			}
-			backoff = min(backoff*2, 10*time.Second)
 			continue
 		}
 		done, err := f.step(ctx, org, t, c)
@@ -194,10 +220,9 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
 				// The database or agentd is away: keep the lease alive
 				// where possible and try again; nothing is judged from
 				// a failed read.
-				if !sleep(ctx, backoff) {
+				if !retry() {
 					return ctx.Err()
 				}
-				backoff = min(backoff*2, 10*time.Second)
 				continue
 			}
 			return err
@@ -209,6 +234,10 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
 	}
 	return ctx.Err()
 }
+
+// maxBackoff bounds the wait between a follower's attempts while the
+// database or agentd is away: after an outage it follows on within this.
+const maxBackoff = 5 * time.Second
 
 func sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
