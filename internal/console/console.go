@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -22,6 +23,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -43,9 +45,13 @@ type Console struct {
 	// sandbox backend (--local-sandboxes).
 	Reclaim *sessions.Reclaimer
 	Local   *LocalSandboxes
-	stop     context.CancelFunc
-	done     chan struct{}
-	Logger   *slog.Logger
+	// SessionsRT is the agent-session runtime shared by every request.
+	SessionsRT *sessions.Runtime
+	// Gateway is the terminal gateway; its followers record commands.
+	Gateway *proxy.Gateway
+	stop    context.CancelFunc
+	done    chan struct{}
+	Logger  *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
 	OneTimePassword string
@@ -124,18 +130,21 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Throttle: auth.NewThrottle(nil),
 		Sleep:    sleepCtx,
 	}
-	orgCfg := orgs.Config{Catalog: cat, Box: box, DataDir: cfg.DataDir, DBPrefix: cfg.OrgDBPrefix, Logger: logger}
+	orgCfg := orgs.Config{Catalog: cat, Box: box, Audit: c.Audit, DataDir: cfg.DataDir, DBPrefix: cfg.OrgDBPrefix, Logger: logger}
 	if cfg.DatabaseURL != "" {
 		orgCfg.ServerDSN = cfg.DatabaseURL
 	}
 	c.Orgs = orgs.New(orgCfg)
+	// Finish what a crash left half-way before serving: no request may see
+	// an org that is half created or half deleted.
+	c.reconcile(ctx)
 	created, otp, err := c.Platform.Bootstrap(ctx, cfg.AdminEmail, cfg.AdminPassword)
 	if err != nil {
 		c.Close()
 		return nil, err
 	}
 	c.AdminCreated, c.OneTimePassword = created, otp
-	c.AdminEmail = platform.NormalizeEmail(cfg.AdminEmail)
+	c.AdminEmail = auth.NormalizeEmail(cfg.AdminEmail)
 	if c.AdminEmail == "" {
 		c.AdminEmail = "admin@localhost.localdomain"
 	}
@@ -159,6 +168,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Interval: cfg.HealthInterval,
 		Logger:   logger,
 	}
+	c.SessionsRT = sessions.NewRuntime()
+	c.Gateway = c.newGateway()
 	c.Reclaim = &sessions.Reclaimer{
 		ListOrgs: c.activeOrgs,
 		OpenOrg: func(ctx context.Context, slug string) (sessions.OrgDeps, error) {
@@ -168,7 +179,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 			}
 			e := &envs.Service{DB: t.DB, Box: box, Org: slug}
 			return sessions.OrgDeps{Sessions: &sessions.Service{DB: t.DB, Envs: e, Agents: &agents.Service{DB: t.DB, Envs: e}, Org: slug,
-				Audit: t.Audit}, Release: t.Release}, nil
+				Audit: t.Audit, RT: c.SessionsRT}, Release: t.Release}, nil
 		},
 		Interval: cfg.ReclaimInterval,
 		Logger:   logger,
@@ -181,6 +192,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		logger.Warn(c.Local.Describe())
 	}
 	c.Server = handlers.New(handlers.Deps{
+		Gateway: c.Gateway, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy,
@@ -212,20 +224,75 @@ func (c *Console) activeOrgs(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Start runs the background loops (environment health) until Close.
+// ReconcileInterval is how often the org reconciler runs after the round
+// at start; with several replicas an advisory lock lets one do it.
+const ReconcileInterval = time.Minute
+
+// reconcile runs one reconciler round and logs what it did. A round that
+// fails (a database down) is retried at the next tick.
+func (c *Console) reconcile(ctx context.Context) {
+	rep, err := c.Orgs.Reconcile(ctx)
+	if err != nil {
+		c.Logger.Warn("org reconciler: round incomplete; it runs again shortly", "error", err)
+	}
+	if len(rep.Finished) > 0 {
+		c.Logger.Info("org reconciler: finished interrupted org changes", "orgs", rep.Finished)
+	}
+}
+
+// Start runs the background loops (environment health, org reconciler)
+// until Close.
 func (c *Console) Start() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.stop, c.done = cancel, make(chan struct{})
-	reclaimDone := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(3)
 	go func() {
-		defer close(reclaimDone)
+		defer wg.Done()
+		c.Health.Run(ctx)
+	}()
+	c.Gateway.Followers.Start(ctx)
+	go func() {
+		defer wg.Done()
+		// Commands whose follower died (a replica stopped) are adopted
+		// at start and then every few seconds.
+		t := time.NewTicker(c.sweepInterval())
+		defer t.Stop()
+		c.Gateway.Followers.Run(ctx, t.C)
+	}()
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(ReconcileInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				c.reconcile(ctx)
+			}
+		}
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
 		c.Reclaim.Run(ctx)
 	}()
 	go func() {
-		defer close(c.done)
-		c.Health.Run(ctx)
-		<-reclaimDone
+		wg.Wait()
+		close(c.done)
 	}()
+}
+
+// FollowerSweepInterval is how often running commands without a live
+// recording follower are looked for, unless the config says otherwise.
+const FollowerSweepInterval = 10 * time.Second
+
+func (c *Console) sweepInterval() time.Duration {
+	if c.Config.FollowerSweepInterval > 0 {
+		return c.Config.FollowerSweepInterval
+	}
+	return FollowerSweepInterval
 }
 
 // Handler is the HTTP handler to serve.
@@ -236,6 +303,9 @@ func (c *Console) Close() {
 	if c.stop != nil {
 		c.stop()
 		<-c.done
+	}
+	if c.Gateway != nil {
+		c.Gateway.Followers.Stop()
 	}
 	if c.Local != nil {
 		_ = c.Local.Close()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -86,7 +87,8 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 }
 
 func (s *Server) verifyAudit(c echo.Context) (audit.VerifyResult, error) {
-	res, err := tenantOf(c).Audit.Verify(c.Request().Context())
+	// The chain, and the recordings its command end events vouch for.
+	res, err := recordings.VerifyOrg(c.Request().Context(), tenantOf(c).DB, tenantOf(c).Audit)
 	if err != nil {
 		return res, err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -37,6 +38,11 @@ type Deps struct {
 	Box *sealed.Box
 	// OutboundHTTP reaches agentd hosts and sandbox backends.
 	OutboundHTTP *http.Client
+	// BaseURL is the console's public address; browser terminals open only
+	// from it (or from the host the browser addressed).
+	BaseURL string
+	// Gateway is the audited terminal gateway.
+	Gateway *proxy.Gateway
 	// SessionsRT is the process's agent-session runtime (hot-path cache).
 	SessionsRT *sessions.Runtime
 	// Throttle slows repeated org sign-in failures per address and account.
@@ -184,6 +190,8 @@ func (s *Server) registerPlatformAPI() {
 	api.handle(http.MethodDelete, "/orgs/:org", rbac.Platform("orgs/:org", "delete"), s.apiDeleteOrg)
 	api.handle(http.MethodPost, "/orgs/:org/suspend", rbac.Platform("orgs/:org", "suspend"), s.apiSuspendOrg)
 	api.handle(http.MethodPost, "/orgs/:org/resume", rbac.Platform("orgs/:org", "resume"), s.apiResumeOrg)
+	api.handle(http.MethodGet, "/orphan-databases", rbac.Platform("orphan-databases", "read"), s.apiListOrphans)
+	api.handle(http.MethodDelete, "/orphan-databases/:kind/:name", rbac.Platform("orphan-databases", "delete"), s.apiRemoveOrphan)
 	api.handle(http.MethodGet, "/audit", rbac.Platform("audit", "read"), s.apiPlatformAudit)
 	api.handle(http.MethodGet, "/audit/export", rbac.Platform("audit", "export"), s.apiPlatformAuditExport)
 	api.handle(http.MethodPost, "/audit/verify", rbac.Platform("audit", "verify"), s.apiPlatformAuditVerify)
@@ -205,6 +213,7 @@ func (s *Server) registerPlatformPages() {
 	pg.handle(http.MethodPost, "/admin/orgs/:org/resume", rbac.Platform("orgs/:org", "resume"), s.pageOrgResume)
 	pg.handle(http.MethodGet, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDeleteConfirm)
 	pg.handle(http.MethodPost, "/admin/orgs/:org/delete", rbac.Platform("orgs/:org", "delete"), s.pageOrgDelete)
+	pg.handle(http.MethodPost, "/admin/orphan-databases/remove", rbac.Platform("orphan-databases", "delete"), s.pageRemoveOrphan)
 	pg.handle(http.MethodGet, "/admin/audit", rbac.Platform("audit", "read"), s.pagePlatformAudit)
 	pg.handle(http.MethodGet, "/admin/audit/export", rbac.Platform("audit", "export"), s.apiPlatformAuditExport)
 	pg.handle(http.MethodPost, "/admin/audit/verify", rbac.Platform("audit", "verify"), s.pagePlatformAuditVerify)

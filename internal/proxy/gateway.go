@@ -60,6 +60,8 @@ type Gateway struct {
 	CallTimeout time.Duration
 	// Followers records the output of running commands.
 	Followers *Followers
+	// Terminals are the open browser terminals.
+	Terminals Terminals
 	Logger    *slog.Logger
 	Now       func() time.Time
 }

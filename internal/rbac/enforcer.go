@@ -58,7 +58,9 @@ var builtinPolicies = [][]string{
 	{RoleAuditor, DomainOrg, "recordings/*", "read", "allow"},
 	// Auditors read every agent session (not use it).
 	{RoleAuditor, DomainOrg, "sessions", "read", "allow"},
-	{RoleAuditor, DomainOrg, "sessions/*", "read", "allow"},
+	// Auditors read every session and its terminal, whatever department
+	// its agent belongs to.
+	{RoleAuditor, "*", "sessions/*", "read", "allow"},
 	// Department owners run their department: its members and what
 	// belongs to it.
 	{RoleDeptOwner, "dept:*", "departments", "read", "allow"},

@@ -1,0 +1,61 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+// agentdHTTP is the client the gateway and its followers reach agentd
+// with: connections are kept and reused (one command is several calls),
+// and redirects are never followed, so the injected token goes nowhere
+// else.
+func agentdHTTP() *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns:        1024,
+			MaxIdleConnsPerHost: 256,
+			IdleConnTimeout:     90 * time.Second,
+			TLSHandshakeTimeout: 10 * time.Second,
+			ForceAttemptHTTP2:   true,
+		},
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return errors.New("agentd redirected to " + req.URL.Redacted() + "; redirects are not followed")
+		},
+	}
+}
+
+// newGateway builds the terminal gateway and its recording followers.
+func (c *Console) newGateway() *proxy.Gateway {
+	hc := agentdHTTP()
+	f := &proxy.Followers{
+		Owner:    "console-" + uuid.NewString(),
+		ListOrgs: c.activeOrgs,
+		OpenOrg:  c.followerOrg,
+		HTTP:     hc,
+		Lease:    c.Config.FollowerLease,
+		Logger:   c.Logger,
+	}
+	return &proxy.Gateway{HTTP: hc, Followers: f, Logger: c.Logger}
+}
+
+// followerOrg opens an org for a recording follower, acting as the system.
+func (c *Console) followerOrg(ctx context.Context, slug string) (proxy.Org, func(), error) {
+	t, err := c.Tenants.Open(ctx, slug)
+	if err != nil {
+		return proxy.Org{}, nil, err
+	}
+	es := &envs.Service{DB: t.DB, Box: c.Box, Org: slug}
+	svc := &sessions.Service{DB: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
+	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Done: t.Done()}, t.Release, nil
+}

@@ -1,0 +1,320 @@
+package handlers
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/rbac"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+)
+
+// registerTerminal is the terminal gateway's route table, mounted under an
+// org's JSON API. Every route passes any signed-in principal of the org;
+// the gateway authorizes each operation on the session's terminal
+// (internal/proxy), records it and only then forwards it.
+func (s *Server) registerTerminal(api *group) {
+	api.handle(http.MethodPost, "/sessions/:id/commands", rbac.Authenticated(), s.apiExec)
+	api.handle(http.MethodGet, "/sessions/:id/commands", rbac.Authenticated(), s.apiCommands)
+	api.handle(http.MethodGet, "/sessions/:id/commands/:cid/output", rbac.Authenticated(), s.apiOutput)
+	api.handle(http.MethodPost, "/sessions/:id/commands/:cid/stdin", rbac.Authenticated(), s.apiStdin)
+	api.handle(http.MethodPost, "/sessions/:id/commands/:cid/resize", rbac.Authenticated(), s.apiResize)
+	api.handle(http.MethodDelete, "/sessions/:id/commands/:cid", rbac.Authenticated(), s.apiKill)
+	api.handle(http.MethodGet, "/sessions/:id/files", rbac.Authenticated(), s.apiReadFile)
+	api.handle(http.MethodPost, "/sessions/:id/files/stat", rbac.Authenticated(), s.apiStat)
+	api.handle(http.MethodPost, "/sessions/:id/files/fetch", rbac.Authenticated(), s.apiFetch)
+	api.handle(http.MethodGet, "/settings/recordings", rbac.Org("settings", "read"), s.apiRecordingSettings)
+	api.handle(http.MethodPut, "/settings/recordings", rbac.Org("settings", "update"), s.apiSetRecordingSettings)
+}
+
+// registerTerminalPages is the browser side of the gateway: the terminal's
+// WebSocket and the page that watches a command.
+func (s *Server) registerTerminalPages(pg *group) {
+	pg.handle(http.MethodGet, "/sessions/:id/terminal", rbac.Authenticated(), s.wsTerminal)
+	pg.handle(http.MethodGet, "/sessions/:id/commands/:cid/watch", rbac.Authenticated(), s.pageWatch)
+}
+
+// terminalOrg is the request's org as the gateway needs it.
+func (s *Server) terminalOrg(c echo.Context) proxy.Org {
+	t := tenantOf(c)
+	return proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: s.sessionService(c), Done: t.Done()}
+}
+
+func meta(c echo.Context) proxy.Meta {
+	return proxy.Meta{SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent()}
+}
+
+func (s *Server) apiExec(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	return jsonCall(c, http.StatusCreated, func(req proxy.ExecRequest) (proxy.Output, error) {
+		return s.Gateway.Exec(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
+	})
+}
+
+// commandJSON is a command as the history shows it.
+type commandJSON struct {
+	ID           int64   `json:"id"`
+	SessionID    int64   `json:"session_id"`
+	Command      string  `json:"command"`
+	Cwd          string  `json:"cwd"`
+	TTY          bool    `json:"tty"`
+	StartedBy    string  `json:"started_by"`
+	StartedAt    string  `json:"started_at"`
+	EndedAt      *string `json:"ended_at"`
+	State        string  `json:"state"`
+	ExitCode     *int    `json:"exit_code"`
+	Reason       string  `json:"reason,omitempty"`
+	DurationMS   *int64  `json:"duration_ms"`
+	OutputBytes  int64   `json:"output_bytes"`
+	InputBytes   int64   `json:"input_bytes"`
+	DroppedBytes int64   `json:"dropped_bytes"`
+	Truncated    bool    `json:"truncated"`
+}
+
+func toCommandJSON(cmd recordings.Command) commandJSON {
+	j := commandJSON{ID: cmd.ID, SessionID: cmd.SessionID, Command: cmd.Command, Cwd: cmd.Cwd, TTY: cmd.TTY, StartedBy: cmd.ActorName,
+		StartedAt: cmd.StartedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00"), State: cmd.State, ExitCode: cmd.ExitCode, Reason: cmd.Reason,
+		OutputBytes: cmd.OutBytes, InputBytes: cmd.InBytes, DroppedBytes: cmd.DroppedBytes, Truncated: cmd.Truncated}
+	if cmd.EndedAt != nil {
+		e := cmd.EndedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
+		d := cmd.EndedAt.Sub(cmd.StartedAt).Milliseconds()
+		j.EndedAt, j.DurationMS = &e, &d
+	}
+	return j
+}
+
+func (s *Server) apiCommands(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	f := recordings.Filter{SessionID: sid, State: c.QueryParam("state")}
+	if v := c.QueryParam("before"); v != "" {
+		if f.Before, err = strconv.ParseInt(v, 10, 64); err != nil || f.Before < 1 {
+			return &apperr.ValidationError{Fields: map[string]string{"before": "before must be a command id."}}
+		}
+	}
+	if v := c.QueryParam("limit"); v != "" {
+		if f.Limit, err = strconv.Atoi(v); err != nil || f.Limit < 1 || f.Limit > 200 {
+			return &apperr.ValidationError{Fields: map[string]string{"limit": "limit must be from 1 to 200."}}
+		}
+	}
+	switch f.State {
+	case "", recordings.StateRunning, recordings.StateExited, recordings.StateTimedOut, recordings.StateKilled, recordings.StateLost:
+	default:
+		return &apperr.ValidationError{Fields: map[string]string{"state": "state must be running, exited, timed_out, killed or lost."}}
+	}
+	cmds, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), f)
+	if err != nil {
+		return err
+	}
+	out := make([]commandJSON, len(cmds))
+	for i, cmd := range cmds {
+		out[i] = toCommandJSON(cmd)
+	}
+	resp := map[string]any{"items": out}
+	if f.Limit == 0 {
+		f.Limit = 50
+	}
+	if len(cmds) == f.Limit {
+		resp["next_before"] = cmds[len(cmds)-1].ID
+	}
+	return c.JSON(http.StatusOK, resp)
+}
+
+// commandParams reads the session and command ids of the path.
+func commandParams(c echo.Context) (int64, int64, error) {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return 0, 0, err
+	}
+	cid, err := idParam(c, "cid")
+	return sid, cid, err
+}
+
+func uintQuery(c echo.Context, name string) (int64, error) {
+	v := c.QueryParam(name)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 {
+		return 0, &apperr.ValidationError{Fields: map[string]string{name: name + " must be a whole number, 0 or more."}}
+	}
+	return n, nil
+}
+
+func (s *Server) apiOutput(c echo.Context) error {
+	sid, cid, err := commandParams(c)
+	if err != nil {
+		return err
+	}
+	cursor, err := uintQuery(c, "cursor")
+	if err != nil {
+		return err
+	}
+	wait, err := uintQuery(c, "wait_ms")
+	if err != nil {
+		return err
+	}
+	out, err := s.Gateway.Poll(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) apiStdin(c echo.Context) error {
+	sid, cid, err := commandParams(c)
+	if err != nil {
+		return err
+	}
+	var req agentd.StdinRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if len(req.Data) > 0 && req.Text != "" {
+		return &apperr.ValidationError{Fields: map[string]string{"data": "Send either data (base64) or text, not both."}}
+	}
+	data := req.Data
+	if req.Text != "" {
+		data = []byte(req.Text)
+	}
+	if err := s.Gateway.Stdin(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid, cid, data, req.EOF); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiResize(c echo.Context) error {
+	sid, cid, err := commandParams(c)
+	if err != nil {
+		return err
+	}
+	var req agentd.ResizeRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	if req.Rows == 0 || req.Cols == 0 || req.Rows > 4096 || req.Cols > 4096 {
+		return &apperr.ValidationError{Fields: map[string]string{"rows": "rows and cols must be from 1 to 4096."}}
+	}
+	if err := s.Gateway.Resize(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, cid, req.Rows, req.Cols); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) apiKill(c echo.Context) error {
+	sid, cid, err := commandParams(c)
+	if err != nil {
+		return err
+	}
+	out, err := s.Gateway.Kill(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, cid)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, out)
+}
+
+func (s *Server) apiReadFile(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	p := c.QueryParam("path")
+	if p == "" {
+		return &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of the file to read."}}
+	}
+	offset, err := uintQuery(c, "offset")
+	if err != nil {
+		return err
+	}
+	limit, err := uintQuery(c, "limit")
+	if err != nil {
+		return err
+	}
+	data, size, err := s.Gateway.ReadFile(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, p, offset, limit)
+	if err != nil {
+		return err
+	}
+	c.Response().Header().Set(agentd.FileHeaderSize, strconv.FormatInt(size, 10))
+	return c.Blob(http.StatusOK, echo.MIMEOctetStream, data)
+}
+
+func (s *Server) apiStat(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	return jsonCall(c, http.StatusOK, func(req agentd.StatRequest) (agentd.StatResponse, error) {
+		if len(req.Paths) == 0 || len(req.Paths) > 1024 {
+			return agentd.StatResponse{}, &apperr.ValidationError{Fields: map[string]string{"paths": "Give 1 to 1024 paths."}}
+		}
+		res, err := s.Gateway.Stat(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req.Paths)
+		return agentd.StatResponse{Results: res}, err
+	})
+}
+
+func (s *Server) apiFetch(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	return jsonCall(c, http.StatusOK, func(req agentd.FetchRequest) (*agentd.FetchResponse, error) {
+		if req.URL == "" || req.Path == "" {
+			return nil, &apperr.ValidationError{Fields: map[string]string{"url": "Give the URL to download and the path to write it to."}}
+		}
+		return s.Gateway.Fetch(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
+	})
+}
+
+type recordingSettings struct {
+	StdinContent *bool `json:"stdin_content"`
+}
+
+func (s *Server) apiRecordingSettings(c echo.Context) error {
+	on, err := recordings.StdinContent(c.Request().Context(), tenantOf(c).DB)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, recordingSettings{StdinContent: &on})
+}
+
+// apiSetRecordingSettings chooses whether what is typed into commands is
+// recorded or only its size; the change is audited with the change.
+func (s *Server) apiSetRecordingSettings(c echo.Context) error {
+	return jsonCall(c, http.StatusOK, func(req recordingSettings) (recordingSettings, error) {
+		if req.StdinContent == nil {
+			return req, &apperr.ValidationError{Fields: map[string]string{"stdin_content": "Say whether stdin content is recorded (true) or only its size (false)."}}
+		}
+		ctx := c.Request().Context()
+		err := s.mutate(c, func(m *orgTx) error {
+			before, err := recordings.StdinContent(ctx, m.tx)
+			if err != nil {
+				return err
+			}
+			if err := recordings.SetStdinContent(ctx, m.tx, *req.StdinContent); err != nil {
+				return err
+			}
+			return m.audit("settings.recordings", auditTargetSettings(), map[string]any{"before": map[string]bool{"stdin_content": before},
+				"after": map[string]bool{"stdin_content": *req.StdinContent}})
+		})
+		return req, err
+	})
+}
+
+func auditTargetSettings() audit.Target {
+	return audit.Target{Type: "settings", ID: "recordings", Name: "recording settings"}
+}
+
+func recordingsFilter(sessionID int64) recordings.Filter {
+	return recordings.Filter{SessionID: sessionID, Limit: 1}
+}

@@ -1,0 +1,197 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+const wsCSRF = "ws-test-csrf-token-0123456789"
+
+// ansiEscape matches the terminal control sequences a shell prints
+// (bracketed paste, colours), which a person does not see as text.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+
+// dialTerminal opens the browser terminal's WebSocket as a browser would:
+// the sign-in cookie, the CSRF cookie, the CSRF token as a subprotocol and
+// the console's origin.
+func (f *terminalFixture) dialTerminal(t *testing.T, who, query, origin, csrf string) (*websocket.Conn, *http.Response, error) {
+	t.Helper()
+	u := strings.Replace(f.e.srv.URL, "http://", "ws://", 1) + fmt.Sprintf("/o/acme/sessions/%d/terminal?%s", f.session, query)
+	h := http.Header{}
+	h.Add("Cookie", "gh_org_acme="+f.tokens[who])
+	h.Add("Cookie", "gh_csrf="+wsCSRF)
+	if origin != "" {
+		h.Set("Origin", origin)
+	}
+	protos := []string{"gatehouse.v1"}
+	if csrf != "" {
+		protos = append(protos, "csrf."+csrf)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, Subprotocols: protos})
+}
+
+// readUntil reads server messages until cond says stop, or fails after
+// 20 s.
+func readUntil(t *testing.T, c *websocket.Conn, cond func(proxy.ServerMessage) bool) []proxy.ServerMessage {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var got []proxy.ServerMessage
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			t.Fatalf("read after %d messages: %v", len(got), err)
+		}
+		var m proxy.ServerMessage
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, m)
+		if cond(m) {
+			return got
+		}
+	}
+}
+
+func sendInput(t *testing.T, c *websocket.Conn, msg proxy.ClientMessage) {
+	t.Helper()
+	b, _ := json.Marshal(msg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Write(ctx, websocket.MessageText, b); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestTerminalWebSocket walks the browser terminal's protocol: handshake
+// rules, typing, a dropped connection continued from the cursor, and a
+// read-only watcher.
+func TestTerminalWebSocket(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	origin := f.e.srv.URL
+
+	t.Run("a foreign origin is refused", func(t *testing.T) {
+		_, resp, err := f.dialTerminal(t, "member", "", "https://evil.example", wsCSRF)
+		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("cross-site handshake: %v %v", resp, err)
+		}
+	})
+	t.Run("a handshake without the CSRF token is refused", func(t *testing.T) {
+		_, resp, err := f.dialTerminal(t, "member", "", origin, "")
+		if err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("handshake without csrf: %v %v", resp, err)
+		}
+	})
+
+	var cid int64
+	var cursor uint64
+	t.Run("type a command and see its output", func(t *testing.T) {
+		c, _, err := f.dialTerminal(t, "member", "rows=24&cols=80", origin, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		att := readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+		cid = att[len(att)-1].CommandID
+		sendInput(t, c, proxy.ClientMessage{Type: "input", Data: "echo h''i\r"})
+		screen := ""
+		readUntil(t, c, func(m proxy.ServerMessage) bool {
+			if m.Type == "output" {
+				screen += string(m.Data)
+				cursor = m.ID
+			}
+			return strings.Contains(screen, "hi\r\n")
+		})
+	})
+
+	t.Run("a dropped connection continues from its cursor", func(t *testing.T) {
+		c, _, err := f.dialTerminal(t, "member", fmt.Sprintf("command=%d&cursor=%d", cid, cursor), origin, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+		sendInput(t, c, proxy.ClientMessage{Type: "input", Data: "seq 1 2000; echo done-$((40+2))\r"})
+		var got strings.Builder
+		seen := map[uint64]bool{}
+		collect := func(m proxy.ServerMessage) {
+			if m.Type != "output" {
+				return
+			}
+			if seen[m.ID] || m.ID <= cursor {
+				t.Fatalf("chunk %d delivered twice", m.ID)
+			}
+			seen[m.ID] = true
+			got.Write(m.Data)
+			cursor = m.ID
+		}
+		readUntil(t, c, func(m proxy.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "\n1000\r\n") })
+		if n := f.e.c.Gateway.Terminals.DropAll(); n < 1 {
+			t.Fatalf("dropped %d connections", n)
+		}
+		c, _, err = f.dialTerminal(t, "member", fmt.Sprintf("command=%d&cursor=%d", cid, cursor), origin, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		readUntil(t, c, func(m proxy.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "done-42") })
+		plain := ansiEscape.ReplaceAllString(got.String(), "")
+		lines := strings.Split(strings.ReplaceAll(plain, "\r\n", "\n"), "\n")
+		count := map[string]int{}
+		for _, l := range lines {
+			count[strings.Trim(l, "\r")]++
+		}
+		for i := 1; i <= 2000; i++ {
+			if n := count[fmt.Sprint(i)]; n != 1 {
+				t.Fatalf("line %d seen %d times", i, n)
+			}
+		}
+	})
+
+	t.Run("an auditor watches read-only", func(t *testing.T) {
+		w, _, err := f.dialTerminal(t, "auditor", fmt.Sprintf("command=%d&watch=1", cid), origin, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer w.CloseNow()
+		att := readUntil(t, w, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+		if !att[len(att)-1].ReadOnly {
+			t.Fatal("the watch is not read-only")
+		}
+		var screen strings.Builder
+		readUntil(t, w, func(m proxy.ServerMessage) bool {
+			screen.Write(m.Data)
+			return strings.Contains(screen.String(), "done-42")
+		})
+		before := f.agentd.requests.Load()
+		sendInput(t, w, proxy.ClientMessage{Type: "input", Data: "touch /tmp/auditor-was-here\r"})
+		time.Sleep(300 * time.Millisecond)
+		// The watcher's long-poll may reach agentd; a stdin may not.
+		evs, err := openAudit(t, f.orgFixture).Query(context.Background(), mustParse(t, "action:command.watch"), 0, 10)
+		if err != nil || len(evs) == 0 {
+			t.Fatalf("watching was not audited: %v", err)
+		}
+		_ = before
+		r := f.call(http.MethodGet, f.sessionPath("/commands?limit=200"), "member", nil)
+		var h struct{ Items []commandHistory }
+		r.decode(t, &h)
+		for _, c := range h.Items {
+			if c.ID == cid && c.InputBytes != int64(len("echo h''i\r")+len("seq 1 2000; echo done-$((40+2))\r")) {
+				t.Fatalf("the watcher's keystrokes reached the command: %d input bytes", c.InputBytes)
+			}
+		}
+	})
+}
