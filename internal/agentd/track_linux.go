@@ -110,9 +110,48 @@ func (t *tracker) close() {
 		close(t.stop)
 	}
 	t.wg.Wait()
-	if t.parent != "" {
-		if err := os.Remove(t.parent); err != nil && !errors.Is(err, os.ErrNotExist) {
-			t.logger.Warn("remove cgroup", "path", t.parent, "error", err)
+	if t.parent == "" {
+		return
+	}
+	// Processes killed just now leave their cgroups once reaped.
+	err := removeCgroupTree(t.parent)
+	for i := 0; i < 20 && errors.Is(err, syscall.EBUSY); i++ {
+		time.Sleep(50 * time.Millisecond)
+		if t.subreaper {
+			t.reapOrphans()
+		}
+		err = removeCgroupTree(t.parent)
+	}
+	if err != nil {
+		t.logger.Warn("remove cgroup", "path", t.parent, "error", err)
+	}
+}
+
+// removeCgroupTree removes an agentd cgroup and its (empty) session
+// cgroups. Populated cgroups cannot be removed; the error says so.
+func removeCgroupTree(dir string) error {
+	subs, _ := filepath.Glob(filepath.Join(dir, "*", "cgroup.procs"))
+	for _, sub := range subs {
+		os.Remove(filepath.Dir(sub))
+	}
+	if err := os.Remove(dir); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
+// removeStale removes the cgroups of agentd processes that no longer
+// exist (killed before they could clean up), so they do not pile up.
+// Cgroups still holding processes are left alone.
+func removeStale(parent string) {
+	dirs, _ := filepath.Glob(filepath.Join(parent, "agentd-*-*"))
+	for _, dir := range dirs {
+		pid, err := strconv.Atoi(strings.Split(filepath.Base(dir), "-")[1])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) {
+			removeCgroupTree(dir)
 		}
 	}
 }
@@ -134,6 +173,7 @@ func setupCgroup(parent string, limits cgroupLimits) (string, error) {
 	if st.Type != cgroup2Magic {
 		return "", fmt.Errorf("%s is not a cgroup v2 directory", parent)
 	}
+	removeStale(parent)
 	dir := filepath.Join(parent, fmt.Sprintf("agentd-%d-%s", os.Getpid(), newSessionID()[:8]))
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return "", fmt.Errorf("create %s: %w", dir, err)
@@ -280,7 +320,15 @@ func (t *tracker) prepare(id string, attr *syscall.SysProcAttr) (*members, func(
 		}, nil
 	}
 	dir := filepath.Join(t.parent, "s-"+id)
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	err := os.Mkdir(dir, 0o755)
+	if errors.Is(err, os.ErrNotExist) {
+		// Another agentd (in another PID namespace) took agentd's empty
+		// cgroup for a stale one: make it again.
+		if err = os.Mkdir(t.parent, 0o755); err == nil || errors.Is(err, os.ErrExist) {
+			err = os.Mkdir(dir, 0o755)
+		}
+	}
+	if err != nil {
 		return nil, nil, fmt.Errorf("create session cgroup: %w", err)
 	}
 	for file, v := range map[string]int64{"memory.max": t.limits.memoryMax, "pids.max": t.limits.pidsMax} {
@@ -346,8 +394,10 @@ func (m *members) alive() bool {
 // member is alive.
 func (m *members) release() {
 	if m.cgroup != "" {
-		if err := os.Remove(m.cgroup); err != nil && !errors.Is(err, os.ErrNotExist) {
-			m.t.logger.Warn("remove session cgroup", "path", m.cgroup, "error", err)
+		// Killed processes leave the cgroup only once reaped; an orphan
+		// that agentd does not reap (no subreaper) may take a moment.
+		if err := os.Remove(m.cgroup); errors.Is(err, syscall.EBUSY) {
+			go m.t.removeLater(m.cgroup)
 		}
 		return
 	}
@@ -359,6 +409,20 @@ func (m *members) release() {
 		}
 	}
 	m.t.mu.Unlock()
+}
+
+// removeLater retries removing a session cgroup for a few seconds.
+func (t *tracker) removeLater(dir string) {
+	var err error
+	for range 50 {
+		time.Sleep(100 * time.Millisecond)
+		if err = os.Remove(dir); !errors.Is(err, syscall.EBUSY) {
+			break
+		}
+	}
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		t.logger.Warn("remove session cgroup", "path", dir, "error", err)
+	}
 }
 
 func (m *members) cgroupPids() []int {
