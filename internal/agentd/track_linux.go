@@ -306,7 +306,7 @@ type members struct {
 // CLONE_INTO_CGROUP), so not even its first instruction runs outside. The
 // returned function finishes the setup once the leader's pid is known (0:
 // the start failed).
-func (t *tracker) prepare(id string, attr *syscall.SysProcAttr) (*members, func(pid int), error) {
+func (t *tracker) prepare(_ string, attr *syscall.SysProcAttr) (*members, func(pid int), error) {
 	m := &members{t: t}
 	if t.parent == "" {
 		return m, func(pid int) {
@@ -319,7 +319,9 @@ func (t *tracker) prepare(id string, attr *syscall.SysProcAttr) (*members, func(
 			t.mu.Unlock()
 		}, nil
 	}
-	dir := filepath.Join(t.parent, "s-"+id)
+	// Not named after the session id: a client-chosen id may be reused
+	// while the cgroup of its previous session is still being removed.
+	dir := filepath.Join(t.parent, "s-"+newSessionID())
 	err := os.Mkdir(dir, 0o755)
 	if errors.Is(err, os.ErrNotExist) {
 		// Another agentd (in another PID namespace) took agentd's empty
