@@ -8,6 +8,8 @@ import (
 	"net/http"
 	"net/netip"
 	"strings"
+
+	"github.com/gatehouse/gatehouse/internal/netguard"
 )
 
 // maxFetchRedirects matches net/http's default limit.
@@ -69,17 +71,6 @@ func checkRedirectHost(ctx context.Context, resolver *net.Resolver, host string)
 }
 
 // refusedAddr reports loopback, link-local (which holds 169.254.169.254),
-// unspecified and the other well-known metadata service addresses.
-func refusedAddr(ip netip.Addr) bool {
-	ip = ip.Unmap()
-	if ip.IsLoopback() || ip.IsLinkLocalUnicast() || ip.IsLinkLocalMulticast() || ip.IsUnspecified() {
-		return true
-	}
-	switch ip {
-	case netip.MustParseAddr("fd00:ec2::254"), // AWS IMDS over IPv6
-		netip.MustParseAddr("100.100.100.200"), // Alibaba Cloud
-		netip.MustParseAddr("192.0.0.192"):     // Oracle Cloud
-		return true
-	}
-	return false
-}
+// unspecified, multicast and the other metadata service addresses, with
+// the console's own outbound rule.
+func refusedAddr(ip netip.Addr) bool { return netguard.Blocked(ip) != "" }
