@@ -3,6 +3,7 @@
 //
 //	console [serve] [--listen ADDR] [--data-dir DIR]   run the server (default)
 //	console migrate                                    apply catalog and org migrations, then exit
+//	console bench gateway [--postgres DSN]             time the terminal gateway against agentd
 package main
 
 import (
@@ -40,6 +41,9 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	cmd := "serve"
 	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
 		cmd, args = args[0], args[1:]
+	}
+	if cmd == "bench" { // its own flags: no console configuration
+		return benchCmd(ctx, args, getenv, stdout, stderr)
 	}
 	cfg, rest, err := config.Load("console "+cmd, args, getenv, stderr)
 	if err != nil {

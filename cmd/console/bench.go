@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+
+	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+)
+
+// benchCmd runs `console bench gateway`: the terminal gateway against
+// agentd itself, on SQLite and (with --postgres or DATABASE_URL) on
+// Postgres, every figure against its target. agentd runs in a child
+// process (`console bench agentd`, not for people) so the console's RSS is
+// its own.
+func benchCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "agentd" {
+		root, err := os.MkdirTemp("", "gatehouse-bench-agentd-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(root)
+		return proxybench.ServeAgentdChild(ctx, root, os.Stdin, stdout)
+	}
+	if len(args) == 0 || args[0] != "gateway" {
+		return fmt.Errorf("usage: console bench gateway [flags] (see console bench gateway -h)")
+	}
+	fs := flag.NewFlagSet("console bench gateway", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var cfg proxybench.Config
+	fs.IntVar(&cfg.Runs, "runs", 300, "execs and keystrokes timed per path")
+	outMiB := fs.Int64("output-mib", 256, "MiB of output per throughput run")
+	fs.IntVar(&cfg.Polls, "polls", 2000, "concurrent idle long-polls for the memory figure")
+	fs.IntVar(&cfg.ProfileRuns, "profile-runs", 50, "execs and keystrokes whose database round trips are counted (0: no profile)")
+	pg := fs.String("postgres", getenv("DATABASE_URL"), "Postgres server DSN: a throwaway database is created on it and dropped after (default DATABASE_URL; empty: SQLite only)")
+	sqlite := fs.Bool("sqlite", true, "also run on SQLite")
+	inProcess := fs.Bool("agentd-in-process", false, "serve agentd inside this process instead of a child (its memory then counts in the RSS figure)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	cfg.OutputBytes = *outMiB << 20
+	ad, err := benchAgentd(*inProcess)
+	if err != nil {
+		return err
+	}
+	defer ad.Close()
+	var dsns []string
+	if *sqlite {
+		dsns = append(dsns, "")
+	}
+	if *pg != "" {
+		dsns = append(dsns, *pg)
+	} else {
+		fmt.Fprintln(stderr, "bench: Postgres skipped (give --postgres DSN or DATABASE_URL)")
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	var results []*proxybench.Result
+	for _, dsn := range dsns {
+		r, err := benchOne(ctx, dsn, ad, cfg, logger, stderr)
+		if err != nil {
+			return err
+		}
+		results = append(results, r)
+	}
+	proxybench.Print(stdout, cfg, results)
+	return nil
+}
+
+func benchAgentd(inProcess bool) (*proxybench.Agentd, error) {
+	if !inProcess {
+		if exe, err := os.Executable(); err == nil {
+			return proxybench.SpawnAgentd(exe, "bench", "agentd")
+		}
+	}
+	root, err := os.MkdirTemp("", "gatehouse-bench-agentd-")
+	if err != nil {
+		return nil, err
+	}
+	a, err := proxybench.StartAgentd(root)
+	if err != nil {
+		return nil, err
+	}
+	stop := a.Close
+	a.Close = func() {
+		stop()
+		_ = os.RemoveAll(root)
+	}
+	return a, nil
+}
+
+// benchOne measures one database on a fresh console.
+func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
+	dir, err := os.MkdirTemp("", "gatehouse-bench-console-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	s, err := proxybench.Start(ctx, proxybench.Options{PostgresDSN: dsn, DataDir: dir, Agentd: ad, Logger: logger})
+	if err != nil {
+		return nil, err
+	}
+	defer s.Close()
+	r, err := proxybench.Run(ctx, s, cfg, progress)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", s.Dialect, err)
+	}
+	return r, nil
+}

@@ -1,0 +1,90 @@
+package proxybench
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Targets of the gateway (issue 10).
+const (
+	TargetExecRatio      = 1.5                  // gateway exec p50 ≤ 1.5× direct, on Postgres
+	TargetKeystrokeExtra = 2 * time.Millisecond // gateway keystroke p50 ≤ direct + 2 ms
+	TargetThroughput     = 0.5                  // compressible output with recording ≥ ½ direct
+	TargetMemoryGrowth   = 100 << 20            // RSS growth for the idle polls
+	// releasedWithin is how close to its starting RSS the console must
+	// come back after the polls to count as having released them (the
+	// transport keeps up to 256 idle connections to agentd).
+	releasedWithin = 10 << 20
+)
+
+func verdict(ok bool) string {
+	if ok {
+		return "meets"
+	}
+	return "MISSES"
+}
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
+
+func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+
+// Print writes every figure of results side by side, each against its
+// target.
+func Print(w io.Writer, cfg Config, results []*Result) {
+	cfg = cfg.withDefaults()
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	defer tw.Flush()
+	fmt.Fprintf(tw, "\nGatehouse terminal gateway: direct to agentd vs through the gateway (%s)\n", Machine())
+	fmt.Fprintf(tw, "figure\tdatabase\tdirect\tgateway\tgateway vs direct\ttarget\n")
+	for _, r := range results {
+		db := string(r.Dialect)
+		dp50, gp50 := Percentile(r.ExecDirect, 50), Percentile(r.ExecGW, 50)
+		ratio := float64(gp50) / float64(dp50)
+		target := fmt.Sprintf("≤ %.1f× on Postgres: %s", TargetExecRatio, verdict(ratio <= TargetExecRatio))
+		if r.Dialect != "postgres" {
+			target = fmt.Sprintf("(≤ %.1f× applies to Postgres; here %s)", TargetExecRatio, verdict(ratio <= TargetExecRatio))
+		}
+		fmt.Fprintf(tw, "exec `true` to exit, p50 (%d runs)\t%s\t%s\t%s\t%.2f×\t%s\n", len(r.ExecGW), db, ms(dp50), ms(gp50), ratio, target)
+		fmt.Fprintf(tw, "exec `true` to exit, p99\t%s\t%s\t%s\t%.2f×\t\n", db, ms(Percentile(r.ExecDirect, 99)), ms(Percentile(r.ExecGW, 99)),
+			float64(Percentile(r.ExecGW, 99))/float64(Percentile(r.ExecDirect, 99)))
+		kd, kg := Percentile(r.KeyDirect, 50), Percentile(r.KeyGW, 50)
+		fmt.Fprintf(tw, "keystroke echo on a PTY, p50 (%d keys)\t%s\t%s\t%s\t+%s\t≤ direct + 2 ms: %s\n", len(r.KeyGW), db, ms(kd), ms(kg), ms(kg-kd),
+			verdict(kg-kd <= TargetKeystrokeExtra))
+		fmt.Fprintf(tw, "keystroke echo on a PTY, p99\t%s\t%s\t%s\t+%s\t\n", db, ms(Percentile(r.KeyDirect, 99)), ms(Percentile(r.KeyGW, 99)),
+			ms(Percentile(r.KeyGW, 99)-Percentile(r.KeyDirect, 99)))
+		for _, o := range r.Outputs {
+			rel := o.Gateway.MBps() / o.Direct.MBps()
+			target := ""
+			if strings.HasPrefix(o.Kind, "compressible") {
+				target = fmt.Sprintf("≥ %.1f× direct: %s", TargetThroughput, verdict(rel >= TargetThroughput && o.Recording.Complete))
+			}
+			fmt.Fprintf(tw, "output %s, %s, recording on\t%s\t%.0f MiB/s\t%.0f MiB/s\t%.2f×\t%s\n", mib(cfg.OutputBytes), o.Kind, db,
+				o.Direct.MBps(), o.Gateway.MBps(), rel, target)
+			rc := o.Recording
+			fmt.Fprintf(tw, "    bytes read by the client: direct %d (dropped %d), gateway %d (dropped %d)\n", o.Direct.Bytes, o.Direct.Dropped, o.Gateway.Bytes, o.Gateway.Dropped)
+			ratioStored := 0.0
+			if rc.StoredBytes > 0 {
+				ratioStored = float64(rc.OutBytes) / float64(rc.StoredBytes)
+			}
+			fmt.Fprintf(tw, "    recording: %s, complete: %v; %d bytes recorded in %s of recording_frames (%.1f:1, %d frames); dropped %d; ended %s after the client\n",
+				rc.State, rc.Complete, rc.OutBytes, mb(rc.StoredBytes), ratioStored, rc.Frames, rc.DroppedBytes, rc.Lag.Round(time.Millisecond))
+		}
+		m := r.Memory
+		growth := m.During - m.Before
+		kept := m.After - m.Before
+		fmt.Fprintf(tw, "console RSS, %d idle long-polls (%d answered)\t%s\tbefore %s\tduring %s\t+%s; after +%s (%s)\t< 100 MB growth, released: %s\n",
+			m.Polls, m.Answered, db, mb(m.Before), mb(m.During), mb(growth), mb(kept), mb(m.After),
+			verdict(growth < TargetMemoryGrowth && kept < releasedWithin))
+		fmt.Fprintf(tw, "    Go heap in use: before %s, during %s (%d goroutines), after %s\n", mb(int64(m.HeapBefore)), mb(int64(m.HeapDuring)),
+			m.Goroutines, mb(int64(m.HeapAfter)))
+	}
+	tw.Flush()
+	for _, r := range results {
+		if r.ProfileText != "" {
+			fmt.Fprintf(w, "\nDatabase round trips per gateway request on %s (statements counted at the connection pool):\n%s", r.Dialect, r.ProfileText)
+		}
+	}
+}

@@ -1,0 +1,331 @@
+// Package proxybench measures the terminal gateway against agentd itself:
+// it stands up a real console (in this process, so its memory can be read)
+// on SQLite or Postgres, sets up an org, a host environment on a real
+// agentd, an agent, a member with a personal API key and a session, all
+// through the JSON API, and then times the same operations direct to
+// agentd and through the gateway. `console bench gateway` prints the
+// figures; internal/proxy's go test benchmarks reuse the stack.
+package proxybench
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/console"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Agentd is the agentd the benchmark's host environment points at.
+type Agentd struct {
+	URL, Token string
+	// Close stops it (nil when the caller owns it).
+	Close func()
+}
+
+// StartAgentd serves a real agentd (running real processes) on a loopback
+// port of this process.
+func StartAgentd(root string) (*Agentd, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("listen for agentd: %w", err)
+	}
+	token := randomHex(16)
+	srv, err := agentd.NewServer(agentd.Config{Token: token, Root: root, MaxSessions: 4096})
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("start agentd: %w", err)
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	return &Agentd{URL: "http://" + ln.Addr().String(), Token: token, Close: func() {
+		_ = hs.Close()
+		srv.Close()
+	}}, nil
+}
+
+// Options choose the console's database and the agentd it uses.
+type Options struct {
+	// PostgresDSN, when set, runs the console on Postgres: a throwaway
+	// catalog database and org databases are created through this server
+	// and dropped at Close. Empty: SQLite in DataDir.
+	PostgresDSN string
+	// DataDir holds the SQLite databases and the master key file.
+	DataDir string
+	Agentd  *Agentd
+	// Logger receives the console's logs (default: warnings to stderr).
+	Logger *slog.Logger
+}
+
+// Stack is a running console with a ready session, seen through its API.
+type Stack struct {
+	Console *console.Console
+	// URL is the console's base URL; Key the member's API key.
+	URL, Key string
+	Org      string
+	Session  int64
+	// Direct is agentd without the console, for comparison.
+	Direct *agentd.Client
+	// HTTP is the benchmark's client of the console.
+	HTTP *http.Client
+	// Dialect is the console's database engine.
+	Dialect store.Dialect
+
+	// Profile counts database round trips once Instrument was called.
+	Profile *Profile
+
+	srv     *http.Server
+	dropDBs func()
+}
+
+// Start builds the console, serves it on a loopback port and sets up the
+// org, environment, agent, member, key and session through the JSON API.
+func Start(ctx context.Context, o Options) (*Stack, error) {
+	logger := o.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	cfg := config.Config{DataDir: o.DataDir, AdminEmail: "bench-admin@example.com", AdminPassword: "bench-admin-password-" + randomHex(8),
+		TokenTTL: time.Hour, HealthInterval: time.Hour, ReclaimInterval: time.Hour, OrgDBPrefix: "gh_bench_" + randomHex(4) + "_org_"}
+	s := &Stack{Org: "bench", Dialect: store.SQLite, dropDBs: func() {}, Profile: newProfile()}
+	if o.PostgresDSN != "" {
+		s.Dialect = store.Postgres
+		dsn, drop, err := throwawayPostgres(ctx, o.PostgresDSN, cfg.OrgDBPrefix)
+		if err != nil {
+			return nil, err
+		}
+		s.dropDBs = drop
+		cfg.DatabaseURL, cfg.MasterKey = dsn, randomHex(32)
+	}
+	c, err := console.New(ctx, cfg, logger)
+	if err != nil {
+		s.dropDBs()
+		return nil, fmt.Errorf("start console: %w", err)
+	}
+	c.Start()
+	s.Console = c
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("listen for the console: %w", err)
+	}
+	s.srv = &http.Server{Handler: withOpCounter(s.Profile, c.Handler()), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = s.srv.Serve(ln) }()
+	s.URL = "http://" + ln.Addr().String()
+	s.HTTP = &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64, IdleConnTimeout: time.Minute}}
+	s.Direct = agentd.NewClient(o.Agentd.URL, o.Agentd.Token, &http.Client{Transport: &http.Transport{MaxIdleConns: 64, MaxIdleConnsPerHost: 64}})
+	if err := s.setup(ctx, cfg, o.Agentd); err != nil {
+		s.Close()
+		return nil, fmt.Errorf("set up through the API: %w", err)
+	}
+	return s, nil
+}
+
+// Close stops the console and drops the throwaway databases.
+func (s *Stack) Close() {
+	if s.srv != nil {
+		_ = s.srv.Close()
+	}
+	if s.Console != nil {
+		s.Console.Close()
+	}
+	s.dropDBs()
+}
+
+// throwawayPostgres creates a catalog database next to dsn's and returns
+// its DSN and a function dropping it and every org database with prefix.
+func throwawayPostgres(ctx context.Context, dsn, orgPrefix string) (string, func(), error) {
+	admin, err := store.Open(ctx, dsn, store.Options{MaxOpenConns: 2})
+	if err != nil {
+		return "", nil, fmt.Errorf("postgres: %w", err)
+	}
+	name := "gh_bench_" + randomHex(6)
+	if err := admin.WithContext(ctx).Exec("CREATE DATABASE " + store.QuoteIdent(name)).Error; err != nil {
+		_ = store.Close(admin)
+		return "", nil, fmt.Errorf("create benchmark database: %w", err)
+	}
+	drop := func() {
+		var names []string
+		admin.Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", strings.ReplaceAll(orgPrefix, "_", `\_`)+"%").Scan(&names)
+		for _, n := range append(names, name) {
+			if err := admin.Exec("DROP DATABASE IF EXISTS " + store.QuoteIdent(n) + " WITH (FORCE)").Error; err != nil {
+				fmt.Fprintf(os.Stderr, "bench: drop database %s: %v\n", n, err)
+			}
+		}
+		_ = store.Close(admin)
+	}
+	out, err := store.WithDatabase(dsn, name)
+	if err != nil {
+		drop()
+		return "", nil, err
+	}
+	return out, drop, nil
+}
+
+// Instrument wraps the catalog's and the org's connection pools so
+// Profile counts their round trips. It cannot be undone: profile last.
+func (s *Stack) Instrument(ctx context.Context) error {
+	db, release, err := s.OrgDB(ctx)
+	if err != nil {
+		return err
+	}
+	defer release()
+	if err := instrument(db, s.Profile); err != nil {
+		return err
+	}
+	return instrument(s.Console.Catalog, s.Profile)
+}
+
+// OrgDB is the org's database, for reading what the gateway stored.
+func (s *Stack) OrgDB(ctx context.Context) (*gorm.DB, func(), error) {
+	t, err := s.Console.Tenants.Open(ctx, s.Org)
+	if err != nil {
+		return nil, nil, err
+	}
+	return t.DB, t.Release, nil
+}
+
+// setup creates, through the JSON API: the org (as the platform admin),
+// a department, a host environment on agentd, an agent, a member of the
+// department with a personal API key, and the member's session.
+func (s *Stack) setup(ctx context.Context, cfg config.Config, ad *Agentd) error {
+	var login struct{ Token string }
+	if err := s.call(ctx, http.MethodPost, "/api/v1/auth/login", "", map[string]string{"email": cfg.AdminEmail, "password": cfg.AdminPassword}, &login); err != nil {
+		return err
+	}
+	if err := s.call(ctx, http.MethodPost, "/api/v1/orgs", login.Token, map[string]string{"slug": s.Org, "name": "Benchmark"}, nil); err != nil {
+		return err
+	}
+	var entered struct{ Token string }
+	if err := s.call(ctx, http.MethodPost, "/api/v1/orgs/"+s.Org+"/enter", login.Token, nil, &entered); err != nil {
+		return err
+	}
+	root := entered.Token
+	var dept, env, agent struct{ ID int64 }
+	if err := s.orgCall(ctx, http.MethodPost, "/departments", root, map[string]string{"name": "Bench"}, &dept); err != nil {
+		return err
+	}
+	if err := s.orgCall(ctx, http.MethodPost, "/environments", root, map[string]any{"name": "bench-host", "kind": "host", "department_id": dept.ID,
+		"url": ad.URL, "os": "linux", "deployment": "bare-metal", "agentd_token": ad.Token}, &env); err != nil {
+		return err
+	}
+	if err := s.orgCall(ctx, http.MethodPost, "/agents", root, map[string]any{"name": "bench-agent", "department_id": dept.ID,
+		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env.ID}}, &agent); err != nil {
+		return err
+	}
+	var user struct {
+		User            struct{ ID int64 }
+		OneTimePassword string `json:"one_time_password"`
+	}
+	if err := s.orgCall(ctx, http.MethodPost, "/users", root, map[string]string{"email": "member@bench.test", "name": "Bench member"}, &user); err != nil {
+		return err
+	}
+	if err := s.orgCall(ctx, http.MethodPost, "/roles", root, map[string]string{"subject": fmt.Sprintf("user:%d", user.User.ID), "role": "member",
+		"domain": fmt.Sprintf("dept:%d", dept.ID)}, nil); err != nil {
+		return err
+	}
+	var ml struct{ Token string }
+	if err := s.orgCall(ctx, http.MethodPost, "/auth/login", "", map[string]string{"email": "member@bench.test", "password": user.OneTimePassword}, &ml); err != nil {
+		return err
+	}
+	if err := s.orgCall(ctx, http.MethodPost, "/auth/password", ml.Token, map[string]string{"current_password": user.OneTimePassword,
+		"new_password": "a-long-bench-password"}, nil); err != nil {
+		return err
+	}
+	var key struct{ Secret string }
+	if err := s.orgCall(ctx, http.MethodPost, "/api-keys", ml.Token, map[string]string{"name": "bench runtime"}, &key); err != nil {
+		return err
+	}
+	s.Key = key.Secret
+	var sess struct{ ID int64 }
+	if err := s.orgCall(ctx, http.MethodPost, "/sessions", s.Key, map[string]any{"agent_id": agent.ID}, &sess); err != nil {
+		return err
+	}
+	s.Session = sess.ID
+	// The first command brings the session up (its host workspace).
+	_, err := s.ExecGateway(ctx)
+	return err
+}
+
+func (s *Stack) orgCall(ctx context.Context, method, path, token string, in, out any) error {
+	return s.call(ctx, method, "/api/v1/orgs/"+s.Org+path, token, in, out)
+}
+
+// sessionPath is a path below the session in the org API.
+func (s *Stack) sessionPath(format string, args ...any) string {
+	return fmt.Sprintf("/api/v1/orgs/%s/sessions/%d", s.Org, s.Session) + fmt.Sprintf(format, args...)
+}
+
+// call sends one JSON request and decodes a 2xx answer into out.
+func (s *Stack) call(ctx context.Context, method, path, token string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
+	if err != nil {
+		return err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: string(b)}
+	}
+	if out == nil {
+		_, err = io.Copy(io.Discard, resp.Body)
+		return err
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("%s %s: decode: %w", method, path, err)
+	}
+	return nil
+}
+
+// StatusError is a non-2xx answer of the console.
+type StatusError struct {
+	Method, Path string
+	Status       int
+	Body         string
+}
+
+func (e *StatusError) Error() string {
+	return fmt.Sprintf("%s %s: status %d: %s", e.Method, e.Path, e.Status, e.Body)
+}
+
+var errNotExited = errors.New("command did not exit within its wait")
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
