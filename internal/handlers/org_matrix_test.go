@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -66,9 +67,9 @@ func (e *testEnv) orgLogin(slug, email, password string) string {
 	return lr.Token
 }
 
-func newOrgFixture(t *testing.T, d store.Dialect) *orgFixture {
+func newOrgFixture(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *orgFixture {
 	t.Helper()
-	e := newEnv(t, d)
+	e := newEnv(t, d, opts...)
 	e.c.Server.Sleep = func(context.Context, time.Duration) {}
 	f := &orgFixture{e: e, ids: map[string]int64{}, tokens: map[string]string{}, keys: map[string]string{}}
 	f.platform = e.adminToken()

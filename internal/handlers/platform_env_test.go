@@ -62,15 +62,16 @@ func (b *lockedBuffer) String() string {
 func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEnv {
 	t.Helper()
 	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword, TokenTTL: time.Hour}
-	for _, o := range opts {
-		o(&cfg)
-	}
 	cfg.OrgDBPrefix = storetest.NewName("gh_test_org_") + "_"
 	if d == store.Postgres {
 		cfg.DatabaseURL = storetest.DSN(t, store.Postgres)
 		cfg.MasterKey = randomHex(32)
 		prefix := cfg.OrgDBPrefix
 		t.Cleanup(func() { dropPrefixed(t, prefix) })
+	}
+	// Options see the whole config (a test may reroute DATABASE_URL).
+	for _, o := range opts {
+		o(&cfg)
 	}
 	logs := &lockedBuffer{}
 	logger := slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
