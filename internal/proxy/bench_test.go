@@ -1,0 +1,91 @@
+package proxy_test
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// benchStacks stands up, per database, a console whose member has a
+// session on a host environment served by a real in-process agentd,
+// everything set up through the JSON API (see proxybench).
+func benchStacks(b *testing.B) map[store.Dialect]*proxybench.Stack {
+	b.Helper()
+	ad, err := proxybench.StartAgentd(b.TempDir())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(ad.Close)
+	out := map[store.Dialect]*proxybench.Stack{}
+	for _, d := range storetest.Dialects {
+		o := proxybench.Options{DataDir: b.TempDir(), Agentd: ad, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		if d == store.Postgres {
+			o.PostgresDSN = storetest.AdminDSN(b)
+		}
+		s, err := proxybench.Start(context.Background(), o)
+		if err != nil {
+			b.Fatalf("%s: %v", d, err)
+		}
+		b.Cleanup(s.Close)
+		out[d] = s
+	}
+	return out
+}
+
+// timed runs op b.N times and reports its p50 and p99 next to ns/op.
+func timed(b *testing.B, op func() (time.Duration, error)) {
+	b.Helper()
+	ds := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		d, err := op()
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(proxybench.Percentile(ds, 50))/1e6, "p50-ms")
+	b.ReportMetric(float64(proxybench.Percentile(ds, 99))/1e6, "p99-ms")
+}
+
+// BenchmarkExec runs `true` to its exit, direct to agentd and through the
+// gateway (target: gateway p50 at most 1.5× direct on Postgres).
+func BenchmarkExec(b *testing.B) {
+	stacks := benchStacks(b)
+	ctx := context.Background()
+	for _, d := range storetest.Dialects {
+		s := stacks[d]
+		for _, p := range []proxybench.Path{proxybench.DirectPath{C: s.Direct}, proxybench.GatewayPath{S: s}} {
+			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
+				timed(b, func() (time.Duration, error) { return proxybench.ExecTrue(ctx, p) })
+			})
+		}
+	}
+}
+
+// BenchmarkKeystroke types into `cat` on a PTY and waits for each echo
+// with a long-poll (target: gateway p50 at most direct + 2 ms).
+func BenchmarkKeystroke(b *testing.B) {
+	stacks := benchStacks(b)
+	ctx := context.Background()
+	for _, d := range storetest.Dialects {
+		s := stacks[d]
+		for _, p := range []proxybench.Path{proxybench.DirectPath{C: s.Direct}, proxybench.GatewayPath{S: s}} {
+			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
+				ty, err := proxybench.NewTypist(ctx, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = ty.Close(ctx) }()
+				timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
+			})
+		}
+	}
+}
