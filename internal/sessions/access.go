@@ -77,6 +77,30 @@ func canUse(ctx context.Context, a *authz.Actor, sess Session) (bool, string, er
 	return decideSession(ctx, a, sess, "update")
 }
 
+// authorize checks a on a session already in hand: hidden when a may not
+// see it, forbidden when use is set and a may not use it.
+func (s *Service) authorize(ctx context.Context, a *authz.Actor, sess Session, use bool) error {
+	ok, rule, err := canSee(ctx, a, sess)
+	if err != nil {
+		return err
+	}
+	refused := authz.Denial{Target: AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID), Object: sessionObject(sess.ID),
+		Action: "read", Rule: rule, Hidden: true}
+	if !ok {
+		return a.Deny(refused, "")
+	}
+	if !use {
+		return nil
+	}
+	if ok, rule, err = canUse(ctx, a, sess); err != nil {
+		return err
+	} else if !ok {
+		refused.Action, refused.Rule, refused.Hidden = "update", rule, false
+		return a.Deny(refused, "You may see session "+strconv.FormatInt(sess.ID, 10)+" but not use it.")
+	}
+	return nil
+}
+
 // visible loads id for a: hidden when a may not see it, forbidden when use
 // is set and a may not use it.
 func (s *Service) visible(ctx context.Context, a *authz.Actor, id int64, use bool) (Session, error) {
@@ -84,23 +108,8 @@ func (s *Service) visible(ctx context.Context, a *authz.Actor, id int64, use boo
 	if err != nil {
 		return sess, err
 	}
-	ok, rule, err := canSee(ctx, a, sess)
-	if err != nil {
+	if err := s.authorize(ctx, a, sess, use); err != nil {
 		return Session{}, err
-	}
-	refused := authz.Denial{Target: AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID), Object: sessionObject(id),
-		Action: "read", Rule: rule, Hidden: true}
-	if !ok {
-		return Session{}, a.Deny(refused, "")
-	}
-	if !use {
-		return sess, nil
-	}
-	if ok, rule, err = canUse(ctx, a, sess); err != nil {
-		return Session{}, err
-	} else if !ok {
-		refused.Action, refused.Rule, refused.Hidden = "update", rule, false
-		return Session{}, a.Deny(refused, "You may see session "+strconv.FormatInt(id, 10)+" but not use it.")
 	}
 	return sess, nil
 }

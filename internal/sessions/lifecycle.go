@@ -73,29 +73,6 @@ func (s *Service) fresh(k cacheKey) (*cached, bool) {
 	return c, true
 }
 
-// authorize repeats visible's checks on a session already in hand.
-func (s *Service) authorize(ctx context.Context, a *authz.Actor, sess Session, use bool) error {
-	ok, rule, err := canSee(ctx, a, sess)
-	if err != nil {
-		return err
-	}
-	refused := authz.Denial{Target: AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID), Object: sessionObject(sess.ID),
-		Action: "read", Rule: rule, Hidden: true}
-	if !ok {
-		return a.Deny(refused, "")
-	}
-	if !use {
-		return nil
-	}
-	if ok, rule, err = canUse(ctx, a, sess); err != nil {
-		return err
-	} else if !ok {
-		refused.Action, refused.Rule, refused.Hidden = "update", rule, false
-		return a.Deny(refused, "You may see session "+strconv.FormatInt(sess.ID, 10)+" but not use it.")
-	}
-	return nil
-}
-
 // ensure is Ensure's slow path, one caller per session in this process at
 // a time.
 func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session) (Target, error) {
@@ -194,11 +171,7 @@ func (s *Service) ensureSandbox(ctx context.Context, a *authz.Actor, sess Sessio
 func (s *Service) connect(ctx context.Context, actor audit.Actor, sess Session, b sandbox.Backend, ag agents.Agent, why string) (Session, error) {
 	sb, err := b.Connect(ctx, sess.SandboxID, idleTimeout(ag))
 	if errors.Is(err, sandbox.ErrNotFound) {
-		lerr := s.MarkLost(ctx, sess.ID, "its sandbox "+sess.SandboxID+" no longer exists at the backend")
-		if lerr != nil {
-			return sess, lerr
-		}
-		return sess, apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend. Start a new session.", sess.ID)
+		return sess, s.sandboxGone(ctx, sess)
 	}
 	if err != nil {
 		return sess, backendError("resume the session's sandbox", err)
@@ -430,23 +403,48 @@ func deref64(p *int64) int64 {
 	return *p
 }
 
-// Pause snapshots a running per-session sandbox a may use.
-func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+// backendOf is the backend of a session's environment, with its agent.
+func (s *Service) backendOf(ctx context.Context, sess Session) (sandbox.Backend, agents.Agent, error) {
+	env, ag, err := s.config(ctx, sess)
+	if err != nil {
+		return nil, ag, err
+	}
+	b, err := s.Envs.Backend(env)
+	return b, ag, err
+}
+
+// sandboxGone makes sess lost because its sandbox no longer exists and
+// says so to the caller.
+func (s *Service) sandboxGone(ctx context.Context, sess Session) error {
+	if err := s.MarkLost(ctx, sess.ID, "its sandbox "+sess.SandboxID+" no longer exists at the backend"); err != nil {
+		return err
+	}
+	return apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend. Start a new session.", sess.ID)
+}
+
+// usableSandbox loads a per-session session a may use for verb (pause,
+// resume), refusing host sessions.
+func (s *Service) usableSandbox(ctx context.Context, a *authz.Actor, id int64, verb string) (Session, error) {
 	sess, err := s.visible(ctx, a, id, true)
 	if err != nil {
 		return sess, err
 	}
 	if sess.SandboxMode != agents.SandboxPerSession {
-		return sess, apperr.New(apperr.ErrConflict, "session_no_sandbox", "Session %d runs on a host and has no sandbox to pause.", id)
+		return sess, apperr.New(apperr.ErrConflict, "session_no_sandbox", "Session %d runs on a host and has no sandbox to %s.", id, verb)
+	}
+	return sess, nil
+}
+
+// Pause snapshots a running per-session sandbox a may use.
+func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	sess, err := s.usableSandbox(ctx, a, id, "pause")
+	if err != nil {
+		return sess, err
 	}
 	if sess.State != StateRunning {
 		return sess, apperr.New(apperr.ErrConflict, "session_not_running", "Session %d is %s, not running.", id, sess.State)
 	}
-	env, _, err := s.config(ctx, sess)
-	if err != nil {
-		return sess, err
-	}
-	b, err := s.Envs.Backend(env)
+	b, _, err := s.backendOf(ctx, sess)
 	if err != nil {
 		return sess, err
 	}
@@ -454,10 +452,7 @@ func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session,
 	err = b.Pause(ctx, sess.SandboxID)
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
-		if lerr := s.MarkLost(ctx, id, "its sandbox "+sess.SandboxID+" no longer exists at the backend"); lerr != nil {
-			return sess, lerr
-		}
-		return sess, apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend.", id)
+		return sess, s.sandboxGone(ctx, sess)
 	case err != nil && !errors.Is(err, sandbox.ErrAlreadyPaused):
 		return sess, backendError("pause the session's sandbox", err)
 	}
@@ -468,12 +463,9 @@ func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session,
 
 // Resume resumes a paused per-session sandbox a may use.
 func (s *Service) Resume(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
-	sess, err := s.visible(ctx, a, id, true)
+	sess, err := s.usableSandbox(ctx, a, id, "resume")
 	if err != nil {
 		return sess, err
-	}
-	if sess.SandboxMode != agents.SandboxPerSession {
-		return sess, apperr.New(apperr.ErrConflict, "session_no_sandbox", "Session %d runs on a host and has no sandbox to resume.", id)
 	}
 	switch sess.State {
 	case StateRunning:
@@ -482,11 +474,7 @@ func (s *Service) Resume(ctx context.Context, a *authz.Actor, id int64) (Session
 	default:
 		return sess, apperr.New(apperr.ErrConflict, "session_not_paused", "Session %d is %s, not paused.", id, sess.State)
 	}
-	env, ag, err := s.config(ctx, sess)
-	if err != nil {
-		return sess, err
-	}
-	b, err := s.Envs.Backend(env)
+	b, ag, err := s.backendOf(ctx, sess)
 	if err != nil {
 		return sess, err
 	}
@@ -521,11 +509,7 @@ func (s *Service) Close(ctx context.Context, a *authz.Actor, id int64) (Session,
 }
 
 func (s *Service) killSandbox(ctx context.Context, sess Session) error {
-	env, _, err := s.config(ctx, sess)
-	if err != nil {
-		return err
-	}
-	b, err := s.Envs.Backend(env)
+	b, _, err := s.backendOf(ctx, sess)
 	if err != nil {
 		return err
 	}
@@ -581,11 +565,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 		return false, nil
 	}
 	if sess.SandboxMode == agents.SandboxPerSession && sess.SandboxID != "" {
-		env, _, err := s.config(ctx, sess)
-		if err != nil {
-			return false, err
-		}
-		b, err := s.Envs.Backend(env)
+		b, _, err := s.backendOf(ctx, sess)
 		if err != nil {
 			return false, err
 		}

@@ -490,17 +490,17 @@ func TestLostAfterUnreachable(t *testing.T) {
 		}
 		return lost
 	}
-	if report() || report() {
-		t.Fatal("lost before the threshold")
-	}
-	if err := svc.ReportReachable(ctx, sess.ID); err != nil {
-		t.Fatal(err)
-	}
-	if report() || report() {
-		t.Fatal("failures before a success were counted")
-	}
-	if !report() {
-		t.Fatal("not lost at the threshold")
+	// Two failures, a success, then three failures: lost at the third
+	// consecutive one only.
+	for i, want := range []bool{false, false, false, false, true} {
+		if i == 2 {
+			if err := svc.ReportReachable(ctx, sess.ID); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if got := report(); got != want {
+			t.Fatalf("report %d: lost = %v, want %v", i+1, got, want)
+		}
 	}
 	s := wantState(t, svc, sess.ID, sessions.StateLost)
 	if !strings.Contains(s.Reason, "connection refused") {
