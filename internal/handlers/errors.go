@@ -1,14 +1,19 @@
 package handlers
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -118,6 +123,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	if database, ok := s.outage(c, err); ok {
+		s.answerOutage(c, database, err)
+		return
+	}
 	status, body := classify(err)
 	if status >= 500 {
 		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", c.Response().Header().Get(echo.HeaderXRequestID), "error", err)
@@ -135,4 +144,57 @@ func (s *Server) handleError(err error, c echo.Context) {
 		page = s.orgPage(c, "Error")
 	}
 	_ = render(c, status, views.ErrorPage(page, status, body.Message))
+}
+
+// retryAfterSeconds is what an outage answer asks clients to wait.
+const retryAfterSeconds = "5"
+
+// outage tells whether err means a database is down, and which: the orgs
+// package names it; a bare connection error is attributed by pinging the
+// catalog and the request's org database, so a query that merely failed is
+// never passed off as an outage.
+func (s *Server) outage(c echo.Context, err error) (string, bool) {
+	var ue *orgs.UnavailableError
+	if errors.As(err, &ue) {
+		return ue.Database, true
+	}
+	if !store.IsUnavailable(err) {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), time.Second)
+	defer cancel()
+	if pingErr := ping(ctx, s.Catalog); pingErr != nil {
+		return "catalog", true
+	}
+	if t := tenantOf(c); t != nil && ping(ctx, t.DB) != nil {
+		return "org " + t.Org.Slug, true
+	}
+	return "", false
+}
+
+func ping(ctx context.Context, db *gorm.DB) error {
+	sqlDB, err := db.DB()
+	if err != nil {
+		return err
+	}
+	return sqlDB.PingContext(ctx)
+}
+
+// answerOutage answers while a database is down: 503 database_unavailable
+// with Retry-After for the API, a plain page (no navigation that would need
+// the database) for browsers. The log names the database.
+func (s *Server) answerOutage(c echo.Context, database string, err error) {
+	s.Logger.Error("database unavailable", "database", database, "method", c.Request().Method, "path", c.Path(),
+		"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "error", err)
+	c.Response().Header().Set("Retry-After", retryAfterSeconds)
+	msg := "The database is unavailable; try again in a moment."
+	if strings.HasPrefix(database, "org ") {
+		msg = "This organization's database is unavailable; try again in a moment."
+	}
+	if wantsJSON(c) {
+		_ = c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "database_unavailable", Message: msg}})
+		return
+	}
+	csrf, _ := c.Get(ctxCSRF).(string)
+	_ = render(c, http.StatusServiceUnavailable, views.ErrorPage(views.Page{Title: "Database unavailable", CSRF: csrf}, http.StatusServiceUnavailable, msg))
 }

@@ -95,26 +95,19 @@ type createOrgRequest struct {
 	DatabaseURL string `json:"database_url"`
 }
 
-// createOrg creates and audits. The attached DSN may hold a password and
-// is never echoed or audited.
+// createOrg creates and audits: the platform record commits with the
+// activation, and the org's own log starts with who created it. The
+// attached DSN may hold a password and is never echoed or audited.
 func (s *Server) createOrg(c echo.Context, req createOrgRequest) (orgs.Org, error) {
-	o, err := s.Orgs.Create(c.Request().Context(), orgs.CreateInput{Slug: req.Slug, Name: req.Name, AttachDSN: req.DatabaseURL})
-	if err != nil {
-		return o, err
-	}
-	details := map[string]any{"after": map[string]any{"slug": o.Slug, "name": o.Name, "dialect": o.Dialect, "attached": o.Attached}}
-	if err := s.platformEvent(c, actorOf(principalOf(c)), "org.create", orgTarget(o), audit.Allow, details); err != nil {
-		return o, err
-	}
-	// The org's own log starts with who created it.
-	if t, err := s.Tenants.Open(c.Request().Context(), o.Slug); err == nil {
-		err = s.appendOrg(c, t, actorOf(principalOf(c)), "organization.create", orgTarget(o), audit.Allow, details)
-		t.Release()
-		if err != nil {
-			s.Logger.Error("first org audit event", "org", o.Slug, "error", err)
+	actor := principalOf(c).AuditActor()
+	record := func(action string) func(orgs.Org) audit.Event {
+		return func(o orgs.Org) audit.Event {
+			return requestEvent(c, actor, action, orgTarget(o), audit.Allow,
+				map[string]any{"after": map[string]any{"slug": o.Slug, "name": o.Name, "dialect": o.Dialect, "attached": o.Attached}})
 		}
 	}
-	return o, nil
+	return s.Orgs.Create(c.Request().Context(), orgs.CreateInput{Slug: req.Slug, Name: req.Name, AttachDSN: req.DatabaseURL,
+		Event: record("org.create"), OrgEvent: record("organization.create")})
 }
 
 func (s *Server) apiCreateOrg(c echo.Context) error {
@@ -145,7 +138,7 @@ func (s *Server) apiUpdateOrg(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.platformEvent(c, actorOf(principalOf(c)), "org.update", orgTarget(after), audit.Allow,
+	if err := s.platformEvent(c, principalOf(c).AuditActor(), "org.update", orgTarget(after), audit.Allow,
 		map[string]any{"before": map[string]any{"name": before.Name}, "after": map[string]any{"name": after.Name}}); err != nil {
 		return err
 	}
@@ -159,7 +152,7 @@ func (s *Server) setStatus(c echo.Context, status, action string) (orgs.Org, err
 		return o, err
 	}
 	s.Tenants.Forget(o.Slug)
-	return o, s.platformEvent(c, actorOf(principalOf(c)), action, orgTarget(o), audit.Allow, map[string]any{"after": map[string]any{"status": status}})
+	return o, s.platformEvent(c, principalOf(c).AuditActor(), action, orgTarget(o), audit.Allow, map[string]any{"after": map[string]any{"status": status}})
 }
 
 func (s *Server) apiSuspendOrg(c echo.Context) error {
@@ -178,15 +171,19 @@ func (s *Server) apiResumeOrg(c echo.Context) error {
 	return c.JSON(http.StatusOK, toOrgJSON(o))
 }
 
-// deleteOrg deletes after confirmation and audits.
+// deleteOrg deletes after confirmation; the record commits with the
+// decision, before the database is dropped.
 func (s *Server) deleteOrg(c echo.Context, confirm string) error {
-	o, err := s.Orgs.Delete(c.Request().Context(), c.Param("org"), confirm)
+	actor := principalOf(c).AuditActor()
+	o, err := s.Orgs.DeleteAudited(c.Request().Context(), c.Param("org"), confirm, func(o orgs.Org) audit.Event {
+		return requestEvent(c, actor, "org.delete", orgTarget(o), audit.Allow,
+			map[string]any{"before": map[string]any{"slug": o.Slug, "name": o.Name, "status": o.Status}})
+	})
 	if err != nil {
 		return err
 	}
 	s.Tenants.Forget(o.Slug)
-	return s.platformEvent(c, actorOf(principalOf(c)), "org.delete", orgTarget(o), audit.Allow,
-		map[string]any{"before": map[string]any{"slug": o.Slug, "name": o.Name, "status": o.Status}})
+	return nil
 }
 
 // apiDeleteOrg is two-step: the caller repeats the slug in ?confirm=.
@@ -206,7 +203,66 @@ func (s *Server) pageOrgs(c echo.Context) error {
 	for i, o := range list {
 		rows[i] = toOrgRow(o)
 	}
-	return render(c, http.StatusOK, views.OrgList(s.page(c, "Organizations"), rows))
+	var report views.OrphanReport
+	orphans, err := s.Orgs.Orphans(c.Request().Context())
+	if err != nil {
+		// The organizations themselves are listed; say what is missing.
+		s.Logger.Warn("list unclaimed org databases", "error", err)
+		report.Error = "Could not check for unclaimed databases: the database server did not answer. The list above is complete."
+	}
+	for _, o := range orphans {
+		label := "Postgres database"
+		if o.Kind == orgs.OrphanSQLite {
+			label = "SQLite file in the data directory"
+		}
+		report.Rows = append(report.Rows, views.OrphanRow{Kind: o.Kind, Name: o.Name, Label: label})
+	}
+	return render(c, http.StatusOK, views.OrgList(s.page(c, "Organizations"), rows, report))
+}
+
+// orphanJSON is the API shape of an unclaimed org database.
+type orphanJSON struct {
+	Kind string `json:"kind"`
+	Name string `json:"name"`
+	Slug string `json:"slug"`
+}
+
+// apiListOrphans lists databases named like an org's that no org uses.
+func (s *Server) apiListOrphans(c echo.Context) error {
+	list, err := s.Orgs.Orphans(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	items := []orphanJSON{}
+	for _, o := range list {
+		items = append(items, orphanJSON{Kind: o.Kind, Name: o.Name, Slug: o.Slug})
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": items})
+}
+
+// removeOrphan drops an unclaimed database an admin chose, audited first.
+func (s *Server) removeOrphan(c echo.Context, kind, name string) (orgs.Orphan, error) {
+	actor := principalOf(c).AuditActor()
+	return s.Orgs.DropOrphan(c.Request().Context(), kind, name, func(o orgs.Orphan) audit.Event {
+		return requestEvent(c, actor, "org.orphan_remove", audit.Target{Type: "database", ID: o.Name, Name: o.Name}, audit.Allow,
+			map[string]any{"before": map[string]any{"kind": o.Kind, "name": o.Name, "slug": o.Slug}})
+	})
+}
+
+func (s *Server) apiRemoveOrphan(c echo.Context) error {
+	if _, err := s.removeOrphan(c, c.Param("kind"), c.Param("name")); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+func (s *Server) pageRemoveOrphan(c echo.Context) error {
+	o, err := s.removeOrphan(c, c.FormValue("kind"), c.FormValue("name"))
+	if err != nil {
+		return err
+	}
+	s.setFlash(c, "The unclaimed database "+o.Name+" was removed.")
+	return c.Redirect(http.StatusSeeOther, "/admin/orgs")
 }
 
 func (s *Server) pageOrgNew(c echo.Context) error {

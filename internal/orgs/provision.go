@@ -104,11 +104,11 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Org, error) {
 		return Org{}, err
 	}
 
-	unlock, err := s.lockOrg(ctx, in.Slug)
+	l, err := s.lockOrg(ctx, in.Slug, 0)
 	if err != nil {
 		return Org{}, err
 	}
-	defer unlock()
+	defer l.release()
 	if r, err := s.getRow(ctx, in.Slug); err == nil {
 		if err := settled(r); err != nil {
 			return Org{}, err
@@ -117,7 +117,7 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Org, error) {
 	} else if !errors.Is(err, apperr.ErrNotFound) {
 		return Org{}, err
 	}
-	t, err := s.newTarget(ctx, in)
+	t, err := s.newTarget(ctx, l, in)
 	if err != nil {
 		return Org{}, err
 	}
@@ -125,11 +125,11 @@ func (s *Service) Create(ctx context.Context, in CreateInput) (Org, error) {
 	if err != nil {
 		return Org{}, err
 	}
-	o, err := s.build(ctx, &r, t, in)
+	o, err := s.build(ctx, l, &r, t, in)
 	if err != nil {
 		// Undo even if the caller gave up; what cannot be undone now stays
 		// recorded for the reconciler.
-		if uerr := s.rollback(context.WithoutCancel(ctx), r, t, nil); uerr != nil {
+		if uerr := s.rollback(context.WithoutCancel(ctx), l, r, t, nil); uerr != nil {
 			s.cfg.Logger.Error("undo org provisioning; the reconciler will retry", "org", in.Slug, "error", uerr)
 		}
 		return Org{}, err
@@ -147,7 +147,7 @@ func databaseExists(what string) error {
 }
 
 // newTarget decides where the org's data goes and checks the name is free.
-func (s *Service) newTarget(ctx context.Context, in CreateInput) (target, error) {
+func (s *Service) newTarget(ctx context.Context, l *orgLock, in CreateInput) (target, error) {
 	if in.AttachDSN != "" {
 		return target{dsn: in.AttachDSN, loc: in.AttachDSN, dialect: store.Postgres, attached: true}, nil
 	}
@@ -157,7 +157,7 @@ func (s *Service) newTarget(ctx context.Context, in CreateInput) (target, error)
 		if err != nil {
 			return target{}, err
 		}
-		taken, err := s.serverHas(ctx, name)
+		taken, err := l.has(ctx, name)
 		if err != nil {
 			return target{}, err
 		}
@@ -202,9 +202,9 @@ func (s *Service) claim(ctx context.Context, in CreateInput, t target) (orgRow, 
 }
 
 // build creates (or verifies), migrates and activates a claimed org.
-func (s *Service) build(ctx context.Context, r *orgRow, t target, in CreateInput) (Org, error) {
+func (s *Service) build(ctx context.Context, l *orgLock, r *orgRow, t target, in CreateInput) (Org, error) {
 	if !t.attached {
-		if err := s.createDatabase(ctx, t); err != nil {
+		if err := s.createDatabase(ctx, l, t); err != nil {
 			if errors.Is(err, os.ErrExist) || strings.Contains(err.Error(), "already exists") {
 				// Created by someone else since the check: not ours to drop.
 				r.Progress = progressClaimed
@@ -249,18 +249,16 @@ func (s *Service) build(ctx context.Context, r *orgRow, t target, in CreateInput
 }
 
 // createDatabase makes the empty database or file of an owned target.
-func (s *Service) createDatabase(ctx context.Context, t target) error {
+func (s *Service) createDatabase(ctx context.Context, l *orgLock, t target) error {
 	if t.dialect == store.Postgres {
 		name, err := store.DatabaseName(t.dsn)
 		if err != nil {
 			return err
 		}
-		return s.withServer(ctx, func(admin *gorm.DB) error {
-			if err := admin.Exec("CREATE DATABASE " + store.QuoteIdent(name)).Error; err != nil {
-				return markUnavailable("server", fmt.Errorf("create org database: %w", err))
-			}
-			return nil
-		})
+		if err := l.exec(ctx, "CREATE DATABASE "+store.QuoteIdent(name)); err != nil {
+			return fmt.Errorf("create org database: %w", err)
+		}
+		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(t.dsn), 0o700); err != nil {
 		return fmt.Errorf("create orgs dir: %w", err)
@@ -308,9 +306,9 @@ func (s *Service) activate(ctx context.Context, r *orgRow, ev *audit.Event) (Org
 
 // rollback undoes a provisioning org: drops what it owns, then deletes
 // its row (with ev, when the reconciler does it).
-func (s *Service) rollback(ctx context.Context, r orgRow, t target, ev *audit.Event) error {
+func (s *Service) rollback(ctx context.Context, l *orgLock, r orgRow, t target, ev *audit.Event) error {
 	if r.Progress == progressOwned && !t.attached {
-		if err := s.dropData(ctx, r.Slug, t); err != nil {
+		if err := s.dropData(ctx, l, r.Slug, t); err != nil {
 			return err
 		}
 	}
@@ -353,11 +351,11 @@ func (s *Service) DeleteAudited(ctx context.Context, slug, confirm string, event
 	if confirm != slug {
 		return Org{}, &apperr.ValidationError{Fields: map[string]string{"confirm": fmt.Sprintf("Type the slug %q to confirm deletion.", slug)}}
 	}
-	unlock, err := s.lockOrg(ctx, slug)
+	l, err := s.lockOrg(ctx, slug, 0)
 	if err != nil {
 		return Org{}, err
 	}
-	defer unlock()
+	defer l.release()
 	if r, err = s.getRow(ctx, slug); err != nil {
 		return Org{}, err
 	}
@@ -382,78 +380,41 @@ func (s *Service) DeleteAudited(ctx context.Context, slug, confirm string, event
 		}
 	}
 	s.revoke(slug, apperr.New(apperr.ErrNotFound, "org_deleted", "Organization %q was deleted.", slug))
-	if err := s.finishDelete(context.WithoutCancel(ctx), r, nil); err != nil {
+	if err := s.finishDelete(context.WithoutCancel(ctx), l, r, nil); err != nil {
 		return Org{}, err
 	}
 	return before, nil
 }
 
 // finishDelete drops a deleting org's data and then its row.
-func (s *Service) finishDelete(ctx context.Context, r orgRow, ev *audit.Event) error {
+func (s *Service) finishDelete(ctx context.Context, l *orgLock, r orgRow, ev *audit.Event) error {
 	t, err := s.locate(r)
 	if err != nil {
 		return err
 	}
-	if err := s.dropData(ctx, r.Slug, t); err != nil {
+	if err := s.dropData(ctx, l, r.Slug, t); err != nil {
 		return err
 	}
 	return s.deleteRow(ctx, r, ev)
 }
 
 // dropData removes an org's database or file; what is already gone is fine.
-func (s *Service) dropData(ctx context.Context, slug string, t target) error {
+func (s *Service) dropData(ctx context.Context, l *orgLock, slug string, t target) error {
 	if t.dialect == store.Postgres {
+		if !t.attached && l.conn != nil {
+			// On the locked session: see orgLock.
+			name, err := store.DatabaseName(t.dsn)
+			if err != nil {
+				return err
+			}
+			return l.exec(ctx, "DROP DATABASE IF EXISTS "+store.QuoteIdent(name)+" WITH (FORCE)")
+		}
 		return orgDBErr(slug, dropPostgres(ctx, t.dsn))
 	}
 	if err := removeSQLite(t.dsn); err != nil {
 		return fmt.Errorf("remove org database file: %w", err)
 	}
 	return nil
-}
-
-// lockOrg serializes work on one slug: creating, deleting, reconciling or
-// cleaning up its database. It also bounds how many run at once. A slug
-// already being worked on answers a conflict rather than waiting.
-func (s *Service) lockOrg(ctx context.Context, slug string) (func(), error) {
-	select {
-	case s.work <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-	s.mu.Lock()
-	if s.busy[slug] {
-		s.mu.Unlock()
-		<-s.work
-		return nil, orgBusy(slug)
-	}
-	s.busy[slug] = true
-	s.mu.Unlock()
-	done := func() {
-		s.mu.Lock()
-		delete(s.busy, slug)
-		s.mu.Unlock()
-		<-s.work
-	}
-	unlock, ok, err := store.TryAdvisoryLock(ctx, s.cfg.Catalog, store.LockKey("gatehouse-org:"+slug))
-	if err != nil || !ok {
-		done()
-		if err != nil {
-			return nil, catalogErr(fmt.Errorf("lock org %s: %w", slug, err))
-		}
-		return nil, orgBusy(slug)
-	}
-	return func() { unlock(); done() }, nil
-}
-
-// withServer runs fn on a connection to the Postgres server org databases
-// are created on.
-func (s *Service) withServer(ctx context.Context, fn func(admin *gorm.DB) error) error {
-	admin, err := store.Open(ctx, s.cfg.ServerDSN, store.Options{MaxOpenConns: 1})
-	if err != nil {
-		return markUnavailable("server", fmt.Errorf("connect to the database server: %w", err))
-	}
-	defer store.Close(admin)
-	return fn(admin.WithContext(ctx))
 }
 
 func tableCountSQL(d store.Dialect) string {
@@ -464,7 +425,9 @@ func tableCountSQL(d store.Dialect) string {
 }
 
 // sqliteFiles are a SQLite database's file and its companions.
-func sqliteFiles(path string) []string { return []string{path, path + "-wal", path + "-shm"} }
+func sqliteFiles(path string) []string {
+	return []string{path, path + "-wal", path + "-shm", path + "-journal"}
+}
 
 func removeSQLite(path string) error {
 	var first error

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -51,6 +52,11 @@ type ReconcileReport struct {
 // reconcileLockKey makes one replica reconcile at a time.
 var reconcileLockKey = store.LockKey("gatehouse-org-reconciler")
 
+// reconcileWait bounds how long the reconciler waits for a lock held
+// elsewhere: a crashed console's locks last until the server notices its
+// connections are gone, and a live console's creation until it is done.
+const reconcileWait = 30 * time.Second
+
 // Reconcile finishes every org left half-way by a crash or a failed undo:
 // a provisioning org is rolled back (an attached database found empty is
 // migrated and activated instead, since its tables are already ours), a
@@ -64,7 +70,7 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		return rep, nil
 	}
 	defer s.reconciling.Unlock()
-	unlock, ok, err := store.TryAdvisoryLock(ctx, s.cfg.Catalog, reconcileLockKey)
+	unlock, ok, err := store.AdvisoryLock(ctx, s.cfg.Catalog, reconcileLockKey, reconcileWait)
 	if err != nil {
 		return rep, catalogErr(fmt.Errorf("reconciler lock: %w", err))
 	}
@@ -102,14 +108,14 @@ func (s *Service) Reconcile(ctx context.Context) (ReconcileReport, error) {
 
 // reconcileOrg finishes one org, unless someone is working on it.
 func (s *Service) reconcileOrg(ctx context.Context, slug string) (bool, error) {
-	unlock, err := s.lockOrg(ctx, slug)
+	l, err := s.lockOrg(ctx, slug, reconcileWait)
 	if errors.Is(err, apperr.ErrConflict) {
 		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
-	defer unlock()
+	defer l.release()
 	r, err := s.getRow(ctx, slug)
 	if errors.Is(err, apperr.ErrNotFound) {
 		return false, nil
@@ -128,7 +134,7 @@ func (s *Service) reconcileOrg(ctx context.Context, slug string) (bool, error) {
 	}
 	switch {
 	case r.Status == StatusDeleting:
-		return true, s.finishDelete(ctx, r, event("org.reconcile_delete", map[string]any{"reason": "a deletion was interrupted; finished it"}))
+		return true, s.finishDelete(ctx, l, r, event("org.reconcile_delete", map[string]any{"reason": "a deletion was interrupted; finished it"}))
 	case r.Status == StatusProvisioning && r.Progress == progressVerified:
 		db, err := s.openRow(ctx, r)
 		if err != nil {
@@ -143,7 +149,7 @@ func (s *Service) reconcileOrg(ctx context.Context, slug string) (bool, error) {
 		return err == nil, err
 	case r.Status == StatusProvisioning:
 		dropped := r.Progress == progressOwned && !t.attached
-		return true, s.rollback(ctx, r, t, event("org.reconcile_rollback",
+		return true, s.rollback(ctx, l, r, t, event("org.reconcile_rollback",
 			map[string]any{"reason": "a creation was interrupted; rolled it back", "progress": r.Progress, "database_dropped": dropped}))
 	}
 	return false, nil
@@ -227,11 +233,11 @@ func (s *Service) DropOrphan(ctx context.Context, kind, name string, event func(
 	if !ok {
 		return Orphan{}, notFound
 	}
-	unlock, err := s.lockOrg(ctx, o.Slug)
+	l, err := s.lockOrg(ctx, o.Slug, 0)
 	if err != nil {
 		return Orphan{}, err
 	}
-	defer unlock()
+	defer l.release()
 	if list, err = s.Orphans(ctx); err != nil {
 		return Orphan{}, err
 	}
@@ -245,11 +251,7 @@ func (s *Service) DropOrphan(ctx context.Context, kind, name string, event func(
 	}
 	ctx = context.WithoutCancel(ctx)
 	if o.Kind == OrphanPostgres {
-		dsn, err := store.WithDatabase(s.cfg.ServerDSN, o.Name)
-		if err != nil {
-			return Orphan{}, err
-		}
-		return o, markUnavailable("server", dropPostgres(ctx, dsn))
+		return o, l.exec(ctx, "DROP DATABASE IF EXISTS "+store.QuoteIdent(o.Name)+" WITH (FORCE)")
 	}
 	if err := removeSQLite(filepath.Join(s.cfg.DataDir, "orgs", o.Name)); err != nil {
 		return Orphan{}, fmt.Errorf("remove orphan file: %w", err)
@@ -264,18 +266,6 @@ func findOrphan(list []Orphan, kind, name string) (Orphan, bool) {
 		}
 	}
 	return Orphan{}, false
-}
-
-// serverHas reports whether a database named name exists on the server.
-func (s *Service) serverHas(ctx context.Context, name string) (bool, error) {
-	var n int64
-	err := s.withServer(ctx, func(admin *gorm.DB) error {
-		return admin.Raw("SELECT count(*) FROM pg_database WHERE datname = ?", name).Scan(&n).Error
-	})
-	if err != nil {
-		return false, markUnavailable("server", fmt.Errorf("look up database %s: %w", name, err))
-	}
-	return n > 0, nil
 }
 
 // serverDatabases lists the server's databases carrying the org prefix.
@@ -294,7 +284,7 @@ func (s *Service) serverDatabases(ctx context.Context) ([]string, error) {
 }
 
 // sqliteDatabases lists the org database files under DataDir/orgs by their
-// .db name; a -wal or -shm file left without its database counts too.
+// .db name; a companion file left without its database counts too.
 func (s *Service) sqliteDatabases() ([]string, error) {
 	entries, err := os.ReadDir(filepath.Join(s.cfg.DataDir, "orgs"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -305,7 +295,10 @@ func (s *Service) sqliteDatabases() ([]string, error) {
 	}
 	seen := map[string]bool{}
 	for _, e := range entries {
-		name := strings.TrimSuffix(strings.TrimSuffix(e.Name(), "-wal"), "-shm")
+		name := e.Name()
+		for _, suffix := range []string{"-wal", "-shm", "-journal"} {
+			name = strings.TrimSuffix(name, suffix)
+		}
 		if e.IsDir() || !strings.HasSuffix(name, ".db") {
 			continue
 		}

@@ -88,8 +88,13 @@ func TestRevocationEndsWaitingRequests(t *testing.T) {
 					err  error
 				}
 				answered := make(chan answer, 1)
+				// Ending the client's request frees the handler should the
+				// test fail before the revocation.
+				reqCtx, cancelReq := context.WithCancel(ctx)
+				t.Cleanup(cancelReq)
 				go func() {
-					res, err := http.Get(srv.URL)
+					req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, srv.URL, nil)
+					res, err := http.DefaultClient.Do(req)
 					if err != nil {
 						answered <- answer{err: err}
 						return

@@ -19,6 +19,8 @@ func statusTitle(status int) string {
 		return "Slow down"
 	case http.StatusBadRequest, http.StatusUnprocessableEntity:
 		return "Check your input"
+	case http.StatusServiceUnavailable:
+		return "Temporarily unavailable"
 	}
 	if status >= 500 {
 		return "Something went wrong"
