@@ -210,6 +210,11 @@ func (r *Runtime) get(k cacheKey) (*cached, bool) {
 	return c, ok
 }
 
+// maxCached bounds the cache; past it, stale entries and idle gates are
+// dropped (sessions closed by another replica are never forgotten here
+// otherwise).
+const maxCached = 10_000
+
 func (r *Runtime) put(k cacheKey, c *cached) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -217,6 +222,26 @@ func (r *Runtime) put(k cacheKey, c *cached) {
 		r.cache = map[cacheKey]*cached{}
 	}
 	r.cache[k] = c
+	if len(r.cache) > maxCached || len(r.gates) > maxCached {
+		r.pruneLocked(c.checked)
+	}
+}
+
+// pruneLocked drops cache entries past their refresh time and gates nobody
+// holds. A caller still waiting on a dropped gate is safe: the database
+// marker, not the gate, makes creation exactly-once.
+func (r *Runtime) pruneLocked(now time.Time) {
+	for k, c := range r.cache {
+		if now.Sub(c.checked) >= c.refresh {
+			delete(r.cache, k)
+		}
+	}
+	for k, g := range r.gates {
+		if g.TryLock() {
+			g.Unlock()
+			delete(r.gates, k)
+		}
+	}
 }
 
 // forget drops a cached session, so the next use reads the database (and
