@@ -176,7 +176,7 @@ func toOutput(c recordings.Command, r *agentd.SessionResponse) Output {
 // so its output stays readable after agentd forgot it or the sandbox was
 // paused.
 func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, cursor uint64, waitMS int64) (Output, error) {
-	t, err := resolve(ctx, org, a, sessionID, ActRead)
+	t, live, err := resolveRecorded(ctx, org, a, sessionID)
 	if err != nil {
 		return Output{}, err
 	}
@@ -184,7 +184,11 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	if err != nil {
 		return Output{}, err
 	}
-	if c.Ended() {
+	if !live && !c.Ended() {
+		// Its session ended: its follower records it as lost.
+		g.Followers.Follow(org.Slug, c.ID)
+	}
+	if c.Ended() || !live {
 		return g.fromRecording(ctx, org, c, cursor)
 	}
 	wait := clampWait(waitMS)
@@ -332,7 +336,7 @@ func (g *Gateway) Kill(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 
 // Commands lists a session's commands, newest first.
 func (g *Gateway) Commands(ctx context.Context, org Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error) {
-	if _, err := resolve(ctx, org, a, f.SessionID, ActRead); err != nil {
+	if _, _, err := resolveRecorded(ctx, org, a, f.SessionID); err != nil {
 		return nil, err
 	}
 	return recordings.List(ctx, org.DB, f)

@@ -46,6 +46,18 @@ func resolve(ctx context.Context, org Org, a *authz.Actor, sessionID int64, act 
 	return t, authorize(ctx, a, t, act)
 }
 
+// resolveRecorded resolves a read of what the gateway recorded (a
+// session's command history, a command's output). Unlike the operations it
+// still works once the session closed or was lost: recordings outlive
+// sessions. live reports whether agentd may still be asked.
+func resolveRecorded(ctx context.Context, org Org, a *authz.Actor, sessionID int64) (t sessions.Target, live bool, err error) {
+	t, err = org.Sessions.Locate(ctx, a, sessionID)
+	if err != nil && (!final(err) || t.Session.ID == 0) {
+		return t, false, err
+	}
+	return t, err == nil, authorize(ctx, a, t, ActRead)
+}
+
 // authorize decides one terminal action. Policies decide first, and an
 // explicit deny rule always wins; without a rule either way, the session's
 // own user may do everything on its terminal (the session service already
