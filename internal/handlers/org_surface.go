@@ -270,8 +270,10 @@ func requestID(c echo.Context) string {
 }
 
 // orgPrincipal authenticates a bearer JWT or API key, or the org's sign-in
-// cookie. Logins, users and keys are checked live so disabling a user or
-// revoking a key takes effect on the next request.
+// cookie. Logins, users and keys are read through the tenant's auth cache:
+// disabling a user, revoking a key or signing out through this console
+// takes effect on the next request (every write to those tables clears
+// the cache); done on another replica, within directory.DefaultAuthTTL.
 func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principal, error) {
 	r := c.Request()
 	ctx := r.Context()
@@ -289,7 +291,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 		tok, viaCookie = ck.Value, true
 	}
 	if strings.HasPrefix(tok, "gh_") && !viaCookie {
-		k, owner, err := t.Dir.VerifyKey(ctx, tok)
+		k, owner, err := t.Auth.VerifyKey(ctx, t.Dir, tok)
 		if err != nil {
 			return nil, err
 		}
@@ -305,7 +307,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 	if err != nil {
 		return nil, unauth
 	}
-	ok, err := t.Dir.LoginValid(ctx, claims.LoginID, claims.Subject)
+	user, ok, err := t.Auth.LoginUser(ctx, t.Dir, claims.LoginID, claims.Subject)
 	if err != nil {
 		return nil, err
 	}
@@ -315,11 +317,10 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 	p := &authz.Principal{LoginID: claims.LoginID, ViaCookie: viaCookie}
 	switch {
 	case strings.HasPrefix(claims.Subject, "user:"):
-		id, _ := strconv.ParseInt(strings.TrimPrefix(claims.Subject, "user:"), 10, 64)
-		u, err := t.Dir.GetUser(ctx, id)
-		if err != nil || u.Status != directory.StatusActive {
+		if user == nil || user.Status != directory.StatusActive {
 			return nil, unauth
 		}
+		u := *user
 		p.Kind, p.ID, p.Name, p.Subject, p.UserID, p.MustChangePassword = audit.ActorUser, itoa(u.ID), u.Email, claims.Subject, u.ID, u.MustChangePassword
 	case strings.HasPrefix(claims.Subject, "platform:"):
 		adminID := strings.TrimPrefix(claims.Subject, "platform:")

@@ -25,6 +25,7 @@ type Tenant struct {
 	Org      orgs.Org
 	DB       *gorm.DB
 	Dir      *directory.Directory
+	Auth     *directory.AuthCache // credentials verified a moment ago; writes through DB clear it
 	Enforcer *rbac.Enforcer
 	Audit    *audit.Log
 	Signer   *auth.Signer
@@ -71,6 +72,7 @@ type Registry struct {
 type runtime struct {
 	db       *gorm.DB
 	dir      *directory.Directory
+	auth     *directory.AuthCache
 	enforcer *rbac.Enforcer
 	log      *audit.Log
 	signer   *auth.Signer
@@ -92,7 +94,7 @@ func (r *Registry) Open(ctx context.Context, slug string) (*Tenant, error) {
 		h.Release()
 		return nil, err
 	}
-	return &Tenant{Org: h.Org, DB: h.DB, Dir: rt.dir, Enforcer: rt.enforcer, Audit: rt.log, Signer: rt.signer, handle: h}, nil
+	return &Tenant{Org: h.Org, DB: h.DB, Dir: rt.dir, Auth: rt.auth, Enforcer: rt.enforcer, Audit: rt.log, Signer: rt.signer, handle: h}, nil
 }
 
 func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error) {
@@ -113,9 +115,14 @@ func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error
 	if err != nil {
 		return nil, fmt.Errorf("org %s enforcer: %w", h.Org.Slug, err)
 	}
+	ac, err := directory.NewAuthCache(h.DB)
+	if err != nil {
+		return nil, fmt.Errorf("org %s: %w", h.Org.Slug, err)
+	}
 	rt := &runtime{
 		db:       h.DB,
 		dir:      &directory.Directory{DB: h.DB},
+		auth:     ac,
 		enforcer: en,
 		log:      audit.NewLog(h.DB, audit.OrgTable, nil),
 		signer:   auth.NewSigner(kid, key, Audience(h.Org.Slug), r.TokenTTL, nil),
