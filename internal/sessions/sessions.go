@@ -15,7 +15,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"path"
 	"strconv"
 	"strings"
@@ -137,9 +136,6 @@ type Runtime struct {
 	// SandboxWorkspace is the working directory inside a sandbox ("" is
 	// agentd's own root there).
 	SandboxWorkspace string
-	// HTTPClient reaches agentd in sandboxes; nil uses the environment
-	// service's.
-	HTTPClient *http.Client
 	// Now is the clock (the backend's reported times are compared with
 	// it).
 	Now func() time.Time
@@ -278,15 +274,21 @@ type Service struct {
 	// Org is the org's slug, written into every sandbox's metadata.
 	Org   string
 	Audit *audit.Log
-	RT    *Runtime
+	// RT is the process's runtime, shared by every Service of every org
+	// (the console's handlers, the gateway and the reclaimer); nil caches
+	// nothing.
+	RT *Runtime
 	// Decorate adds request details (source address, user agent) to the
 	// audit events the service writes; nil leaves them as they are.
 	Decorate func(*audit.Event)
 }
 
+// rt is the process's runtime; without one (a one-off service) every call
+// gets a fresh runtime with the defaults: nothing is cached, which is
+// correct, only slower.
 func (s *Service) rt() *Runtime {
 	if s.RT == nil {
-		s.RT = NewRuntime()
+		return NewRuntime()
 	}
 	return s.RT
 }
