@@ -38,9 +38,18 @@ type dbCutter struct {
 // through it.
 func cutDatabase(t *testing.T, cfg *config.Config) *dbCutter {
 	t.Helper()
-	u, err := url.Parse(cfg.DatabaseURL)
+	c, dsn := newDBCutter(t, cfg.DatabaseURL)
+	cfg.DatabaseURL = dsn
+	return c
+}
+
+// newDBCutter puts a dbCutter in front of the server of dsn and returns it
+// with dsn rerouted through it.
+func newDBCutter(t *testing.T, dsn string) (*dbCutter, string) {
+	t.Helper()
+	u, err := url.Parse(dsn)
 	if err != nil || u.Host == "" {
-		t.Fatalf("DATABASE_URL %q is not a URL the test can reroute: %v", cfg.DatabaseURL, err)
+		t.Fatalf("database URL %q is not a URL the test can reroute: %v", dsn, err)
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -55,8 +64,7 @@ func cutDatabase(t *testing.T, cfg *config.Config) *dbCutter {
 		c.wg.Wait()
 	})
 	u.Host = ln.Addr().String()
-	cfg.DatabaseURL = u.String()
-	return c
+	return c, u.String()
 }
 
 func (c *dbCutter) accept() {
