@@ -1,0 +1,49 @@
+package config_test
+
+import (
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/config"
+)
+
+// TestFollowerSettings: the recording follower's lease and sweep interval
+// come from flags or the environment (flags win), with the defaults of a
+// minute and ten seconds, and nonsense is refused at start.
+func TestFollowerSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		env          map[string]string
+		lease, sweep time.Duration
+		err          string
+	}{
+		{name: "defaults", lease: time.Minute, sweep: 10 * time.Second},
+		{name: "environment", env: map[string]string{"GATEHOUSE_FOLLOWER_LEASE": "2s", "GATEHOUSE_FOLLOWER_SWEEP_INTERVAL": "300ms"},
+			lease: 2 * time.Second, sweep: 300 * time.Millisecond},
+		{name: "flags win", args: []string{"--follower-lease", "5s", "--follower-sweep-interval", "1s"},
+			env: map[string]string{"GATEHOUSE_FOLLOWER_LEASE": "2s"}, lease: 5 * time.Second, sweep: time.Second},
+		{name: "lease too short", args: []string{"--follower-lease", "10ms"}, err: "--follower-lease"},
+		{name: "sweep not positive", args: []string{"--follower-sweep-interval", "0s"}, err: "--follower-sweep-interval"},
+		{name: "unparsable environment", env: map[string]string{"GATEHOUSE_FOLLOWER_LEASE": "soon"}, err: "GATEHOUSE_FOLLOWER_LEASE"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := config.Load("console", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.FollowerLease != tc.lease || c.FollowerSweepInterval != tc.sweep {
+				t.Fatalf("lease %s, sweep %s; want %s, %s", c.FollowerLease, c.FollowerSweepInterval, tc.lease, tc.sweep)
+			}
+		})
+	}
+}
