@@ -76,7 +76,9 @@ func (s *Service) lockOrg(ctx context.Context, slug string, wait time.Duration) 
 		s.mu.Unlock()
 		<-s.work
 	}
-	key := store.LockKey("gatehouse-org:" + slug)
+	// Keyed by the database name, not the slug: consoles with different
+	// prefixes share a server without blocking each other.
+	key := store.LockKey("gatehouse-org:" + s.pgName(slug))
 	if s.cfg.ServerDSN == "" {
 		unlock, ok, err := store.AdvisoryLock(ctx, s.cfg.Catalog, key, wait)
 		if err != nil || !ok {
