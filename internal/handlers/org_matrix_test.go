@@ -142,6 +142,8 @@ var allowedRoles = map[string][]string{
 	"org:departments/:dept:delete": {"admin", "entered-admin"},
 	"org:members:read":             {"admin", "entered-admin", "owner", "member", "member-key"},
 	"org:members:update":           {"admin", "entered-admin", "owner"},
+	"org:settings:read":            {"admin", "entered-admin"},
+	"org:settings:update":          {"admin", "entered-admin"},
 	"org:audit:read":               {"admin", "entered-admin", "auditor", "auditor-key"},
 	"org:audit:export":             {"admin", "entered-admin", "auditor", "auditor-key"},
 	"org:audit:verify":             {"admin", "entered-admin", "auditor", "auditor-key"},

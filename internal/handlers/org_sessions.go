@@ -300,6 +300,18 @@ func (s *Server) pageSession(c echo.Context) error {
 		Environment: envLabel(byID, x.EnvironmentID), SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
 		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeen: when(x.BackendSeenAt), Workspace: x.Workspace,
 		Created: views.When(x.CreatedAt), Started: when(x.StartedAt), LastUsed: when(x.LastUsedAt), Closed: when(x.ClosedAt), CanUse: canUse}
+	if d.Commands, err = s.commandRows(c, x.ID); err != nil {
+		return err
+	}
+	if canUse && !x.Final() {
+		attach := int64(0)
+		if v := c.QueryParam("terminal"); v != "" {
+			attach, _ = strconv.ParseInt(v, 10, 64)
+		}
+		td := terminalData(c, x.ID, attach, false)
+		d.Terminal = &td
+		terminalCSP(c)
+	}
 	return render(c, http.StatusOK, views.SessionDetail(s.orgPage(c, "Session #"+itoa(x.ID)), d))
 }
 

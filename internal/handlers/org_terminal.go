@@ -3,6 +3,7 @@ package handlers
 import (
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/views"
 )
 
 // registerTerminal is the terminal gateway's route table, mounted under an
@@ -317,4 +319,26 @@ func auditTargetSettings() audit.Target {
 
 func recordingsFilter(sessionID int64) recordings.Filter {
 	return recordings.Filter{SessionID: sessionID, Limit: 1}
+}
+
+// commandRows is a session's latest commands for its page.
+func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRow, error) {
+	cmds, err := recordings.List(c.Request().Context(), tenantOf(c).DB, recordings.Filter{SessionID: sessionID, Limit: 50})
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]views.CommandRow, len(cmds))
+	for i, cmd := range cmds {
+		j := toCommandJSON(cmd)
+		r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
+			ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY}
+		if cmd.ExitCode != nil {
+			r.ExitCode = strconv.Itoa(*cmd.ExitCode)
+		}
+		if j.DurationMS != nil {
+			r.Duration = (time.Duration(*j.DurationMS) * time.Millisecond).String()
+		}
+		rows[i] = r
+	}
+	return rows, nil
 }

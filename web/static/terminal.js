@@ -30,6 +30,7 @@
     ws: null,
   };
   // For people debugging, and for the browser tests.
+  state.term = term;
   window.gatehouseTerminal = state;
 
   function say(text, kind) {
@@ -129,6 +130,14 @@
       send({ type: "resize", rows: term.rows, cols: term.cols });
     }
   });
-  connect();
-  term.focus();
+  const open = document.getElementById("terminal-open");
+  if (el.dataset.autostart === "1" || !open) {
+    connect();
+  } else {
+    open.addEventListener("click", function () {
+      open.disabled = true;
+      connect();
+      term.focus();
+    });
+  }
 })();
