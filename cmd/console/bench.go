@@ -37,6 +37,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.ProfileRuns, "profile-runs", 50, "execs and keystrokes whose database round trips are counted (0: no profile)")
 	pg := fs.String("postgres", getenv("DATABASE_URL"), "Postgres server DSN: a throwaway database is created on it and dropped after (default DATABASE_URL; empty: SQLite only)")
 	sqlite := fs.Bool("sqlite", true, "also run on SQLite")
+	heap := fs.String("heap-profile", "", "write a heap profile of the console while the long-polls wait to this file (the database name is appended)")
 	inProcess := fs.Bool("agentd-in-process", false, "serve agentd inside this process instead of a child (its memory then counts in the RSS figure)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -59,7 +60,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var results []*proxybench.Result
 	for _, dsn := range dsns {
-		r, err := benchOne(ctx, dsn, ad, cfg, logger, stderr)
+		r, err := benchOne(ctx, dsn, ad, cfg, *heap, logger, stderr)
 		if err != nil {
 			return err
 		}
@@ -92,7 +93,7 @@ func benchAgentd(inProcess bool) (*proxybench.Agentd, error) {
 }
 
 // benchOne measures one database on a fresh console.
-func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
+func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, heap string, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
 	dir, err := os.MkdirTemp("", "gatehouse-bench-console-")
 	if err != nil {
 		return nil, err
@@ -103,6 +104,9 @@ func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxyb
 		return nil, err
 	}
 	defer s.Close()
+	if heap != "" {
+		s.HeapProfile = heap + "." + string(s.Dialect)
+	}
 	r, err := proxybench.Run(ctx, s, cfg, progress)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Dialect, err)

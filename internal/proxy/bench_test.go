@@ -55,37 +55,37 @@ func timed(b *testing.B, op func() (time.Duration, error)) {
 	b.ReportMetric(float64(proxybench.Percentile(ds, 99))/1e6, "p99-ms")
 }
 
-// BenchmarkExec runs `true` to its exit, direct to agentd and through the
-// gateway (target: gateway p50 at most 1.5× direct on Postgres).
-func BenchmarkExec(b *testing.B) {
+// eachPath runs fn as a sub-benchmark per database and path (direct to
+// agentd, through the gateway).
+func eachPath(b *testing.B, fn func(b *testing.B, p proxybench.Path)) {
 	stacks := benchStacks(b)
-	ctx := context.Background()
 	for _, d := range storetest.Dialects {
 		s := stacks[d]
 		for _, p := range []proxybench.Path{proxybench.DirectPath{C: s.Direct}, proxybench.GatewayPath{S: s}} {
-			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
-				timed(b, func() (time.Duration, error) { return proxybench.ExecTrue(ctx, p) })
-			})
+			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) { fn(b, p) })
 		}
 	}
+}
+
+// BenchmarkExec runs `true` to its exit, direct to agentd and through the
+// gateway (target: gateway p50 at most 1.5× direct on Postgres).
+func BenchmarkExec(b *testing.B) {
+	ctx := context.Background()
+	eachPath(b, func(b *testing.B, p proxybench.Path) {
+		timed(b, func() (time.Duration, error) { return proxybench.ExecTrue(ctx, p) })
+	})
 }
 
 // BenchmarkKeystroke types into `cat` on a PTY and waits for each echo
 // with a long-poll (target: gateway p50 at most direct + 2 ms).
 func BenchmarkKeystroke(b *testing.B) {
-	stacks := benchStacks(b)
 	ctx := context.Background()
-	for _, d := range storetest.Dialects {
-		s := stacks[d]
-		for _, p := range []proxybench.Path{proxybench.DirectPath{C: s.Direct}, proxybench.GatewayPath{S: s}} {
-			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
-				ty, err := proxybench.NewTypist(ctx, p)
-				if err != nil {
-					b.Fatal(err)
-				}
-				defer func() { _ = ty.Close(ctx) }()
-				timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
-			})
+	eachPath(b, func(b *testing.B, p proxybench.Path) {
+		ty, err := proxybench.NewTypist(ctx, p)
+		if err != nil {
+			b.Fatal(err)
 		}
-	}
+		defer func() { _ = ty.Close(ctx) }()
+		timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
+	})
 }

@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -26,9 +27,11 @@ type Memory struct {
 	// polls, while all of them wait, and after they ended (after a GC
 	// that returns freed memory to the system).
 	Before, During, After int64
-	// HeapDuring is the Go heap in use while they wait.
+	// HeapBefore, HeapDuring and HeapAfter are the Go heap in use.
 	HeapBefore, HeapDuring, HeapAfter uint64
-	Goroutines                        int
+	// StackDuring is the memory of goroutine stacks while they wait.
+	StackDuring uint64
+	Goroutines  int
 	// Answered counts the polls that ended with 200 once the command was
 	// killed.
 	Answered int
@@ -79,9 +82,15 @@ func (s *Stack) IdlePolls(ctx context.Context, n int) (Memory, error) {
 	}
 	m.Goroutines = runtime.NumGoroutine()
 	m.During = rss()
+	if s.HeapProfile != "" {
+		runtime.GC() // the profile shows the heap as of the last collection
+		if err := writeHeapProfile(s.HeapProfile); err != nil {
+			return m, err
+		}
+	}
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	m.HeapDuring = ms.HeapInuse
+	m.HeapDuring, m.StackDuring = ms.HeapInuse, ms.StackInuse
 	if err := gw.Kill(ctx, id); err != nil {
 		return m, err
 	}
@@ -135,6 +144,18 @@ func settledRSS() (int64, uint64) {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return rss(), ms.HeapInuse
+}
+
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	defer f.Close()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		return fmt.Errorf("heap profile: %w", err)
+	}
+	return f.Close()
 }
 
 // rss is this process's resident set size in bytes (0 where /proc is

@@ -9,22 +9,14 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 )
 
-// output is the part of an output answer (gateway or agentd) a client
-// needs to follow a command.
-type output struct {
-	CommandID  int64          `json:"command_id"`
-	State      string         `json:"state"`
-	ExitCode   *int           `json:"exit_code"`
-	Chunks     []agentd.Chunk `json:"chunks"`
-	NextCursor uint64         `json:"next_cursor"`
-	More       bool           `json:"more"`
-	Dropped    uint64         `json:"dropped_bytes"`
-}
+// output is an output answer of either path, in the gateway's shape.
+type output = proxy.Output
 
 func fromAgentd(r *agentd.SessionResponse) output {
-	return output{State: r.State, ExitCode: r.ExitCode, Chunks: r.Chunks, NextCursor: r.NextCursor, More: r.More, Dropped: r.DroppedBytes}
+	return output{State: r.State, ExitCode: r.ExitCode, Chunks: r.Chunks, NextCursor: r.NextCursor, More: r.More, DroppedBytes: r.DroppedBytes}
 }
 
 // Path is one way of reaching the command: agentd itself, or the gateway.
@@ -225,7 +217,7 @@ func ReadAll(ctx context.Context, p Path, command string) (Throughput, error) {
 		for _, ch := range out.Chunks {
 			res.Bytes += int64(len(ch.Data))
 		}
-		res.Dropped = max(res.Dropped, out.Dropped)
+		res.Dropped = max(res.Dropped, out.DroppedBytes)
 		if out.State != agentd.StateRunning && !out.More {
 			break
 		}

@@ -63,14 +63,6 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 			}
 			fmt.Fprintf(tw, "output %s, %s, recording on\t%s\t%.0f MiB/s\t%.0f MiB/s\t%.2f×\t%s\n", mib(cfg.OutputBytes), o.Kind, db,
 				o.Direct.MBps(), o.Gateway.MBps(), rel, target)
-			rc := o.Recording
-			fmt.Fprintf(tw, "    bytes read by the client: direct %d (dropped %d), gateway %d (dropped %d)\n", o.Direct.Bytes, o.Direct.Dropped, o.Gateway.Bytes, o.Gateway.Dropped)
-			ratioStored := 0.0
-			if rc.StoredBytes > 0 {
-				ratioStored = float64(rc.OutBytes) / float64(rc.StoredBytes)
-			}
-			fmt.Fprintf(tw, "    recording: %s, complete: %v; %d bytes recorded in %s of recording_frames (%.1f:1, %d frames); dropped %d; ended %s after the client\n",
-				rc.State, rc.Complete, rc.OutBytes, mb(rc.StoredBytes), ratioStored, rc.Frames, rc.DroppedBytes, rc.Lag.Round(time.Millisecond))
 		}
 		m := r.Memory
 		growth := m.During - m.Before
@@ -78,10 +70,25 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 		fmt.Fprintf(tw, "console RSS, %d idle long-polls (%d answered)\t%s\tbefore %s\tduring %s\t+%s; after +%s (%s)\t< 100 MB growth, released: %s\n",
 			m.Polls, m.Answered, db, mb(m.Before), mb(m.During), mb(growth), mb(kept), mb(m.After),
 			verdict(growth < TargetMemoryGrowth && kept < releasedWithin))
-		fmt.Fprintf(tw, "    Go heap in use: before %s, during %s (%d goroutines), after %s\n", mb(int64(m.HeapBefore)), mb(int64(m.HeapDuring)),
-			m.Goroutines, mb(int64(m.HeapAfter)))
 	}
 	tw.Flush()
+	fmt.Fprintf(w, "\nDetails:\n")
+	for _, r := range results {
+		for _, o := range r.Outputs {
+			rc := o.Recording
+			ratioStored := 0.0
+			if rc.StoredBytes > 0 {
+				ratioStored = float64(rc.OutBytes) / float64(rc.StoredBytes)
+			}
+			fmt.Fprintf(w, "  %s, %s: bytes read by the client: direct %d (dropped %d), gateway %d (dropped %d)\n", r.Dialect, o.Kind,
+				o.Direct.Bytes, o.Direct.Dropped, o.Gateway.Bytes, o.Gateway.Dropped)
+			fmt.Fprintf(w, "  %s, %s: recording %s, complete: %v; %d bytes recorded in %s of recording_frames bodies (%.1f:1, %d frames); %d bytes dropped; ended %s after the client\n",
+				r.Dialect, o.Kind, rc.State, rc.Complete, rc.OutBytes, mb(rc.StoredBytes), ratioStored, rc.Frames, rc.DroppedBytes, rc.Lag.Round(time.Millisecond))
+		}
+		m := r.Memory
+		fmt.Fprintf(w, "  %s, %d long-polls: Go heap in use before %s, during %s, after %s; during: %d goroutines, stacks %s\n", r.Dialect, m.Polls,
+			mb(int64(m.HeapBefore)), mb(int64(m.HeapDuring)), mb(int64(m.HeapAfter)), m.Goroutines, mb(int64(m.StackDuring)))
+	}
 	for _, r := range results {
 		if r.ProfileText != "" {
 			fmt.Fprintf(w, "\nDatabase round trips per gateway request on %s (statements counted at the connection pool):\n%s", r.Dialect, r.ProfileText)

@@ -88,6 +88,9 @@ type Stack struct {
 
 	// Profile counts database round trips once Instrument was called.
 	Profile *Profile
+	// HeapProfile, when set, is where IdlePolls writes a heap profile
+	// while its polls wait.
+	HeapProfile string
 
 	srv     *http.Server
 	dropDBs func()
