@@ -42,51 +42,20 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &process{cmd: cmd, members: m, tracker: t}
-	var toClose []*os.File
-	closeAll := func() {
-		for _, f := range toClose {
-			f.Close()
-		}
-	}
-	for _, stream := range []uint8{streamStdout, streamStderr} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		toClose = append(toClose, r, w)
-		p.outputs = append(p.outputs, outputPipe{f: r, stream: stream})
-		if stream == streamStdout {
-			cmd.Stdout = w
-		} else {
-			cmd.Stderr = w
-		}
-	}
-	if spec.stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		toClose = append(toClose, r, w)
-		cmd.Stdin = r
-		p.stdin = w
+	ends, err := newPipes(cmd, spec.stdin)
+	if err != nil {
+		return nil, err
 	}
 	registered := t.starting()
 	if err := cmd.Start(); err != nil {
 		registered(0)
-		closeAll()
+		ends.closeAll()
 		return nil, err
 	}
 	registered(cmd.Process.Pid)
 	started(cmd.Process.Pid)
-	cmd.Stdout.(*os.File).Close()
-	cmd.Stderr.(*os.File).Close()
-	if spec.stdin {
-		cmd.Stdin.(*os.File).Close()
-	}
-	return p, nil
+	ends.started()
+	return &process{cmd: cmd, members: m, tracker: t, outputs: ends.outputs, stdin: ends.stdin}, nil
 }
 
 func (p *process) wait() {

@@ -65,51 +65,18 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 }
 
 func startPipes(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
-	p := &process{cmd: cmd}
-	var toClose []*os.File
-	closeAll := func() {
-		for _, f := range toClose {
-			f.Close()
-		}
-	}
-	for _, stream := range []uint8{streamStdout, streamStderr} {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		toClose = append(toClose, r, w)
-		p.outputs = append(p.outputs, outputPipe{f: r, stream: stream})
-		if stream == streamStdout {
-			cmd.Stdout = w
-		} else {
-			cmd.Stderr = w
-		}
-	}
-	if spec.stdin {
-		r, w, err := os.Pipe()
-		if err != nil {
-			closeAll()
-			return nil, err
-		}
-		toClose = append(toClose, r, w)
-		cmd.Stdin = r
-		p.stdin = w
+	ends, err := newPipes(cmd, spec.stdin)
+	if err != nil {
+		return nil, err
 	}
 	cmd.SysProcAttr = attr
 	pidfd := watchExitAttr(cmd.SysProcAttr)
 	if err := cmd.Start(); err != nil {
-		closeAll()
+		ends.closeAll()
 		return nil, err
 	}
-	p.exit = newExitWatch(pidfd)
-	// The child holds its own copies; ours would keep the pipes open.
-	cmd.Stdout.(*os.File).Close()
-	cmd.Stderr.(*os.File).Close()
-	if spec.stdin {
-		cmd.Stdin.(*os.File).Close()
-	}
-	return p, nil
+	ends.started()
+	return &process{cmd: cmd, outputs: ends.outputs, stdin: ends.stdin, exit: newExitWatch(pidfd)}, nil
 }
 
 func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
