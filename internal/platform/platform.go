@@ -122,7 +122,9 @@ func (s *Service) Login(ctx context.Context, email, password, ip string) (Login,
 	if err := s.DB.WithContext(ctx).Create(&sess).Error; err != nil {
 		return Login{}, fmt.Errorf("create login: %w", err)
 	}
-	s.DB.WithContext(ctx).Model(&Admin{}).Where("id = ?", a.ID).Update("last_login_at", now)
+	if err := s.DB.WithContext(ctx).Model(&Admin{}).Where("id = ?", a.ID).Update("last_login_at", now).Error; err != nil {
+		return Login{}, fmt.Errorf("record sign-in time: %w", err)
+	}
 	tok, exp, err := s.Signer.Issue(fmt.Sprint(a.ID), sess.ID, a.Email)
 	if err != nil {
 		return Login{}, err
