@@ -38,6 +38,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	pg := fs.String("postgres", getenv("DATABASE_URL"), "Postgres server DSN: a throwaway database is created on it and dropped after (default DATABASE_URL; empty: SQLite only)")
 	sqlite := fs.Bool("sqlite", true, "also run on SQLite")
 	heap := fs.String("heap-profile", "", "write a heap profile of the console while the long-polls wait to this file (the database name is appended)")
+	cpu := fs.String("cpu-profile", "", "write a CPU profile of the gateway's timed execs to this file (the database name is appended)")
 	inProcess := fs.Bool("agentd-in-process", false, "serve agentd inside this process instead of a child (its memory then counts in the RSS figure)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
@@ -60,7 +61,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	var results []*proxybench.Result
 	for _, dsn := range dsns {
-		r, err := benchOne(ctx, dsn, ad, cfg, *heap, logger, stderr)
+		r, err := benchOne(ctx, dsn, ad, cfg, profiles{heap: *heap, cpu: *cpu}, logger, stderr)
 		if err != nil {
 			return err
 		}
@@ -92,8 +93,11 @@ func benchAgentd(inProcess bool) (*proxybench.Agentd, error) {
 	return a, nil
 }
 
+// profiles name the profile files to write (empty: none).
+type profiles struct{ heap, cpu string }
+
 // benchOne measures one database on a fresh console.
-func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, heap string, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
+func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, prof profiles, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
 	dir, err := os.MkdirTemp("", "gatehouse-bench-console-")
 	if err != nil {
 		return nil, err
@@ -104,8 +108,11 @@ func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxyb
 		return nil, err
 	}
 	defer s.Close()
-	if heap != "" {
-		s.HeapProfile = heap + "." + string(s.Dialect)
+	if prof.heap != "" {
+		s.HeapProfile = prof.heap + "." + string(s.Dialect)
+	}
+	if prof.cpu != "" {
+		s.CPUProfile = prof.cpu + "." + string(s.Dialect)
 	}
 	r, err := proxybench.Run(ctx, s, cfg, progress)
 	if err != nil {

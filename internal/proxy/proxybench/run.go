@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"time"
@@ -90,7 +91,13 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	if r.ExecDirect, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, direct) }); err != nil {
 		return r, err
 	}
-	if r.ExecGW, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, gw) }); err != nil {
+	stopCPU, err := s.cpuProfile()
+	if err != nil {
+		return r, err
+	}
+	r.ExecGW, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, gw) })
+	stopCPU()
+	if err != nil {
 		return r, err
 	}
 	s.settle(ctx)
@@ -174,6 +181,26 @@ func timeN(ctx context.Context, n int, f func() (time.Duration, error)) ([]time.
 		out = append(out, d)
 	}
 	return out, nil
+}
+
+// cpuProfile starts a CPU profile of this process (the console, and the
+// benchmark's client) into s.CPUProfile when set; call the result to stop.
+func (s *Stack) cpuProfile() (func(), error) {
+	if s.CPUProfile == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(s.CPUProfile)
+	if err != nil {
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("cpu profile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		_ = f.Close()
+	}, nil
 }
 
 // settle waits for the recording followers to finish, so one phase's

@@ -91,6 +91,9 @@ type Stack struct {
 	// HeapProfile, when set, is where IdlePolls writes a heap profile
 	// while its polls wait.
 	HeapProfile string
+	// CPUProfile, when set, is where Run writes a CPU profile of the
+	// gateway's timed execs.
+	CPUProfile string
 
 	srv     *http.Server
 	dropDBs func()
