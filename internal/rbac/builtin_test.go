@@ -39,3 +39,59 @@ func TestBuiltinSubjectsAreNotRuleTargets(t *testing.T) {
 		}
 	})
 }
+
+// TestRemovalsTouchOnlyTheirRule: a removal with empty or partial fields,
+// or of a rule that does not exist, deletes nothing from the database
+// (the adapter reads empty fields as "any", so it used to delete every
+// rule of the table while answering "not found").
+func TestRemovalsTouchOnlyTheirRule(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db := storetest.Open(t, d, store.OrgSet)
+		en, err := rbac.NewEnforcer(ctx, db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rule := rbac.Rule{Subject: rbac.UserSubject(7), Domain: rbac.DomainOrg, Object: "users", Action: "read", Effect: "deny"}
+		if _, err := en.AddRule(ctx, rule); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := en.Assign(ctx, rbac.Assignment{Subject: rbac.UserSubject(7), Role: rbac.RoleMember, Domain: rbac.DeptDomain(1)}); err != nil {
+			t.Fatal(err)
+		}
+		rows := func() int64 {
+			var n int64
+			if err := db.Table("casbin_rule").Count(&n).Error; err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		want := rows()
+		for _, r := range []rbac.Rule{{}, {Subject: rbac.UserSubject(7)}, {Subject: rbac.UserSubject(7), Domain: rbac.DomainOrg, Object: "users", Action: "read", Effect: "allow"}} {
+			if ok, err := en.RemoveRule(ctx, r); ok || err != nil {
+				t.Errorf("RemoveRule(%+v) = %v, %v", r, ok, err)
+			}
+		}
+		for _, a := range []rbac.Assignment{{}, {Subject: rbac.UserSubject(7)}, {Subject: rbac.UserSubject(7), Role: rbac.RoleMember, Domain: rbac.DeptDomain(2)}} {
+			if ok, err := en.Unassign(ctx, a); ok || err != nil {
+				t.Errorf("Unassign(%+v) = %v, %v", a, ok, err)
+			}
+		}
+		if err := en.RemoveSubject(ctx, ""); err == nil {
+			t.Error("RemoveSubject of an empty subject accepted")
+		}
+		if err := en.RemoveDomain(ctx, ""); err == nil {
+			t.Error("RemoveDomain of an empty domain accepted")
+		}
+		if got := rows(); got != want {
+			t.Fatalf("casbin_rule has %d rows after removals that matched nothing, want %d", got, want)
+		}
+		if ok, err := en.RemoveRule(ctx, rule); !ok || err != nil {
+			t.Fatalf("removing the rule itself: %v, %v", ok, err)
+		}
+		if got := rows(); got != want-1 {
+			t.Fatalf("casbin_rule has %d rows after removing one rule, want %d", got, want-1)
+		}
+	})
+}

@@ -368,13 +368,18 @@ func isBuiltin(rules [][]string, rule ...string) bool {
 	return false
 }
 
-// Unassign removes a role assignment.
+// errEmptyField refuses a removal with an empty field: the adapter reads
+// empty as "any" and would delete every matching row of the table.
+var errEmptyField = errors.New("rbac: a removal needs every field")
+
+// Unassign removes a role assignment. One that does not exist changes
+// nothing and reports false.
 func (en *Enforcer) Unassign(ctx context.Context, a Assignment) (bool, error) {
 	if isBuiltin(builtinGrouping, a.Subject, a.Role, a.Domain) {
 		return false, ErrBuiltin
 	}
 	en.mu.Lock()
-	ok, err := en.e.RemoveGroupingPolicy(a.Subject, a.Role, a.Domain)
+	ok, err := en.removeExisting(true, a.Subject, a.Role, a.Domain)
 	en.mu.Unlock()
 	if err != nil {
 		return false, fmt.Errorf("remove role: %w", err)
@@ -385,6 +390,9 @@ func (en *Enforcer) Unassign(ctx context.Context, a Assignment) (bool, error) {
 // SetRoles makes roles exactly the roles sub holds in dom (used to put an
 // assignment back when its audit record could not be written).
 func (en *Enforcer) SetRoles(ctx context.Context, sub, dom string, roles []string) error {
+	if sub == "" || dom == "" {
+		return errEmptyField
+	}
 	en.mu.Lock()
 	_, err := en.e.RemoveFilteredGroupingPolicy(0, sub, "", dom)
 	for _, r := range roles {
@@ -412,8 +420,33 @@ func (en *Enforcer) RolesIn(sub, dom string) ([]string, error) {
 	return out, nil
 }
 
+// removeExisting removes one exact grouping (or policy) line, and only if
+// the enforcer holds it. The gorm adapter deletes with a filter that skips
+// empty fields and runs before the model is consulted, so without these
+// checks a request with empty fields answered "not found" after deleting
+// every rule of the table from the database. en.mu must be held.
+func (en *Enforcer) removeExisting(grouping bool, rule ...string) (bool, error) {
+	for _, f := range rule {
+		if f == "" {
+			return false, nil
+		}
+	}
+	has, remove := en.e.HasPolicy, en.e.RemovePolicy
+	if grouping {
+		has, remove = en.e.HasGroupingPolicy, en.e.RemoveGroupingPolicy
+	}
+	ok, err := has(toIface(rule)...)
+	if err != nil || !ok {
+		return false, err
+	}
+	return remove(toIface(rule)...)
+}
+
 // RemoveSubject drops every assignment and rule of sub (user or key gone).
 func (en *Enforcer) RemoveSubject(ctx context.Context, sub string) error {
+	if sub == "" {
+		return errEmptyField
+	}
 	en.mu.Lock()
 	ok1, err := en.e.RemoveFilteredGroupingPolicy(0, sub)
 	if err == nil {
@@ -430,6 +463,9 @@ func (en *Enforcer) RemoveSubject(ctx context.Context, sub string) error {
 
 // RemoveDomain drops every assignment in dom (department deleted).
 func (en *Enforcer) RemoveDomain(ctx context.Context, dom string) error {
+	if dom == "" {
+		return errEmptyField
+	}
 	en.mu.Lock()
 	ok, err := en.e.RemoveFilteredGroupingPolicy(2, dom)
 	en.mu.Unlock()
@@ -463,13 +499,14 @@ func (en *Enforcer) AddRule(ctx context.Context, r Rule) (bool, error) {
 	return ok, en.changed(ctx, ok)
 }
 
-// RemoveRule removes an explicit rule.
+// RemoveRule removes an explicit rule. One that does not exist changes
+// nothing and reports false.
 func (en *Enforcer) RemoveRule(ctx context.Context, r Rule) (bool, error) {
 	if isBuiltin(builtinPolicies, r.Subject, r.Domain, r.Object, r.Action, r.Effect) {
 		return false, ErrBuiltin
 	}
 	en.mu.Lock()
-	ok, err := en.e.RemovePolicy(r.Subject, r.Domain, r.Object, r.Action, r.Effect)
+	ok, err := en.removeExisting(false, r.Subject, r.Domain, r.Object, r.Action, r.Effect)
 	en.mu.Unlock()
 	if err != nil {
 		return false, fmt.Errorf("remove rule: %w", err)
