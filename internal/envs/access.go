@@ -324,6 +324,9 @@ func (s *Service) BackendTemplates(ctx context.Context, a *authz.Actor, envID in
 	if err != nil {
 		return nil, err
 	}
+	if e.Kind != KindSandbox {
+		return nil, apperr.New(apperr.ErrInvalid, "not_a_sandbox_environment", "Environment %q is a host; only sandbox environments have backend templates.", e.Name)
+	}
 	b, err := s.Backend(e)
 	if err != nil {
 		return nil, err

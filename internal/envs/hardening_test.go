@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/rbac"
@@ -203,5 +204,17 @@ func TestWorkspaceRootIsCleaned(t *testing.T) {
 				t.Errorf("%q stored as %q, want %q", tc.in, e.WorkspaceRoot, tc.stored)
 			}
 		}
+	})
+}
+
+// TestBackendTemplatesOfAHost: asking a host for backend templates is the
+// caller's mistake (400), not a server error.
+func TestBackendTemplatesOfAHost(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := setup(t, d)
+		e := f.mustCreate(t, hostInput("just-a-host", "http://10.0.0.2:49984", token("h")))
+		_, err := f.envs.BackendTemplates(context.Background(), sys, e.ID)
+		wantKind(t, err, apperr.ErrInvalid, "not_a_sandbox_environment")
 	})
 }
