@@ -96,7 +96,7 @@ func TestKilledProvisioning(t *testing.T) {
 			OrgDBPrefix: storetest.NewName("gh_test_crash_") + "_", Listen: "127.0.0.1:0"}
 		if d == store.Postgres {
 			cfg.DatabaseURL = storetest.DSN(t, store.Postgres)
-			dropPrefixed(t, cfg.OrgDBPrefix)
+			storetest.DropPrefixedAtCleanup(t, cfg.OrgDBPrefix)
 		}
 		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 16))
 		reconciled := 0
@@ -339,16 +339,4 @@ func existingOrgData(t *testing.T, cfg config.Config, d store.Dialect) []string 
 		out = append(out, name)
 	}
 	return out
-}
-
-// dropPrefixed drops, at cleanup, every database carrying prefix.
-func dropPrefixed(t *testing.T, prefix string) {
-	t.Helper()
-	t.Cleanup(func() {
-		var names []string
-		storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE left(datname, ?) = ?", len(prefix), prefix).Scan(&names)
-		for _, n := range names {
-			storetest.DropPostgresDB(t, n)
-		}
-	})
 }

@@ -38,7 +38,9 @@ func TestOrphanDatabasesPage(t *testing.T) {
 	}
 	r := e.json(http.MethodGet, "/api/v1/orphan-databases", tok, nil)
 	wantStatus(t, "list orphans", r, http.StatusOK)
-	var list struct{ Items []struct{ Kind, Name, Slug string } }
+	var list struct {
+		Items []struct{ Kind, Name, Slug string }
+	}
 	r.decode(t, &list)
 	if len(list.Items) != 2 || list.Items[0].Name != "ghost.db" || list.Items[0].Slug != "ghost" || list.Items[0].Kind != "sqlite" {
 		t.Fatalf("orphans: %s", r.body)

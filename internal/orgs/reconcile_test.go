@@ -31,13 +31,7 @@ func newTestService(t *testing.T, d store.Dialect) *Service {
 		DBPrefix: storetest.NewName("gh_test_rec_") + "_"}
 	if d == store.Postgres {
 		cfg.ServerDSN = storetest.AdminDSN(t)
-		t.Cleanup(func() {
-			var names []string
-			storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE left(datname, ?) = ?", len(cfg.DBPrefix), cfg.DBPrefix).Scan(&names)
-			for _, n := range names {
-				storetest.DropPostgresDB(t, n)
-			}
-		})
+		storetest.DropPrefixedAtCleanup(t, cfg.DBPrefix)
 	}
 	s := New(cfg)
 	t.Cleanup(s.Close)

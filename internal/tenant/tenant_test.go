@@ -28,13 +28,7 @@ func newRegistry(t *testing.T, d store.Dialect) *tenant.Registry {
 		DBPrefix: storetest.NewName("gh_test_tenant_") + "_"}
 	if d == store.Postgres {
 		cfg.ServerDSN = storetest.AdminDSN(t)
-		t.Cleanup(func() {
-			var names []string
-			storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE left(datname, ?) = ?", len(cfg.DBPrefix), cfg.DBPrefix).Scan(&names)
-			for _, n := range names {
-				storetest.DropPostgresDB(t, n)
-			}
-		})
+		storetest.DropPrefixedAtCleanup(t, cfg.DBPrefix)
 	}
 	svc := orgs.New(cfg)
 	t.Cleanup(svc.Close)
