@@ -279,6 +279,11 @@ func Finish(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner st
 			"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}).Error; err != nil {
 			return err
 		}
+		// The search entry commits with the end, so every ended command is
+		// searchable (or neither happened).
+		if err := indexTx(ctx, tx, c); err != nil {
+			return err
+		}
 		_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
 			Details: audit.Details(EndDetails(c))})
 		return err

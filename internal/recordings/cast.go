@@ -1,0 +1,201 @@
+package recordings
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+)
+
+// walkPage is how many frames Walk reads at a time: a long recording is
+// streamed, never held whole in memory.
+const walkPage = 64
+
+// errStop ends a Walk early without an error.
+var errStop = errors.New("stop")
+
+// Walk calls fn with each recorded chunk of kind of command id, in order,
+// reading the frames a page at a time. fn returning errStop ends the walk
+// early; a frame that cannot be decoded ends it with an error wrapping
+// errCorrupt.
+func Walk(ctx context.Context, db *gorm.DB, id int64, kind string, fn func(Chunk) error) error {
+	after := int64(-1)
+	for {
+		var frames []frame
+		err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND first_seq > ?", id, kind, after).
+			Order("first_seq").Limit(walkPage).Find(&frames).Error
+		if err != nil {
+			return fmt.Errorf("read recording of command %d: %w", id, err)
+		}
+		for _, f := range frames {
+			cs, err := decodeFrame(f.Body)
+			if err != nil {
+				return fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
+			}
+			for _, c := range cs {
+				if err := fn(c); err != nil {
+					if errors.Is(err, errStop) {
+						return nil
+					}
+					return err
+				}
+			}
+			after = f.FirstSeq
+		}
+		if len(frames) < walkPage {
+			return nil
+		}
+	}
+}
+
+// Resize is a window size change of a command, from its audit events.
+type Resize struct {
+	At         time.Time
+	Cols, Rows int
+}
+
+// castHeader is the first line of an asciicast v2 file.
+type castHeader struct {
+	Version   int      `json:"version"`
+	Width     int      `json:"width"`
+	Height    int      `json:"height"`
+	Timestamp int64    `json:"timestamp"`
+	Duration  *float64 `json:"duration,omitempty"`
+	Title     string   `json:"title,omitempty"`
+}
+
+// Default window size of a recording whose size was never set.
+const (
+	DefaultCols = 80
+	DefaultRows = 24
+)
+
+// WriteCast writes command c's output as asciicast v2
+// (https://docs.asciinema.org/manual/asciicast/v2/): a header line, then
+// one [seconds, "o", text] event per chunk, seconds counted from the
+// command's start and never decreasing. The window starts at the first of
+// resizes (80x24 without one); later ones become "r" events. Output agentd
+// dropped becomes an "m" (marker) event naming the bytes lost. Typed input
+// is not included: what a terminal echoes is in the output already, and
+// what it does not echo (passwords at a prompt) stays out of downloads.
+// A character split across chunks is sent whole with the later chunk, so
+// the "o" events concatenated equal the recorded output (bytes that are not
+// UTF-8 at all become U+FFFD, as JSON strings must be text).
+func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, resizes []Resize) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	enc := json.NewEncoder(bw)
+	enc.SetEscapeHTML(false)
+	hdr := castHeader{Version: 2, Width: DefaultCols, Height: DefaultRows, Timestamp: c.StartedAt.Unix(), Title: truncate(c.Command, 200)}
+	if len(resizes) > 0 {
+		hdr.Width, hdr.Height, resizes = resizes[0].Cols, resizes[0].Rows, resizes[1:]
+	}
+	if c.EndedAt != nil {
+		d := roundMicro(max(c.EndedAt.Sub(c.StartedAt).Seconds(), 0))
+		hdr.Duration = &d
+	}
+	if err := enc.Encode(hdr); err != nil {
+		return fmt.Errorf("write cast header: %w", err)
+	}
+	last := 0.0
+	emit := func(at time.Time, code, data string) error {
+		last = max(last, roundMicro(at.Sub(c.StartedAt).Seconds()))
+		return enc.Encode([]any{last, code, data})
+	}
+	var j runeJoiner
+	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
+		for len(resizes) > 0 && !resizes[0].At.After(ch.At) {
+			if err := emit(resizes[0].At, "r", strconv.Itoa(resizes[0].Cols)+"x"+strconv.Itoa(resizes[0].Rows)); err != nil {
+				return err
+			}
+			resizes = resizes[1:]
+		}
+		if ch.Stream == StreamGap {
+			return emit(ch.At, "m", "gatehouse: "+string(ch.Data)+" bytes of output were lost here (agentd's buffer overflowed)")
+		}
+		if p := j.next(ch.Data); len(p) > 0 {
+			return emit(ch.At, "o", string(p))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if p := j.rest(); len(p) > 0 {
+		if err := enc.Encode([]any{last, "o", string(p)}); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// WriteText writes command c's output with terminal escapes removed: what
+// a person reads, for grep and for pasting into a report. Bytes that are
+// not UTF-8 become '?'.
+func WriteText(ctx context.Context, db *gorm.DB, w io.Writer, c Command) error {
+	bw := bufio.NewWriterSize(w, 64<<10)
+	var s Stripper
+	var j runeJoiner
+	var buf []byte
+	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
+		if ch.Stream == StreamGap {
+			return nil
+		}
+		buf = s.Append(buf[:0], ch.Data)
+		_, err := bw.Write(ValidUTF8(j.next(buf)))
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if _, err := bw.Write(ValidUTF8(j.rest())); err != nil {
+		return err
+	}
+	return bw.Flush()
+}
+
+func roundMicro(s float64) float64 { return math.Round(s*1e6) / 1e6 }
+
+// runeJoiner passes bytes on in pieces that never end inside a UTF-8
+// character: an incomplete one at the end of a piece waits for the next.
+type runeJoiner struct {
+	carry []byte
+	out   []byte
+}
+
+// next returns the complete characters of what was carried plus p; the
+// result is valid until the next call.
+func (j *runeJoiner) next(p []byte) []byte {
+	j.out = append(append(j.out[:0], j.carry...), p...)
+	n := completeUTF8(j.out)
+	j.carry = append(j.carry[:0], j.out[n:]...)
+	return j.out[:n]
+}
+
+// rest returns what is still carried (an incomplete character at the end).
+func (j *runeJoiner) rest() []byte {
+	r := j.carry
+	j.carry = nil
+	return r
+}
+
+// completeUTF8 is the length of p without an incomplete character at its
+// end.
+func completeUTF8(p []byte) int {
+	for i := len(p) - 1; i >= 0 && i >= len(p)-utf8.UTFMax; i-- {
+		if utf8.RuneStart(p[i]) {
+			if !utf8.FullRune(p[i:]) {
+				return i
+			}
+			break
+		}
+	}
+	return len(p)
+}
