@@ -81,7 +81,7 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 	}
 	// Failed logins are slowed with real sleeps in production.
 	c.Platform.Sleep = func(context.Context, time.Duration) {}
-	srv := httptest.NewServer(c.Handler())
+	srv := httptest.NewServer(validateAPI(t, c.Handler()))
 	t.Cleanup(func() {
 		srv.Close()
 		c.Close()

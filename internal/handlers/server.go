@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/apidoc"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/orgs"
@@ -59,6 +60,7 @@ type Server struct {
 	Deps
 	e      *echo.Echo
 	routes []Route
+	apiDoc apidoc.Served
 }
 
 // Route is one registered route and what it requires.
@@ -180,6 +182,7 @@ func staticHandler() http.Handler {
 // registerPlatformAPI is the platform JSON API.
 func (s *Server) registerPlatformAPI() {
 	api := s.group("/api/v1", platformSurface)
+	api.handle(http.MethodGet, "/openapi.json", rbac.Public(), s.apiOpenAPI)
 	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiLogin)
 	api.handle(http.MethodPost, "/auth/logout", rbac.OwnLogin(), s.apiLogout)
 	api.handle(http.MethodPost, "/auth/password", rbac.OwnLogin(), s.apiChangePassword)
