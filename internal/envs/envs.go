@@ -55,7 +55,15 @@ type Environment struct {
 	SandboxDomain     string
 	SandboxScheme     string
 	ProxyBaseURL      string
-	SealedAPIKey      string `gorm:"column:sealed_api_key"`
+	// WorkspaceMount (sandbox environments) is the host path template of
+	// a session's persistent workspace, with {org} and {session}
+	// placeholders; "" keeps workspaces inside the sandbox. See
+	// WorkspaceMountFor.
+	WorkspaceMount string
+	// WorkspaceMountPath is where that directory is mounted inside the
+	// sandbox; "" mounts it at the same path as on the host.
+	WorkspaceMountPath string
+	SealedAPIKey       string `gorm:"column:sealed_api_key"`
 	SealedAgentdToken string `gorm:"column:sealed_agentd_token"`
 	HealthStatus      string
 	HealthError       string
@@ -93,6 +101,21 @@ type Service struct {
 	// bounded by their context only.
 	HTTPClient *http.Client
 	Now        func() time.Time
+	// MountPrefix is the directory every workspace mount template must lie
+	// under ("" is DefaultMountPrefix, CubeSandbox's default allowed
+	// prefix); the backend enforces its own list as well.
+	MountPrefix string
+}
+
+// DefaultMountPrefix is where workspace mounts may live unless the
+// service says otherwise: CubeSandbox's default allowed host-mount prefix.
+const DefaultMountPrefix = "/data/shared/"
+
+func (s *Service) mountPrefix() string {
+	if s.MountPrefix != "" {
+		return s.MountPrefix
+	}
+	return DefaultMountPrefix
 }
 
 func (s *Service) now() time.Time {
@@ -150,8 +173,12 @@ type Input struct {
 	SandboxDomain *string
 	SandboxScheme *string
 	ProxyBaseURL  *string
-	APIKey        *string
-	AgentdToken   *string
+	// WorkspaceMount and WorkspaceMountPath are a sandbox environment's
+	// persistent workspace (see Environment).
+	WorkspaceMount     *string
+	WorkspaceMountPath *string
+	APIKey             *string
+	AgentdToken        *string
 	// Private (on create) makes the environment its creator's own.
 	Private bool
 }
@@ -178,7 +205,7 @@ func set(dst *string, src *string) {
 }
 
 // apply copies input onto e and validates the result, explaining each rule.
-func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string, err error) {
+func apply(e *Environment, in Input, creating bool, mountPrefix string) (agentdToken, apiKey *string, err error) {
 	v := apperr.Validation()
 	set(&e.Name, in.Name)
 	if creating {
@@ -191,6 +218,8 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 	set(&e.SandboxDomain, in.SandboxDomain)
 	set(&e.SandboxScheme, in.SandboxScheme)
 	set(&e.ProxyBaseURL, in.ProxyBaseURL)
+	set(&e.WorkspaceMount, in.WorkspaceMount)
+	set(&e.WorkspaceMountPath, in.WorkspaceMountPath)
 	e.URL = strings.TrimRight(e.URL, "/")
 	e.ProxyBaseURL = strings.TrimRight(e.ProxyBaseURL, "/")
 	if e.Name == "" || len(e.Name) > 100 {
@@ -218,6 +247,10 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 		if in.APIKey != nil && *in.APIKey != "" {
 			v.Add("api_key", "Host environments have no backend API key.")
 		}
+		if e.WorkspaceMount != "" || e.WorkspaceMountPath != "" {
+			v.Add("workspace_mount", "Host environments keep session workspaces under their workspace root; a workspace mount is for sandbox environments.")
+		}
+		e.WorkspaceMount, e.WorkspaceMountPath = "", ""
 	case KindSandbox:
 		if !validHTTPURL(e.URL) {
 			v.Add("url", "The backend API URL must be an http:// or https:// URL, like https://api.e2b.app or http://cube-api:3000.")
@@ -238,6 +271,7 @@ func apply(e *Environment, in Input, creating bool) (agentdToken, apiKey *string
 			v.Add("sandbox_domain", "Give the sandbox domain (host-based proxying, <port>-<sandboxID>.<domain>) or a path-based proxy base URL.")
 		}
 		e.OS, e.Deployment, e.WorkspaceRoot = "linux", "", ""
+		validateMount(v, e, mountPrefix)
 	default:
 		v.Add("kind", "Kind must be host or sandbox.")
 	}
@@ -298,7 +332,7 @@ func cleanWorkspaceRoot(p string) (string, string) {
 func (s *Service) create(ctx context.Context, in Input, owner *int64, createdBy string) (Environment, error) {
 	now := s.now()
 	e := Environment{DepartmentID: orgWide(in.DepartmentID), OwnerUserID: owner, HealthStatus: HealthUnknown, CreatedBy: createdBy, CreatedAt: now, UpdatedAt: now}
-	tok, key, err := apply(&e, in, true)
+	tok, key, err := apply(&e, in, true, s.mountPrefix())
 	if err = s.checkDepartment(ctx, e.DepartmentID, err); err != nil {
 		return e, err
 	}
@@ -403,7 +437,7 @@ func (s *Service) update(ctx context.Context, before Environment, in Input) (aft
 	if in.DepartmentID != nil {
 		after.DepartmentID = orgWide(in.DepartmentID)
 	}
-	tok, key, err := apply(&after, in, false)
+	tok, key, err := apply(&after, in, false, s.mountPrefix())
 	if in.DepartmentID != nil {
 		err = s.checkDepartment(ctx, after.DepartmentID, err)
 	}
@@ -432,7 +466,8 @@ func (s *Service) update(ctx context.Context, before Environment, in Input) (aft
 		if err := tx.Model(&Environment{}).Where("id = ?", id).Updates(map[string]any{
 			"name": after.Name, "department_id": after.DepartmentID, "url": after.URL, "os": after.OS, "deployment": after.Deployment,
 			"workspace_root": after.WorkspaceRoot, "sandbox_domain": after.SandboxDomain, "sandbox_scheme": after.SandboxScheme,
-			"proxy_base_url": after.ProxyBaseURL, "updated_at": after.UpdatedAt,
+			"proxy_base_url": after.ProxyBaseURL, "workspace_mount": after.WorkspaceMount, "workspace_mount_path": after.WorkspaceMountPath,
+			"updated_at": after.UpdatedAt,
 		}).Error; err != nil {
 			return err
 		}
