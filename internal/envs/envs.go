@@ -43,18 +43,18 @@ const (
 
 // Environment is where commands run.
 type Environment struct {
-	ID                int64 `gorm:"primaryKey"`
-	Name              string
-	Kind              string
-	DepartmentID      *int64
-	OwnerUserID       *int64
-	URL               string
-	OS                string
-	Deployment        string
-	WorkspaceRoot     string
-	SandboxDomain     string
-	SandboxScheme     string
-	ProxyBaseURL      string
+	ID            int64 `gorm:"primaryKey"`
+	Name          string
+	Kind          string
+	DepartmentID  *int64
+	OwnerUserID   *int64
+	URL           string
+	OS            string
+	Deployment    string
+	WorkspaceRoot string
+	SandboxDomain string
+	SandboxScheme string
+	ProxyBaseURL  string
 	// WorkspaceMount (sandbox environments) is the host path template of
 	// a session's persistent workspace, with {org} and {session}
 	// placeholders; "" keeps workspaces inside the sandbox. See
@@ -64,17 +64,17 @@ type Environment struct {
 	// sandbox; "" mounts it at the same path as on the host.
 	WorkspaceMountPath string
 	SealedAPIKey       string `gorm:"column:sealed_api_key"`
-	SealedAgentdToken string `gorm:"column:sealed_agentd_token"`
-	HealthStatus      string
-	HealthError       string
-	HealthCheckedAt   *time.Time
-	HealthChangedAt   *time.Time
-	HealthLatencyMS   int `gorm:"column:health_latency_ms"`
-	AgentdVersion     string
-	ActiveSessions    int
-	CreatedBy         string
-	CreatedAt         time.Time
-	UpdatedAt         time.Time
+	SealedAgentdToken  string `gorm:"column:sealed_agentd_token"`
+	HealthStatus       string
+	HealthError        string
+	HealthCheckedAt    *time.Time
+	HealthChangedAt    *time.Time
+	HealthLatencyMS    int `gorm:"column:health_latency_ms"`
+	AgentdVersion      string
+	ActiveSessions     int
+	CreatedBy          string
+	CreatedAt          time.Time
+	UpdatedAt          time.Time
 }
 
 // TableName binds Environment to its table.
