@@ -13,9 +13,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -56,28 +56,17 @@ const (
 
 // consoleProcess is one run of the console as a child process.
 type consoleProcess struct {
-	cmd  *exec.Cmd
-	url  string
-	logs *lockedBuffer
-	done chan struct{}
+	cmd *exec.Cmd
+	url string
+	// logPath holds what the console logged (its stderr).
+	logPath string
+	done    chan struct{}
 }
 
-// lockedBuffer collects a child's output.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
+// logs is what the console logged so far.
+func (p *consoleProcess) logs() string {
+	b, _ := os.ReadFile(p.logPath)
+	return string(b)
 }
 
 // consoleCmd is the test binary as `console args...` with env.
@@ -90,12 +79,17 @@ func consoleCmd(env []string, args ...string) *exec.Cmd {
 // startConsole runs `console serve` with env and waits until it listens.
 func startConsole(t *testing.T, env []string) *consoleProcess {
 	t.Helper()
-	p := &consoleProcess{cmd: consoleCmd(env, "serve", "--listen", "127.0.0.1:0"), logs: &lockedBuffer{}, done: make(chan struct{})}
+	p := &consoleProcess{cmd: consoleCmd(env, "serve", "--listen", "127.0.0.1:0"), logPath: filepath.Join(t.TempDir(), "console.log"), done: make(chan struct{})}
 	out, err := p.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.cmd.Stderr = p.logs
+	logFile, err := os.Create(p.logPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logFile.Close() // the child has its own descriptor
+	p.cmd.Stderr = logFile
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -118,9 +112,9 @@ func startConsole(t *testing.T, env []string) *consoleProcess {
 	case addr := <-listening:
 		p.url = "http://" + addr
 	case <-p.done:
-		t.Fatalf("the console exited before listening:\n%s", p.logs)
+		t.Fatalf("the console exited before listening:\n%s", p.logs())
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the console did not listen within 60 s:\n%s", p.logs)
+		t.Fatalf("the console did not listen within 60 s:\n%s", p.logs())
 	}
 	return p
 }
@@ -128,22 +122,22 @@ func startConsole(t *testing.T, env []string) *consoleProcess {
 // kill ends the console with SIGKILL: no shutdown code runs.
 func (p *consoleProcess) kill(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGKILL)
-	select {
-	case <-p.done:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the console did not exit after SIGKILL")
-	}
+	p.signal(t, syscall.SIGKILL)
 }
 
 // stop ends the console the way an operator does (SIGTERM).
 func (p *consoleProcess) stop(t *testing.T) {
 	t.Helper()
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	p.signal(t, syscall.SIGTERM)
+}
+
+func (p *consoleProcess) signal(t *testing.T, sig syscall.Signal) {
+	t.Helper()
+	_ = p.cmd.Process.Signal(sig)
 	select {
 	case <-p.done:
 	case <-time.After(30 * time.Second):
-		t.Fatal("the console did not stop after SIGTERM")
+		t.Fatalf("the console did not exit after %s", sig)
 	}
 }
 
@@ -334,7 +328,7 @@ func TestConsoleKilledMidCommand(t *testing.T) {
 				break
 			}
 			if time.Now().After(deadline) {
-				t.Fatalf("the command is not recorded as ended: %+v\n%s", h, second.logs)
+				t.Fatalf("the command is not recorded as ended: %+v\n%s", h, second.logs())
 			}
 			time.Sleep(100 * time.Millisecond)
 		}
@@ -350,7 +344,7 @@ func TestConsoleKilledMidCommand(t *testing.T) {
 		if err := verify.Run(); err != nil || !strings.HasPrefix(out.String(), "ok: ") {
 			t.Fatalf("console audit verify --org acme: %v\n%s", err, out.String())
 		}
-		for name, b := range map[string]string{"first run's log": first.logs.String(), "second run's log": second.logs.String()} {
+		for name, b := range map[string]string{"first run's log": first.logs(), "second run's log": second.logs()} {
 			if strings.Contains(b, agentdToken) {
 				t.Errorf("the agentd token shows in the %s", name)
 			}
