@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -146,6 +147,8 @@ type createSpec struct {
 	private    bool
 	metadata   map[string]string
 	envVars    map[string]string
+	// hostDir is the host-mount directory agentd works in ("" none).
+	hostDir string
 }
 
 // parseCreate validates a NewSandbox body like E2B's spec validation and
@@ -193,6 +196,11 @@ func (s *Server) parseCreate(r *http.Request) (createSpec, error) {
 	for k := range sp.envVars {
 		if !envVarName.MatchString(k) {
 			return createSpec{}, badf("Invalid environment variable name %q.", k)
+		}
+	}
+	if raw, ok := sp.metadata[MetaHostMount]; ok && s.cfg.CubeSandbox {
+		if sp.hostDir, err = s.parseHostMount(raw); err != nil {
+			return createSpec{}, err
 		}
 	}
 	sp.secure = req.Secure != nil && *req.Secure
@@ -248,7 +256,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	id := randomID(10)
 	dir := filepath.Join(s.cfg.WorkDir, id)
 	ws := filepath.Join(dir, "workspace")
-	if err := os.MkdirAll(ws, 0o755); err != nil {
+	if sp.hostDir != "" {
+		// The mounted directory is the workspace; only the state stays
+		// in the sandbox's own directory (and goes with it).
+		if err := s.prepareHostMount(sp.hostDir); err != nil {
+			writeBad(w, err)
+			return
+		}
+		ws = sp.hostDir
+	}
+	if err := errors.Join(os.MkdirAll(dir, 0o755), os.MkdirAll(ws, 0o755)); err != nil {
 		writeError(w, http.StatusInternalServerError, "Cannot create the sandbox workspace.")
 		return
 	}

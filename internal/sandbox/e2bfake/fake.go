@@ -79,13 +79,20 @@ type Config struct {
 	// mode). Tests leave it zero and call Tick or Advance.
 	TickInterval time.Duration
 	// CubeSandbox mimics CubeAPI where it differs from E2B (see "Where
-	// CubeSandbox differs" in shared/e2b-api.md): a timeout of -1 means
+	// CubeSandbox differs" in shared/e2b-api.md): the host-mount metadata
+	// key is honoured (see HostMountPrefix), a timeout of -1 means
 	// never (and is the create default), create honours lifecycle
 	// {onTimeout, autoResume} over the flat fields, connect answers 200
 	// even when it resumed, GET /sandboxes lists at most 200, and
 	// nextToken is ignored (IgnoreNextToken). Off, the fake is E2B: -1 is
 	// refused and lifecycle is ignored.
 	CubeSandbox bool
+	// HostMountPrefix is the directory host-mount host paths must lie
+	// under, in CubeSandbox mode (default DefaultHostMountPrefix, as
+	// CubeAPI ships). A sandbox created with a host-mount has its agentd
+	// work in that host directory, created if missing, which outlives the
+	// sandbox.
+	HostMountPrefix string
 	// IgnoreNextToken mimics CubeSandbox alone: X-Next-Token is sent but
 	// the nextToken parameter is ignored, so every request gets the first
 	// page.
