@@ -84,6 +84,12 @@ type server struct {
 // prefix and is dropped at cleanup.
 func newServer(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *server {
 	t.Helper()
+	return newServerLog(t, d, io.Discard, opts...)
+}
+
+// newServerLog is newServer with the console's log written to logw.
+func newServerLog(t *testing.T, d store.Dialect, logw io.Writer, opts ...func(*config.Config)) *server {
+	t.Helper()
 	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword,
 		TokenTTL: time.Hour, OrgDBPrefix: storetest.NewName("gh_test_org_") + "_"}
 	for _, o := range opts {
@@ -103,7 +109,7 @@ func newServer(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *ser
 			}
 		})
 	}
-	c, err := console.New(context.Background(), cfg, slog.New(slog.NewTextHandler(io.Discard, nil)))
+	c, err := console.New(context.Background(), cfg, slog.New(slog.NewTextHandler(logw, nil)))
 	if err != nil {
 		t.Fatalf("console.New: %v", err)
 	}

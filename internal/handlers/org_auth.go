@@ -25,6 +25,9 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 	ctx := c.Request().Context()
 	email = auth.NormalizeEmail(email)
 	var u directory.User
+	if err := s.passwordSignInAllowed(c, email); err != nil {
+		return u, loginResponse{}, err
+	}
 	keys := auth.LoginKeys{Address: "org:" + t.Org.Slug + ":ip:" + c.RealIP(), Account: "org:" + t.Org.Slug + ":acct:" + email}
 	err := s.Throttle.Attempt(ctx, keys, s.Sleep, func() (bool, error) {
 		var ok bool
@@ -204,6 +207,7 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		{"Environments", base + "/environments", "", ""},
 		{"API keys", base + "/api-keys", "", ""},
 		{"Audit log", base + "/audit", "audit", "read"},
+		{"Single sign-on", base + "/sso", "sso", "read"},
 	}
 	for _, it := range items {
 		if it.obj != "" {
@@ -226,8 +230,8 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 
 func (s *Server) pageOrgLogin(c echo.Context) error {
 	t := tenantOf(c)
-	return render(c, http.StatusOK, views.Login(s.orgPage(c, "Sign in"), views.LoginForm{
-		Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Next: c.QueryParam("next")}))
+	return render(c, http.StatusOK, views.Login(s.orgPage(c, "Sign in"), s.withSSO(c, views.LoginForm{
+		Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Next: c.QueryParam("next")})))
 }
 
 func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
@@ -239,8 +243,8 @@ func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
 		if status >= 500 {
 			return err
 		}
-		return render(c, status, views.Login(s.orgPage(c, "Sign in"), views.LoginForm{
-			Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Email: email, Error: body.Message, Next: next}))
+		return render(c, status, views.Login(s.orgPage(c, "Sign in"), s.withSSO(c, views.LoginForm{
+			Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Email: email, Error: body.Message, Next: next})))
 	}
 	s.setLoginCookie(c, orgCookieName(t.Org.Slug), resp.Token, resp.ExpiresAt)
 	if u.MustChangePassword {

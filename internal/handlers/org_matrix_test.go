@@ -147,6 +147,8 @@ var allowedRoles = map[string][]string{
 	"org:audit:read":               {"admin", "entered-admin", "auditor", "auditor-key"},
 	"org:audit:export":             {"admin", "entered-admin", "auditor", "auditor-key"},
 	"org:audit:verify":             {"admin", "entered-admin", "auditor", "auditor-key"},
+	"org:sso:read":                 {"admin", "entered-admin"},
+	"org:sso:update":               {"admin", "entered-admin"},
 }
 
 // principal is one way of presenting credentials.

@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/sso"
 
 	"github.com/labstack/echo/v4"
 
@@ -152,12 +153,27 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
 	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)
+	s.registerSSO(api, pg)
 
 	// A platform admin enters an org explicitly; it is audited in both logs.
 	plat := s.group("/api/v1/orgs/:org", platformSurface)
 	plat.handle(http.MethodPost, "/enter", rbac.Platform("orgs/:org", "enter"), s.apiEnterOrg)
 	pp := s.group("/admin/orgs/:org", platformSurface)
 	pp.handle(http.MethodPost, "/enter", rbac.Platform("orgs/:org", "enter"), s.pageEnterOrg)
+}
+
+// registerSSO is the org's single sign-on: its settings (org admins) and
+// the sign-in through its provider (public; 404 while it is off).
+func (s *Server) registerSSO(api, pg *group) {
+	s.sso = sso.NewService(s.OutboundHTTP, s.Now)
+	api.handle(http.MethodGet, "/sso", rbac.Org("sso", "read"), s.apiGetSSO)
+	api.handle(http.MethodPut, "/sso", rbac.Org("sso", "update"), s.apiPutSSO)
+	api.handle(http.MethodPost, "/sso/test", rbac.Org("sso", "read"), s.apiTestSSO)
+	pg.handle(http.MethodGet, "/sso", rbac.Org("sso", "read"), s.pageSSO)
+	pg.handle(http.MethodPost, "/sso", rbac.Org("sso", "update"), s.pageSaveSSO)
+	pg.handle(http.MethodPost, "/sso/test", rbac.Org("sso", "read"), s.pageTestSSO)
+	pg.handle(http.MethodGet, "/sso/login", rbac.Public(), s.pageSSOStart)
+	pg.handle(http.MethodGet, "/sso/callback", rbac.Public(), s.pageSSOCallback)
 }
 
 func orgCookieName(slug string) string { return orgCookiePrefix + slug }

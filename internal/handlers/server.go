@@ -24,6 +24,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/sso"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/web"
 )
@@ -60,6 +61,7 @@ type Server struct {
 	Deps
 	e      *echo.Echo
 	routes []Route
+	sso    *sso.Service
 	apiDoc apidoc.Served
 }
 
