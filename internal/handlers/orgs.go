@@ -145,14 +145,18 @@ func (s *Server) apiUpdateOrg(c echo.Context) error {
 	return c.JSON(http.StatusOK, toOrgJSON(after))
 }
 
-// setStatus suspends or resumes and audits.
+// setStatus suspends or resumes; the platform record commits with the
+// change, so neither happens without the other.
 func (s *Server) setStatus(c echo.Context, status, action string) (orgs.Org, error) {
-	o, err := s.Orgs.SetStatus(c.Request().Context(), c.Param("org"), status)
+	actor := principalOf(c).AuditActor()
+	o, err := s.Orgs.SetStatusAudited(c.Request().Context(), c.Param("org"), status, func(o orgs.Org) audit.Event {
+		return requestEvent(c, actor, action, orgTarget(o), audit.Allow, map[string]any{"after": map[string]any{"status": status}})
+	})
 	if err != nil {
 		return o, err
 	}
 	s.Tenants.Forget(o.Slug)
-	return o, s.platformEvent(c, principalOf(c).AuditActor(), action, orgTarget(o), audit.Allow, map[string]any{"after": map[string]any{"status": status}})
+	return o, nil
 }
 
 func (s *Server) apiSuspendOrg(c echo.Context) error {

@@ -257,6 +257,13 @@ func (s *Service) Update(ctx context.Context, slug string, in UpdateInput) (befo
 // SetStatus suspends or resumes an org. Suspending revokes its pool: the
 // org's in-flight requests see their tenant context end at once.
 func (s *Service) SetStatus(ctx context.Context, slug, status string) (Org, error) {
+	return s.SetStatusAudited(ctx, slug, status, nil)
+}
+
+// SetStatusAudited is SetStatus whose platform audit record (event, when
+// set, given the org as changed) commits in the same catalog transaction
+// as the change: the two succeed or fail together.
+func (s *Service) SetStatusAudited(ctx context.Context, slug, status string, event func(Org) audit.Event) (Org, error) {
 	r, err := s.getRow(ctx, slug)
 	if err != nil {
 		return Org{}, err
@@ -269,17 +276,34 @@ func (s *Service) SetStatus(ctx context.Context, slug, status string) (Org, erro
 	}
 	now := s.cfg.Now().UTC()
 	updates := map[string]any{"status": status, "updated_at": now, "suspended_at": nil}
+	r.Status, r.UpdatedAt, r.SuspendedAt = status, now, nil
 	if status == StatusSuspended {
 		updates["suspended_at"] = now
+		r.SuspendedAt = &now
 	}
-	// Only a settled org changes status: a deletion that began meanwhile
-	// must not be turned back into a live org.
-	res := s.cfg.Catalog.WithContext(ctx).Model(&orgRow{}).
-		Where("id = ? AND status IN ?", r.ID, []string{StatusActive, StatusSuspended}).Updates(updates)
-	if res.Error != nil {
-		return Org{}, catalogErr(fmt.Errorf("set org status: %w", res.Error))
+	changed := true
+	err = s.cfg.Catalog.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Only a settled org changes status: a deletion that began
+		// meanwhile must not be turned back into a live org.
+		res := tx.Model(&orgRow{}).Where("id = ? AND status IN ?", r.ID, []string{StatusActive, StatusSuspended}).Updates(updates)
+		if res.Error != nil {
+			return res.Error
+		}
+		if res.RowsAffected == 0 {
+			changed = false
+			return nil
+		}
+		if event != nil {
+			if _, err := s.cfg.Audit.AppendTx(ctx, tx, event(r.org())); err != nil {
+				return fmt.Errorf("record: %w", err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return Org{}, catalogErr(fmt.Errorf("set org status: %w", err))
 	}
-	if res.RowsAffected == 0 {
+	if !changed {
 		return Org{}, orgBusy(slug)
 	}
 	if status == StatusSuspended {
