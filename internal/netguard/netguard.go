@@ -151,8 +151,10 @@ func transport(base http.RoundTripper, control func(network, address string, c s
 	}
 	// Every other dial path is cleared so the hooked dialer is the only one.
 	t.DialTLSContext = nil
-	t.Dial = nil    //nolint:staticcheck // deprecated field, cleared on purpose
-	t.DialTLS = nil //nolint:staticcheck // deprecated field, cleared on purpose
+	//lint:ignore SA1019 a deprecated dial hook of base must not bypass the check
+	t.Dial = nil
+	//lint:ignore SA1019 idem: DialTLS is used when DialTLSContext is nil
+	t.DialTLS = nil
 	t.Proxy = nil
 	t.DisableKeepAlives = true
 	return t
