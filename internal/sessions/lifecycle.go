@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strconv"
@@ -269,6 +270,9 @@ func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Back
 		Metadata: map[string]string{MetaOrg: s.Org, MetaSession: strconv.FormatInt(sess.ID, 10),
 			MetaAgent: strconv.FormatInt(sess.AgentID, 10), MetaUser: user},
 	}
+	if sess.WorkspaceMount != "" {
+		req.Metadata[MetaHostMount] = hostMount(sess)
+	}
 	sb, err := b.Create(ctx, req)
 	if err == nil {
 		return sb, false, nil
@@ -283,6 +287,18 @@ func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Back
 		return found, true, nil
 	}
 	return sb, false, backendError("create the session's sandbox", err)
+}
+
+// hostMount is the host-mount value of a session with a persistent
+// workspace: its host directory, writable, at its workspace.
+func hostMount(sess Session) string {
+	type mount struct {
+		HostPath  string `json:"hostPath"`
+		MountPath string `json:"mountPath"`
+		ReadOnly  bool   `json:"readOnly"`
+	}
+	b, _ := json.Marshal([]mount{{HostPath: sess.WorkspaceMount, MountPath: sess.Workspace}})
+	return string(b)
 }
 
 // findByTag looks for the session's sandbox by its tags; extra ones

@@ -401,8 +401,17 @@ func (s *Service) act(ctx context.Context, act action) (bool, error) {
 		if err := act.b.Kill(ctx, act.info.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return false, err
 		}
-		_, err = s.transition(ctx, *act.sess, []string{StateRunning, StatePaused}, StateClosed, act.reason, SystemActor(), "session.reclaim",
-			map[string]any{"backend_state": ""}, map[string]any{"paused_at": act.info.EndAt})
+		to, reason, updates := StateClosed, act.reason, map[string]any{"backend_state": ""}
+		details := map[string]any{"paused_at": act.info.EndAt}
+		if act.sess.WorkspaceMount != "" {
+			// The workspace is on the host: only the sandbox is gone, and
+			// the next use creates a new one over the same files.
+			to = StatePending
+			reason += "; workspace kept at " + act.sess.WorkspaceMount + ", the next use creates a new sandbox"
+			updates = unattached()
+			details["workspace_kept"] = act.sess.WorkspaceMount
+		}
+		_, err = s.transition(ctx, *act.sess, []string{StateRunning, StatePaused}, to, reason, SystemActor(), "session.reclaim", updates, details)
 		return err == nil, ignoreMoved(err)
 	case "paused":
 		_, err := s.transition(ctx, *act.sess, []string{StateRunning}, StatePaused, act.reason, SystemActor(), "session.pause",
@@ -424,6 +433,13 @@ func (s *Service) act(ctx context.Context, act action) (bool, error) {
 		return s.lost(ctx, *act.sess, act.reason)
 	}
 	return false, fmt.Errorf("unknown reclaim action %q", act.kind)
+}
+
+// unattached are the updates that make a session's row as it was before
+// its first sandbox: no sandbox, no creation under way, no failures.
+func unattached() map[string]any {
+	return map[string]any{"sandbox_id": "", "sandbox_domain": "", "backend_state": "", "backend_seen_at": nil,
+		"create_token": "", "create_started_at": nil, "create_attempts": 0, "agentd_failures": 0}
 }
 
 func (s *Service) lost(ctx context.Context, sess Session, reason string) (bool, error) {

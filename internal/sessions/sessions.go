@@ -53,6 +53,10 @@ const (
 	MetaSession = "gatehouse.session"
 	MetaAgent   = "gatehouse.agent"
 	MetaUser    = "gatehouse.user"
+	// MetaHostMount is CubeSandbox's reserved key through which a session
+	// with a persistent workspace asks for its host directory: a JSON
+	// array of {hostPath, mountPath, readOnly}.
+	MetaHostMount = "host-mount"
 )
 
 // Session is one agent session as stored.
@@ -70,6 +74,11 @@ type Session struct {
 	SandboxID     string
 	SandboxDomain string
 	Workspace     string
+	// WorkspaceMount is the host directory mounted at Workspace inside
+	// every sandbox of the session ("" when the workspace lives and dies
+	// with the sandbox). Fixed when the session is created, so editing the
+	// environment never moves an existing workspace.
+	WorkspaceMount string
 	// BackendState is the sandbox state the backend reported last, at
 	// BackendSeenAt.
 	BackendState    string
@@ -378,11 +387,18 @@ func (s *Service) create(ctx context.Context, a *authz.Actor, ag agents.Agent, i
 		if err := tx.Omit("AgentName", "AgentDepartmentID").Create(&sess).Error; err != nil {
 			return err
 		}
-		if ag.SandboxMode == agents.SandboxPerSession {
-			return nil
+		// Both kinds of workspace are named after the session's id.
+		if ag.SandboxMode != agents.SandboxPerSession {
+			sess.Workspace = hostWorkspace(e, s.rt().hostDir(), sess.ID)
+		} else {
+			m, ok, err := e.WorkspaceMountFor(s.Org, sess.ID)
+			if err != nil || !ok {
+				return err
+			}
+			sess.Workspace, sess.WorkspaceMount = m.MountPath, m.HostPath
 		}
-		sess.Workspace = hostWorkspace(e, s.rt().hostDir(), sess.ID)
-		return tx.Table("sessions").Where("id = ?", sess.ID).Update("workspace", sess.Workspace).Error
+		return tx.Table("sessions").Where("id = ?", sess.ID).
+			Updates(map[string]any{"workspace": sess.Workspace, "workspace_mount": sess.WorkspaceMount}).Error
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("save session: %w", err)
