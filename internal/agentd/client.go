@@ -78,9 +78,23 @@ func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*
 
 // Poll returns the output after cursor, waiting up to wait for some.
 func (c *Client) Poll(ctx context.Context, id string, cursor uint64, wait time.Duration) (*SessionResponse, error) {
+	return c.poll(ctx, id, cursor, wait, true)
+}
+
+// Peek is Poll for a reader that must not release output a blocking
+// session holds back (overflow "block"): only acknowledging polls, such as
+// a recorder's, let agentd drop what they have read.
+func (c *Client) Peek(ctx context.Context, id string, cursor uint64, wait time.Duration) (*SessionResponse, error) {
+	return c.poll(ctx, id, cursor, wait, false)
+}
+
+func (c *Client) poll(ctx context.Context, id string, cursor uint64, wait time.Duration, ack bool) (*SessionResponse, error) {
 	q := url.Values{}
 	q.Set("cursor", strconv.FormatUint(cursor, 10))
 	q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
+	if !ack {
+		q.Set("ack", "false")
+	}
 	// The binary form saves base64 and JSON scanning on bulk output.
 	httpResp, err := c.send(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"?"+q.Encode(), nil, ChunksMediaType)
 	if err != nil {

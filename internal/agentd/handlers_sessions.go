@@ -200,7 +200,15 @@ func (s *Server) handlePollSession(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	wait := min(time.Duration(min(waitMS, uint64(maxWait.Milliseconds())))*time.Millisecond, maxWait)
-	resp, err := sess.poll(cursor, wait, s.closing, r.Context().Done())
+	ack := true
+	switch q.Get("ack") {
+	case "", "1", "true":
+	case "0", "false":
+		ack = false
+	default:
+		return newError(CodeBadRequest, "The ack parameter must be true or false.")
+	}
+	resp, err := sess.poll(cursor, wait, s.closing, r.Context().Done(), ack)
 	if err != nil {
 		return err
 	}

@@ -305,20 +305,22 @@ func (s *session) snapshotLocked(cursor uint64, ack bool) (SessionResponse, erro
 }
 
 // poll returns the chunks after cursor as soon as there are any or the state
-// is final, or when wait elapses, or when stop or cancel fire.
-func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan struct{}) (SessionResponse, error) {
+// is final, or when wait elapses, or when stop or cancel fire. With ack
+// false the poll only reads: in blocking mode it releases no held output
+// (a watcher must not let output go that the recorder has not read).
+func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan struct{}, ack bool) (SessionResponse, error) {
 	var timer *time.Timer
 	for {
 		s.mu.Lock()
 		if cursor > s.ring.lastID {
 			s.mu.Unlock()
-			return s.snapshot(cursor, true)
+			return s.snapshot(cursor, ack)
 		}
-		if s.ring.ack(cursor) { // the producer may be waiting for room
+		if ack && s.ring.ack(cursor) { // the producer may be waiting for room
 			s.room.Broadcast()
 		}
 		if s.ring.lastID > cursor || s.state != StateRunning || wait <= 0 {
-			resp, err := s.snapshotLocked(cursor, true)
+			resp, err := s.snapshotLocked(cursor, ack)
 			s.mu.Unlock()
 			return resp, err
 		}
@@ -335,11 +337,11 @@ func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan st
 		select {
 		case <-changed:
 		case <-timer.C:
-			return s.snapshot(cursor, true)
+			return s.snapshot(cursor, ack)
 		case <-stop:
-			return s.snapshot(cursor, true)
+			return s.snapshot(cursor, ack)
 		case <-cancel:
-			return s.snapshot(cursor, true)
+			return s.snapshot(cursor, ack)
 		}
 	}
 }

@@ -57,5 +57,5 @@ func (c *Console) followerOrg(ctx context.Context, slug string) (proxy.Org, func
 	}
 	es := &envs.Service{DB: t.DB, Box: c.Box, Org: slug}
 	svc := &sessions.Service{DB: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
-	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Done: t.Done()}, t.Release, nil
+	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()}, t.Release, nil
 }

@@ -48,7 +48,7 @@ func classify(err error) (int, errorDetail) {
 		}
 		return he.Code, errorDetail{Code: codeOf(he.Code), Message: msg}
 	}
-	for _, k := range []error{apperr.ErrNotFound, apperr.ErrConflict, apperr.ErrForbidden, apperr.ErrUnauthorized, apperr.ErrSuspended, apperr.ErrTooMany, apperr.ErrInvalid, apperr.ErrUnavailable} {
+	for _, k := range []error{apperr.ErrNotFound, apperr.ErrConflict, apperr.ErrForbidden, apperr.ErrUnauthorized, apperr.ErrSuspended, apperr.ErrTooMany, apperr.ErrInvalid, apperr.ErrUnavailable, apperr.ErrUpstream} {
 		if errors.Is(err, k) {
 			st := statusOf(k)
 			return st, errorDetail{Code: codeOf(st), Message: http.StatusText(st)}
@@ -81,6 +81,8 @@ func statusOf(kind error) int {
 		return http.StatusBadRequest
 	case apperr.ErrUnavailable:
 		return http.StatusServiceUnavailable
+	case apperr.ErrUpstream:
+		return http.StatusBadGateway
 	}
 	return http.StatusInternalServerError
 }

@@ -44,7 +44,7 @@ func (s *Server) registerTerminalPages(pg *group) {
 // terminalOrg is the request's org as the gateway needs it.
 func (s *Server) terminalOrg(c echo.Context) proxy.Org {
 	t := tenantOf(c)
-	return proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: s.sessionService(c), Done: t.Done()}
+	return proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: s.sessionService(c), Revoked: t.Context()}
 }
 
 func meta(c echo.Context) proxy.Meta {
@@ -309,6 +309,7 @@ func (s *Server) apiSetRecordingSettings(c echo.Context) error {
 			return m.audit("settings.recordings", auditTargetSettings(), map[string]any{"before": map[string]bool{"stdin_content": before},
 				"after": map[string]bool{"stdin_content": *req.StdinContent}})
 		})
+		s.Gateway.SettingsChanged(tenantOf(c).Org.Slug)
 		return req, err
 	})
 }
@@ -329,16 +330,21 @@ func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRo
 	}
 	rows := make([]views.CommandRow, len(cmds))
 	for i, cmd := range cmds {
-		j := toCommandJSON(cmd)
-		r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
-			ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY}
-		if cmd.ExitCode != nil {
-			r.ExitCode = strconv.Itoa(*cmd.ExitCode)
-		}
-		if j.DurationMS != nil {
-			r.Duration = (time.Duration(*j.DurationMS) * time.Millisecond).String()
-		}
-		rows[i] = r
+		rows[i] = commandRow(cmd)
 	}
 	return rows, nil
+}
+
+// commandRow is a command as pages list it.
+func commandRow(cmd recordings.Command) views.CommandRow {
+	j := toCommandJSON(cmd)
+	r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
+		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY}
+	if cmd.ExitCode != nil {
+		r.ExitCode = strconv.Itoa(*cmd.ExitCode)
+	}
+	if j.DurationMS != nil {
+		r.Duration = (time.Duration(*j.DurationMS) * time.Millisecond).String()
+	}
+	return r
 }

@@ -98,17 +98,8 @@ func (t *Terminals) DropAll() int {
 func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *authz.Actor, m Meta, at Attach) error {
 	g.Terminals.add(conn)
 	defer g.Terminals.remove(conn)
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := bindRevoked(ctx, org)
 	defer cancel()
-	if org.Done != nil {
-		go func() {
-			select {
-			case <-org.Done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
 	send := func(msg ServerMessage) error {
 		b, err := json.Marshal(msg)
 		if err != nil {

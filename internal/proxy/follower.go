@@ -112,7 +112,22 @@ func (f *Followers) Active() int {
 
 // Follow makes sure command id of org is followed by this process (unless
 // another replica holds its lease).
-func (f *Followers) Follow(org string, id int64) {
+func (f *Followers) Follow(org string, id int64) { f.start(org, id, nil) }
+
+// FollowNew follows a command this process has just started with its own
+// lease, recording first (agentd's answer to the start) without asking
+// again: a command that already ended is recorded with one commit.
+func (f *Followers) FollowNew(org string, c recordings.Command, first *agentd.SessionResponse) {
+	f.start(org, c.ID, &started{cmd: c, first: first})
+}
+
+// started is what the starter of a command knows of it.
+type started struct {
+	cmd   recordings.Command
+	first *agentd.SessionResponse
+}
+
+func (f *Followers) start(org string, id int64, known *started) {
 	k := followKey{org, id}
 	f.mu.Lock()
 	if f.running == nil {
@@ -136,31 +151,21 @@ func (f *Followers) Follow(org string, id int64) {
 			delete(f.running, k)
 			f.mu.Unlock()
 		}()
-		if err := f.follow(ctx, org, id); err != nil && ctx.Err() == nil {
+		if err := f.follow(ctx, org, id, known); err != nil && ctx.Err() == nil {
 			f.logger().Warn("recording follower stopped", "org", org, "command", id, "error", err)
 		}
 	}()
 }
 
 // follow records command id until it ends or the lease is lost.
-func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
+func (f *Followers) follow(ctx context.Context, slug string, id int64, known *started) error {
 	org, release, err := f.OpenOrg(ctx, slug)
 	if err != nil {
 		return err
 	}
 	defer release()
-	if org.Done != nil {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithCancel(ctx)
-		defer cancel()
-		go func() {
-			select {
-			case <-org.Done:
-				cancel()
-			case <-ctx.Done():
-			}
-		}()
-	}
+	ctx, cancel := bindRevoked(ctx, org)
+	defer cancel()
 	backoff := 200 * time.Millisecond
 	// retry waits before the next attempt after a failure that may pass
 	// (the database or agentd away), longer each time.
@@ -171,7 +176,16 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64) error {
 		backoff = min(backoff*2, maxBackoff)
 		return true
 	}
-	for acquired := false; !acquired; {
+	if known != nil && known.first != nil {
+		// The starter holds the lease already and has agentd's first
+		// answer: record it as it is.
+		done, err := f.record(ctx, org, known.cmd, known.first)
+		if (err == nil && done) || errors.Is(err, recordings.ErrLeaseLost) {
+			return nil
+		}
+		// Otherwise read on from where the record stands.
+	}
+	for acquired := known != nil; !acquired; {
 		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
 		switch {
 		case err == nil && !ok:
@@ -281,6 +295,12 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		}
 		return false, err
 	}
+	return f.record(ctx, org, c, resp)
+}
+
+// record stores one answer of agentd: its output, and when the command
+// ended with nothing more buffered, its end too, in the same commit.
+func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, resp *agentd.SessionResponse) (bool, error) {
 	at := f.now()
 	out := recordings.Output{Dropped: resp.DroppedBytes, NextCursor: resp.NextCursor}
 	if !resp.Truncated {
@@ -289,14 +309,13 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	for _, ch := range resp.Chunks {
 		out.Chunks = append(out.Chunks, recordings.Chunk{Seq: ch.ID, Stream: ch.Stream, At: at, Data: ch.Data})
 	}
-	c, err = recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, f.now().Add(f.lease()))
-	if err != nil {
-		return false, err
+	if resp.State != agentd.StateRunning && !resp.More {
+		_, err := recordings.Complete(ctx, org.DB, org.Audit, c.ID, f.Owner, out,
+			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorder().AuditActor())
+		return err == nil, err
 	}
-	if resp.State == agentd.StateRunning || resp.More {
-		return false, nil
-	}
-	return true, f.finish(ctx, org, c, recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: f.now()})
+	_, err := recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, at.Add(f.lease()))
+	return false, err
 }
 
 // finish records the end of c with its end event.

@@ -14,12 +14,15 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
@@ -41,8 +44,9 @@ type Org struct {
 	DB       *gorm.DB
 	Audit    *audit.Log
 	Sessions Sessions
-	// Done is closed when the org is suspended or deleted: long-polls end.
-	Done <-chan struct{}
+	// Revoked ends when the org is suspended or deleted: long-polls and
+	// followers stop at once. Nil never ends.
+	Revoked context.Context
 }
 
 // Meta is what the audit log records about the caller's connection.
@@ -62,8 +66,16 @@ type Gateway struct {
 	Followers *Followers
 	// Terminals are the open browser terminals.
 	Terminals Terminals
-	Logger    *slog.Logger
-	Now       func() time.Time
+
+	// known remembers what never changes about a command (its session and
+	// agentd's id for it), so output polls and keystrokes need no
+	// database read; settings caches each org's recording settings.
+	known    sync.Map // knownKey → knownCommand
+	nKnown   atomic.Int64
+	settings sync.Map // org slug → cachedSetting
+	polls    pollHub
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 func (g *Gateway) now() time.Time {
@@ -91,3 +103,74 @@ func event(a *authz.Actor, m Meta, action string, target audit.Target, details a
 	return audit.Event{Actor: a.AuditActor(), SourceIP: m.SourceIP, UserAgent: m.UserAgent, Action: action, Target: target,
 		Decision: audit.Allow, Details: audit.Details(details)}
 }
+
+// bindRevoked returns ctx, ended also when org is revoked.
+func bindRevoked(ctx context.Context, org Org) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	if org.Revoked == nil {
+		return ctx, cancel
+	}
+	stop := context.AfterFunc(org.Revoked, cancel)
+	return ctx, func() {
+		stop()
+		cancel()
+	}
+}
+
+type knownKey struct {
+	org string
+	id  int64
+}
+
+type knownCommand struct {
+	sessionID int64
+	agentdID  string
+	tty       bool
+}
+
+// maxKnown bounds the command cache; past it the cache starts over.
+const maxKnown = 100_000
+
+func (g *Gateway) remember(org string, c recordings.Command) {
+	if g.nKnown.Add(1) > maxKnown {
+		g.known.Clear()
+		g.nKnown.Store(1)
+	}
+	g.known.Store(knownKey{org, c.ID}, knownCommand{sessionID: c.SessionID, agentdID: c.AgentdID, tty: c.TTY})
+}
+
+func (g *Gateway) recall(org string, id int64) (knownCommand, bool) {
+	v, ok := g.known.Load(knownKey{org, id})
+	if !ok {
+		return knownCommand{}, false
+	}
+	return v.(knownCommand), true
+}
+
+// settingTTL bounds how long another replica's change of an org's
+// recording settings takes to apply here (this replica's own changes apply
+// at once).
+const settingTTL = 5 * time.Second
+
+type cachedSetting struct {
+	stdinContent bool
+	at           time.Time
+}
+
+// stdinContent is the org's recording choice for stdin, cached.
+func (g *Gateway) stdinContent(ctx context.Context, org Org) (bool, error) {
+	if v, ok := g.settings.Load(org.Slug); ok {
+		if c := v.(cachedSetting); time.Since(c.at) < settingTTL {
+			return c.stdinContent, nil
+		}
+	}
+	on, err := recordings.StdinContent(ctx, org.DB)
+	if err != nil {
+		return false, err
+	}
+	g.settings.Store(org.Slug, cachedSetting{stdinContent: on, at: time.Now()})
+	return on, nil
+}
+
+// SettingsChanged drops an org's cached recording settings.
+func (g *Gateway) SettingsChanged(org string) { g.settings.Delete(org) }

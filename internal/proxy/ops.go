@@ -125,11 +125,12 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	lease := now.Add(g.Followers.lease())
 	cmd := recordings.Command{SessionID: sessionID, AgentdID: newAgentdID(), Command: req.Command, Cwd: inWorkspace(t, req.Cwd), TTY: req.TTY,
 		ActorType: a.Kind, ActorID: a.ID, ActorName: a.Name, StartedAt: now, LeaseOwner: g.Followers.Owner, LeaseUntil: &lease}
+	if cmd.StdinContent, err = g.stdinContent(ctx, org); err != nil {
+		return Output{}, durable(err)
+	}
+	// One commit: the command's record and its audit event, before agentd
+	// hears of it.
 	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var err error
-		if cmd.StdinContent, err = recordings.StdinContent(ctx, tx); err != nil {
-			return err
-		}
 		if err := recordings.Start(ctx, tx, &cmd); err != nil {
 			return err
 		}
@@ -144,7 +145,10 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	fctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
 	resp, err := g.client(t).CreateSession(fctx, agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
-		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS, WaitMS: wait.Milliseconds()})
+		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS, WaitMS: wait.Milliseconds(),
+		// agentd holds output back until the recorder has read it, so the
+		// recording is complete however fast the command writes.
+		Overflow: agentd.OverflowBlock})
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Status < 500 {
 		// agentd refused the command: it never ran. Its record ends here.
@@ -153,11 +157,13 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, fromAgentd(ae)
 	}
 	// From here the command may be running whatever agentd answered: the
-	// follower finds out and records it.
-	g.Followers.Follow(org.Slug, cmd.ID)
+	// follower finds out and records it, starting from agentd's answer.
+	g.remember(org.Slug, cmd)
 	if err != nil {
+		g.Followers.Follow(org.Slug, cmd.ID)
 		return Output{}, g.upstream(ctx, org, t, err)
 	}
+	g.Followers.FollowNew(org.Slug, cmd, resp)
 	g.reachable(ctx, org, t)
 	return toOutput(cmd, resp), nil
 }
@@ -180,50 +186,50 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	if err != nil {
 		return Output{}, err
 	}
-	c, err := commandOf(ctx, org, sessionID, commandID)
-	if err != nil {
-		return Output{}, err
+	k, ok := g.recall(org.Slug, commandID)
+	if !ok || !live {
+		c, err := commandOf(ctx, org, sessionID, commandID)
+		if err != nil {
+			return Output{}, err
+		}
+		if !live && !c.Ended() {
+			// Its session ended: its follower records it as lost.
+			g.Followers.Follow(org.Slug, c.ID)
+		}
+		if c.Ended() || !live {
+			return g.fromRecording(ctx, org, c, cursor)
+		}
+		g.remember(org.Slug, c)
+		k = knownCommand{sessionID: c.SessionID, agentdID: c.AgentdID, tty: c.TTY}
 	}
-	if !live && !c.Ended() {
-		// Its session ended: its follower records it as lost.
-		g.Followers.Follow(org.Slug, c.ID)
-	}
-	if c.Ended() || !live {
-		return g.fromRecording(ctx, org, c, cursor)
+	if k.sessionID != sessionID {
+		return Output{}, authz.NotFound()
 	}
 	wait := clampWait(waitMS)
 	pctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
-	if org.Done != nil {
-		// A suspended or deleted org ends its long-polls at once.
-		go func() {
-			select {
-			case <-org.Done:
-				cancel()
-			case <-pctx.Done():
-			}
-		}()
-	}
-	resp, err := g.client(t).Poll(pctx, c.AgentdID, cursor, wait)
+	// A suspended or deleted org ends its long-polls at once.
+	pctx, stop := bindRevoked(pctx, org)
+	defer stop()
+	// A reader peeks: only the recorder lets agentd drop what it read.
+	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Code == agentd.CodeNotFound {
 		// agentd no longer knows it (its environment restarted, or it
 		// reclaimed the ended session): what was recorded is what there is.
-		g.Followers.Follow(org.Slug, c.ID)
-		return g.fromRecording(ctx, org, c, cursor)
+		g.Followers.Follow(org.Slug, commandID)
+		return g.fromRecording(ctx, org, recordings.Command{ID: commandID}, cursor)
 	}
 	if err != nil {
-		if org.Done != nil {
-			select {
-			case <-org.Done:
-				return Output{}, apperr.New(apperr.ErrSuspended, "org_suspended", "The organization was suspended.")
-			default:
-			}
+		if org.Revoked != nil && org.Revoked.Err() != nil {
+			return Output{}, apperr.New(apperr.ErrSuspended, "org_suspended", "The organization was suspended.")
 		}
 		return Output{}, g.upstream(ctx, org, t, err)
 	}
 	g.reachable(ctx, org, t)
-	return toOutput(c, resp), nil
+	out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
+	out.TTY = k.tty
+	return out, nil
 }
 
 // fromRecording answers a poll from the stored output.
@@ -263,12 +269,20 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 // Stdin writes to a running command. The bytes are recorded (or, by the
 // org's choice, only their size) before agentd receives them.
 func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, data []byte, eof bool) error {
-	t, c, err := g.running(ctx, org, a, sessionID, commandID, ActStdin)
-	if err != nil {
-		return err
-	}
-	if len(data) > 0 {
-		if err := recordings.AppendInput(ctx, org.DB, c.ID, data, g.now(), c.StdinContent); err != nil {
+	var t sessions.Target
+	var c recordings.Command
+	var err error
+	if len(data) == 0 {
+		if t, c, err = g.running(ctx, org, a, sessionID, commandID, ActStdin); err != nil {
+			return err
+		}
+	} else {
+		if t, err = resolve(ctx, org, a, sessionID, ActStdin); err != nil {
+			return err
+		}
+		// One commit, which also checks the command is this session's and
+		// still running.
+		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, g.now()); err != nil {
 			return durable(err)
 		}
 	}

@@ -3,9 +3,12 @@ package recordings_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
 
 	"gorm.io/gorm"
 
@@ -82,11 +85,18 @@ func TestRecordAndVerify(t *testing.T) {
 			}
 		})
 		t.Run("stdin is recorded, or only its size", func(t *testing.T) {
-			if err := recordings.AppendInput(ctx, db, c.ID, []byte("typed"), at, true); err != nil {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), at); err != nil {
 				t.Fatal(err)
 			}
-			if err := recordings.AppendInput(ctx, db, c.ID, []byte("secret"), at, false); err != nil {
+			// The org chose to keep only sizes for this command.
+			if err := db.Exec("UPDATE commands SET stdin_content = ? WHERE id = ?", false, c.ID).Error; err != nil {
 				t.Fatal(err)
+			}
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("secret"), at); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID+1, c.ID, []byte("x"), at); !errors.Is(err, apperr.ErrNotFound) {
+				t.Errorf("stdin to a command of another session = %v", err)
 			}
 			in, err := recordings.Read(ctx, db, c.ID, recordings.KindIn)
 			if err != nil || len(in) != 2 || string(in[0].Data) != "typed" || len(in[1].Data) != 0 {

@@ -165,68 +165,115 @@ type Output struct {
 func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out Output, leaseUntil time.Time) (Command, error) {
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
-			return fmt.Errorf("read command %d: %w", id, err)
+		var err error
+		if c, err = lockOwned(tx, id, owner); err != nil {
+			return err
 		}
-		if c.LeaseOwner != owner {
-			return ErrLeaseLost
-		}
-		var fresh []Chunk
-		if out.Dropped > 0 {
-			// The gap takes the id just before the first chunk that
-			// survived, which agentd never returned to anyone.
-			at := time.Now()
-			if len(out.Chunks) > 0 {
-				at = out.Chunks[0].At
-			}
-			gapSeq := uint64(c.LastChunk) + 1
-			if len(out.Chunks) > 0 && out.Chunks[0].Seq > gapSeq {
-				gapSeq = out.Chunks[0].Seq - 1
-			}
-			fresh = append(fresh, Chunk{Seq: gapSeq, Stream: StreamGap, At: at, Data: []byte(strconv.FormatUint(out.Dropped, 10))})
-		}
-		for _, ch := range out.Chunks {
-			if int64(ch.Seq) > c.LastChunk && (len(fresh) == 0 || ch.Seq > fresh[len(fresh)-1].Seq) {
-				fresh = append(fresh, ch)
-			}
-		}
-		updates := map[string]any{"lease_until": leaseUntil.UTC()}
-		if len(fresh) > 0 {
-			body, head, raw, err := encodeFrame(c.OutHash, fresh)
-			if err != nil {
-				return err
-			}
-			f := frame{CommandID: id, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
-				StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
-			if err := tx.Create(&f).Error; err != nil {
-				return fmt.Errorf("store output frame: %w", err)
-			}
-			gap := int64(0)
-			if out.Dropped > 0 {
-				gap = int64(len(fresh[0].Data))
-			}
-			c.OutHash, c.LastChunk = head, f.LastSeq
-			c.OutBytes += int64(raw) - gap
-			c.DroppedBytes += int64(out.Dropped)
-			c.Truncated = c.Truncated || out.Dropped > 0
-			updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
-			updates["dropped_bytes"], updates["truncated"] = c.DroppedBytes, c.Truncated
-		}
-		return tx.Model(&Command{}).Where("id = ?", id).Updates(updates).Error
+		return appendOutputTx(tx, &c, out, map[string]any{"lease_until": leaseUntil.UTC()})
 	})
 	return c, err
 }
 
-// AppendInput stores one stdin write for command id before it is forwarded.
-// With content false only its size is kept (the org's setting).
-func AppendInput(ctx context.Context, db *gorm.DB, id int64, data []byte, at time.Time, content bool) error {
-	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		var c Command
+// Complete stores the last batch of a command's output and its end in one
+// transaction: a command that ended is recorded with one commit.
+func Complete(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner string, out Output, end End, actor audit.Actor) (Command, error) {
+	var c Command
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		var err error
+		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
+			return err
+		}
+		if err := appendOutputTx(tx, &c, out, map[string]any{}); err != nil {
+			return err
+		}
+		return finishTx(ctx, tx, log, &c, end, actor)
+	})
+	return c, err
+}
+
+// lockOwned reads command id for update, as its follower owner ("" for
+// anyone).
+func lockOwned(tx *gorm.DB, id int64, owner string) (Command, error) {
+	var c Command
+	if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
+		return c, fmt.Errorf("read command %d: %w", id, err)
+	}
+	if owner != "" && !c.Ended() && c.LeaseOwner != owner {
+		return c, ErrLeaseLost
+	}
+	return c, nil
+}
+
+// appendOutputTx stores out's new chunks as one frame of c and updates c
+// (with extra updates) inside tx.
+func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any) error {
+	var fresh []Chunk
+	if out.Dropped > 0 {
+		// The gap takes the id just before the first chunk that survived,
+		// which agentd never returned to anyone.
+		at := time.Now()
+		if len(out.Chunks) > 0 {
+			at = out.Chunks[0].At
+		}
+		gapSeq := uint64(c.LastChunk) + 1
+		if len(out.Chunks) > 0 && out.Chunks[0].Seq > gapSeq {
+			gapSeq = out.Chunks[0].Seq - 1
+		}
+		fresh = append(fresh, Chunk{Seq: gapSeq, Stream: StreamGap, At: at, Data: []byte(strconv.FormatUint(out.Dropped, 10))})
+	}
+	for _, ch := range out.Chunks {
+		if int64(ch.Seq) > c.LastChunk && (len(fresh) == 0 || ch.Seq > fresh[len(fresh)-1].Seq) {
+			fresh = append(fresh, ch)
+		}
+	}
+	if len(fresh) > 0 {
+		body, head, raw, err := encodeFrame(c.OutHash, fresh)
+		if err != nil {
+			return err
+		}
+		f := frame{CommandID: c.ID, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
+			StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
+		if err := tx.Create(&f).Error; err != nil {
+			return fmt.Errorf("store output frame: %w", err)
+		}
+		gap := int64(0)
+		if out.Dropped > 0 {
+			gap = int64(len(fresh[0].Data))
+		}
+		c.OutHash, c.LastChunk = head, f.LastSeq
+		c.OutBytes += int64(raw) - gap
+		c.DroppedBytes += int64(out.Dropped)
+		c.Truncated = c.Truncated || out.Dropped > 0
+		updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
+		updates["dropped_bytes"], updates["truncated"] = c.DroppedBytes, c.Truncated
+	}
+	if len(updates) == 0 {
+		return nil
+	}
+	return tx.Model(&Command{}).Where("id = ?", c.ID).Updates(updates).Error
+}
+
+// AppendInput stores one stdin write for command id of session sessionID
+// before it is forwarded, and returns the command. With the command's
+// StdinContent false only the size is kept (the org's setting). A command
+// of another session is not found; one that ended is a conflict.
+func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, at time.Time) (Command, error) {
+	var c Command
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
+			if errors.Is(err, gorm.ErrRecordNotFound) {
+				return apperr.New(apperr.ErrNotFound, "command_not_found", "No such command.")
+			}
 			return fmt.Errorf("read command %d: %w", id, err)
 		}
+		if c.SessionID != sessionID {
+			return apperr.New(apperr.ErrNotFound, "command_not_found", "No such command.")
+		}
+		if c.Ended() {
+			return apperr.New(apperr.ErrConflict, "command_ended", "Command %d has ended (%s).", c.ID, c.State)
+		}
 		ch := Chunk{Seq: uint64(c.InSeq) + 1, Stream: StreamStdin, At: at, Data: data}
-		if !content {
+		if !c.StdinContent {
 			ch.Data = nil
 		}
 		body, head, _, err := encodeFrame(c.InHash, []Chunk{ch})
@@ -246,8 +293,10 @@ func AppendInput(ctx context.Context, db *gorm.DB, id int64, data []byte, at tim
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("record stdin of command %d: raced with another writer", id)
 		}
+		c.InSeq, c.InHash, c.InBytes = int64(ch.Seq), head, c.InBytes+int64(len(data))
 		return nil
 	})
+	return c, err
 }
 
 // End is how a command ended.
@@ -264,31 +313,31 @@ type End struct {
 func Finish(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner string, end End, actor audit.Actor) (Command, error) {
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
-			return fmt.Errorf("read command %d: %w", id, err)
-		}
-		if c.Ended() {
-			return nil
-		}
-		if owner != "" && c.LeaseOwner != owner {
-			return ErrLeaseLost
-		}
-		at := end.At.UTC()
-		c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
-		if err := tx.Model(&Command{}).Where("id = ?", id).Updates(map[string]any{"state": c.State, "exit_code": c.ExitCode,
-			"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+		var err error
+		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
 			return err
 		}
-		// The search entry commits with the end, so every ended command is
-		// searchable (or neither happened).
-		if err := indexTx(ctx, tx, c); err != nil {
-			return err
-		}
-		_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
-			Details: audit.Details(EndDetails(c))})
-		return err
+		return finishTx(ctx, tx, log, &c, end, actor)
 	})
 	return c, err
+}
+
+// finishTx records c's end and its end event inside tx.
+func finishTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c *Command, end End, actor audit.Actor) error {
+	at := end.At.UTC()
+	c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
+	if err := tx.Model(&Command{}).Where("id = ?", c.ID).Updates(map[string]any{"state": c.State, "exit_code": c.ExitCode,
+		"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+		return err
+	}
+	// The search entry commits with the end, so every ended command is
+	// searchable (or neither happened).
+	if err := indexTx(ctx, tx, *c); err != nil {
+		return err
+	}
+	_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
+		Details: audit.Details(EndDetails(*c))})
+	return err
 }
 
 // EndDetails is what a command's end event records: enough to verify its
