@@ -116,6 +116,32 @@ type Log struct {
 	mu sync.Mutex
 	// textWindow is the direct-scan window of free-text queries.
 	textWindow int64
+	// observe, when set, hears of every append (for metrics).
+	observe Observer
+}
+
+// Observer hears of each append to a log: which log ("platform" or
+// "org"), the event's action, and the error if it failed. An append inside
+// a caller's transaction (AppendTx) is reported when written, before the
+// transaction commits.
+type Observer func(log, action string, err error)
+
+// Observe sets the log's observer; call it right after NewLog, before the
+// log is shared.
+func (l *Log) Observe(o Observer) *Log {
+	l.observe = o
+	return l
+}
+
+func (l *Log) report(action string, err error) {
+	if l.observe == nil {
+		return
+	}
+	name := "org"
+	if l.table == PlatformTable {
+		name = "platform"
+	}
+	l.observe(name, action, err)
 }
 
 // NewLog returns the log stored in table of db. now may be nil.
@@ -138,6 +164,7 @@ func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
+	action := e.Action
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	err = l.db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -145,6 +172,7 @@ func (l *Log) Append(ctx context.Context, e Event) (Event, error) {
 		e, err = l.appendIn(tx, e)
 		return err
 	})
+	l.report(action, err)
 	if err != nil {
 		return Event{}, err
 	}
@@ -161,7 +189,10 @@ func (l *Log) AppendTx(ctx context.Context, tx *gorm.DB, e Event) (Event, error)
 	if err != nil {
 		return Event{}, err
 	}
-	return l.appendIn(tx.WithContext(ctx), e)
+	action := e.Action
+	e, err = l.appendIn(tx.WithContext(ctx), e)
+	l.report(action, err)
+	return e, err
 }
 
 func prepare(e Event) (Event, error) {
@@ -183,12 +214,21 @@ func prepare(e Event) (Event, error) {
 	return e, nil
 }
 
-// appendIn links e to the chain head and inserts it within tx.
-func (l *Log) appendIn(tx *gorm.DB, e Event) (Event, error) {
+// lockChain takes the chain's transaction lock on Postgres (SQLite's write
+// lock serializes writers already).
+func lockChain(tx *gorm.DB) error {
 	if store.DialectOfDB(tx) == store.Postgres {
 		if err := tx.Exec("SELECT pg_advisory_xact_lock(?)", chainLockKey).Error; err != nil {
-			return Event{}, fmt.Errorf("lock audit chain: %w", err)
+			return fmt.Errorf("lock audit chain: %w", err)
 		}
+	}
+	return nil
+}
+
+// appendIn links e to the chain head and inserts it within tx.
+func (l *Log) appendIn(tx *gorm.DB, e Event) (Event, error) {
+	if err := lockChain(tx); err != nil {
+		return Event{}, err
 	}
 	var last row
 	res := tx.Table(l.table).Order("seq DESC").Limit(1).Find(&last)
@@ -284,6 +324,12 @@ type VerifyResult struct {
 	// (a ticket, another system's log) and comparing later can.
 	HeadSeq  int64  `json:"head_seq,omitempty"`
 	HeadHash string `json:"head_hash,omitempty"`
+	// StartSeq and StartPrevHash say where verification started when it
+	// did not start at the chain's first event: after a retention
+	// checkpoint, or at the first event of an archive. StartPrevHash must
+	// equal the hash that ends the archive before it.
+	StartSeq      int64  `json:"start_seq,omitempty"`
+	StartPrevHash string `json:"start_prev_hash,omitempty"`
 }
 
 // Verify walks the whole chain in sequence order, in batches, and reports
@@ -296,6 +342,16 @@ func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
 	var res VerifyResult
 	prevHash := ""
 	prevSeq := int64(0)
+	// After retention the chain starts at its checkpoint: the removed
+	// events' archives prove what came before.
+	cp, ok, err := l.LatestCheckpoint(ctx)
+	if err != nil {
+		return res, err
+	}
+	if ok {
+		prevSeq, prevHash = cp.ThroughSeq, cp.ThroughHash
+		res.StartSeq, res.StartPrevHash = cp.ThroughSeq+1, cp.ThroughHash
+	}
 	for {
 		var rows []row
 		if err := l.db.WithContext(ctx).Table(l.table).Where("seq > ?", prevSeq).Order("seq").Limit(batch).Find(&rows).Error; err != nil {

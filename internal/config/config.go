@@ -47,6 +47,15 @@ type Config struct {
 	// agentd processes on this machine, no isolation) for trying
 	// per-session sandboxes with no other set-up.
 	LocalSandboxes bool
+	// MetricsListen is the address /metrics is served on; empty serves no
+	// metrics. It is a separate listener so the metrics never share the
+	// public address.
+	MetricsListen string
+	// MetricsPerOrgDB labels database pool stats with org slugs (an
+	// unbounded label set, hence opt-in); off, org pools are summed.
+	MetricsPerOrgDB bool
+	// RetentionInterval is how often each org's retention policy is applied.
+	RetentionInterval time.Duration
 }
 
 // Load parses args (without the program name) with getenv for defaults.
@@ -96,6 +105,17 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	local, _ := strconv.ParseBool(env("GATEHOUSE_LOCAL_SANDBOXES", "false"))
 	fs.BoolVar(&c.LocalSandboxes, "local-sandboxes", local,
 		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
+	fs.StringVar(&c.MetricsListen, "metrics-listen", env("GATEHOUSE_METRICS_LISTEN", ""),
+		"address to serve Prometheus /metrics on; off when empty (GATEHOUSE_METRICS_LISTEN)")
+	perOrg, _ := strconv.ParseBool(env("GATEHOUSE_METRICS_PER_ORG_DB", "false"))
+	fs.BoolVar(&c.MetricsPerOrgDB, "metrics-per-org-db", perOrg,
+		"label database pool metrics with each org's slug instead of summing them (GATEHOUSE_METRICS_PER_ORG_DB)")
+	rti, err := time.ParseDuration(env("GATEHOUSE_RETENTION_INTERVAL", "1h"))
+	if err != nil {
+		return c, nil, fmt.Errorf("GATEHOUSE_RETENTION_INTERVAL: %w", err)
+	}
+	fs.DurationVar(&c.RetentionInterval, "retention-interval", rti,
+		"how often each org's audit and recording retention is applied (GATEHOUSE_RETENTION_INTERVAL)")
 	if err := fs.Parse(args); err != nil {
 		return c, nil, err
 	}
@@ -121,6 +141,14 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		secureDefault = "false"
 	}
 	c.SecureCookies, _ = strconv.ParseBool(env("GATEHOUSE_SECURE_COOKIES", secureDefault))
+	if c.MetricsListen != "" {
+		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
+			return c, nil, fmt.Errorf("--metrics-listen %q: %w", c.MetricsListen, err)
+		}
+	}
+	if c.RetentionInterval <= 0 {
+		return c, nil, fmt.Errorf("--retention-interval must be positive")
+	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return c, nil, fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
 	}

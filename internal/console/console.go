@@ -21,6 +21,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/handlers"
+	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/proxy"
@@ -40,7 +41,9 @@ type Console struct {
 	Audit    *audit.Log
 	Server   *handlers.Server
 	Tenants  *tenant.Registry
-	Health   *envs.Checker
+	// Metrics is the process's Prometheus registry and collectors.
+	Metrics *metrics.Metrics
+	Health  *envs.Checker
 	// Reclaim is the sandbox reclaim loop; Local the optional local
 	// sandbox backend (--local-sandboxes).
 	Reclaim *sessions.Reclaimer
@@ -122,8 +125,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		_ = store.Close(cat)
 		return nil, err
 	}
-	c := &Console{Config: cfg, Catalog: cat, Box: box, Logger: logger}
-	c.Audit = audit.NewLog(cat, audit.PlatformTable, nil)
+	c := &Console{Config: cfg, Catalog: cat, Box: box, Logger: logger,
+		Metrics: metrics.New(metrics.Options{PerOrgDB: cfg.MetricsPerOrgDB})}
+	c.Audit = audit.NewLog(cat, audit.PlatformTable, nil).Observe(c.Metrics.AuditAppended)
 	c.Platform = &platform.Service{
 		DB:       cat,
 		Signer:   auth.NewSigner(kid, key, "platform", cfg.TokenTTL, nil),
@@ -155,7 +159,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 			return nil, err
 		}
 	}
-	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL}
+	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL, AuditObserver: c.Metrics.AuditAppended}
 	c.Health = &envs.Checker{
 		ListOrgs: c.activeOrgs,
 		OpenOrg: func(ctx context.Context, slug string) (envs.OrgDeps, error) {
@@ -167,6 +171,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		},
 		Interval: cfg.HealthInterval,
 		Logger:   logger,
+		Observe:  c.Metrics.HealthProbe,
 	}
 	c.SessionsRT = sessions.NewRuntime()
 	c.Gateway = c.newGateway()
@@ -195,8 +200,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Gateway: c.Gateway, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
-		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy,
+		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
 	})
+	c.watchMetrics()
 	return c, nil
 }
 

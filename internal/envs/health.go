@@ -217,6 +217,9 @@ type Checker struct {
 	// Parallel bounds concurrent probes per org.
 	Parallel int
 	Logger   *slog.Logger
+	// Observe, when set, hears each probe's environment kind, status and
+	// latency (metrics).
+	Observe func(kind, status string, latency time.Duration)
 }
 
 // Run checks every Interval until ctx ends.
@@ -313,7 +316,11 @@ func (c *Checker) CheckOrg(ctx context.Context, slug string) error {
 		go func(e Environment) {
 			defer wg.Done()
 			defer func() { <-sem }()
-			if _, err := deps.Envs.CheckAndRecord(ctx, e, deps.Audit, timeout); err != nil {
+			h, err := deps.Envs.CheckAndRecord(ctx, e, deps.Audit, timeout)
+			if c.Observe != nil {
+				c.Observe(e.Kind, h.Status, h.Latency)
+			}
+			if err != nil {
 				if store.IsUnavailable(err) {
 					cancel(err)
 					return

@@ -68,8 +68,10 @@ func (s *Server) accessLog(next echo.HandlerFunc) echo.HandlerFunc {
 		if err != nil {
 			status, _ = classify(err)
 		}
+		elapsed := time.Since(start)
 		s.Logger.Debug("http", "method", c.Request().Method, "route", c.Path(), "status", status,
-			"duration_ms", time.Since(start).Milliseconds(), "remote_ip", c.RealIP())
+			"duration_ms", elapsed.Milliseconds(), "remote_ip", c.RealIP())
+		s.Metrics.ObserveHTTP(c.Path(), c.Request().Method, status, elapsed)
 		return err
 	}
 }

@@ -49,12 +49,14 @@ func loadContract() (contractDoc, error) {
 		// Export bodies are text; validate them as strings.
 		openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
 		openapi3filter.RegisterBodyDecoder("text/csv", openapi3filter.PlainBodyDecoder)
+		openapi3filter.RegisterBodyDecoder("application/x-asciicast", openapi3filter.PlainBodyDecoder)
 		contract = contractDoc{doc: doc, router: r}
 	})
 	return contract, contractErr
 }
 
-// validateAPI wraps the console so that every /api/ exchange a handler test
+// validateAPI wraps the console so that every documented exchange (the JSON
+// API, /healthz and /readyz) a handler test
 // makes is checked against the OpenAPI document: a request the document
 // rejects must be refused by the server (4xx), and every response must be
 // one the document describes. Mismatches fail the test at cleanup, with the
@@ -94,15 +96,15 @@ func (v *apiValidator) fail(format string, args ...any) {
 }
 
 func (v *apiValidator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if !strings.HasPrefix(r.URL.Path, "/api/") || isUpgrade(r) {
+	if isUpgrade(r) {
 		v.next.ServeHTTP(w, r)
 		return
 	}
 	route, params, err := v.c.router.FindRoute(r)
 	if err != nil {
-		// Not a documented route: unknown paths (404) and wrong methods
-		// (405) are the router's; TestOpenAPICoversRoutes checks the route
-		// table against the document.
+		// Not a documented route: pages, unknown paths (404) and wrong
+		// methods (405); TestOpenAPICoversRoutes checks the route table
+		// against the document.
 		v.next.ServeHTTP(w, r)
 		return
 	}

@@ -1,7 +1,6 @@
 package handlers
 
 import (
-	"context"
 	"errors"
 	"net/http"
 	"time"
@@ -199,16 +198,4 @@ func (s *Server) healthz(c echo.Context) error {
 	return c.JSON(http.StatusOK, map[string]string{"status": "ok"})
 }
 
-func (s *Server) readyz(c echo.Context) error {
-	ctx, cancel := context.WithTimeout(c.Request().Context(), 2*time.Second)
-	defer cancel()
-	sqlDB, err := s.Catalog.DB()
-	if err == nil {
-		err = sqlDB.PingContext(ctx)
-	}
-	if err != nil {
-		s.Logger.Warn("readiness: catalog unreachable", "error", err)
-		return c.JSON(http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "catalog": "unreachable"})
-	}
-	return c.JSON(http.StatusOK, map[string]string{"status": "ok", "catalog": "reachable"})
-}
+// readyz is in readiness.go.

@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apidoc"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/proxy"
@@ -54,6 +55,8 @@ type Deps struct {
 	SecureCookies bool
 	TrustProxy    bool
 	Now           func() time.Time
+	// Metrics counts requests by route pattern; nil records nothing.
+	Metrics *metrics.Metrics
 }
 
 // Server holds the echo instance and the declared route table.

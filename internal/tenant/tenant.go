@@ -64,6 +64,8 @@ type Registry struct {
 	Orgs     *orgs.Service
 	Box      *sealed.Box
 	TokenTTL time.Duration
+	// AuditObserver, when set, hears of every org audit append (metrics).
+	AuditObserver audit.Observer
 
 	mu    sync.Mutex
 	cache map[string]*runtime
@@ -124,7 +126,7 @@ func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error
 		dir:      &directory.Directory{DB: h.DB},
 		auth:     ac,
 		enforcer: en,
-		log:      audit.NewLog(h.DB, audit.OrgTable, nil),
+		log:      audit.NewLog(h.DB, audit.OrgTable, nil).Observe(r.AuditObserver),
 		signer:   auth.NewSigner(kid, key, Audience(h.Org.Slug), r.TokenTTL, nil),
 	}
 	r.mu.Lock()
