@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -78,6 +79,16 @@ const (
 	DefaultRows = 24
 )
 
+// CastOptions shape a cast.
+type CastOptions struct {
+	// Resizes are the command's window changes, oldest first.
+	Resizes []Resize
+	// CRLF writes each bare newline as CR LF, as a terminal would have
+	// shown it: for the player, when the command had no TTY. The output
+	// then no longer equals the recording byte for byte.
+	CRLF bool
+}
+
 // WriteCast writes command c's output as asciicast v2
 // (https://docs.asciinema.org/manual/asciicast/v2/): a header line, then
 // one [seconds, "o", text] event per chunk, seconds counted from the
@@ -89,7 +100,8 @@ const (
 // A character split across chunks is sent whole with the later chunk, so
 // the "o" events concatenated equal the recorded output (bytes that are not
 // UTF-8 at all become U+FFFD, as JSON strings must be text).
-func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, resizes []Resize) error {
+func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, opts CastOptions) error {
+	resizes := opts.Resizes
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
@@ -110,6 +122,7 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, resizes
 		return enc.Encode([]any{last, code, data})
 	}
 	var j runeJoiner
+	eol := crlf{on: opts.CRLF}
 	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
 		for len(resizes) > 0 && !resizes[0].At.After(ch.At) {
 			if err := emit(resizes[0].At, "r", strconv.Itoa(resizes[0].Cols)+"x"+strconv.Itoa(resizes[0].Rows)); err != nil {
@@ -121,7 +134,7 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, resizes
 			return emit(ch.At, "m", "gatehouse: "+string(ch.Data)+" bytes of output were lost here (agentd's buffer overflowed)")
 		}
 		if p := j.next(ch.Data); len(p) > 0 {
-			return emit(ch.At, "o", string(p))
+			return emit(ch.At, "o", eol.convert(p))
 		}
 		return nil
 	})
@@ -129,7 +142,7 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, resizes
 		return err
 	}
 	if p := j.rest(); len(p) > 0 {
-		if err := enc.Encode([]any{last, "o", string(p)}); err != nil {
+		if err := enc.Encode([]any{last, "o", eol.convert(p)}); err != nil {
 			return err
 		}
 	}
@@ -159,6 +172,28 @@ func WriteText(ctx context.Context, db *gorm.DB, w io.Writer, c Command) error {
 		return err
 	}
 	return bw.Flush()
+}
+
+// crlf turns bare newlines into CR LF when on, across pieces.
+type crlf struct {
+	on     bool
+	lastCR bool
+}
+
+func (e *crlf) convert(p []byte) string {
+	if !e.on {
+		return string(p)
+	}
+	var b strings.Builder
+	b.Grow(len(p) + len(p)/16)
+	for _, c := range p {
+		if c == '\n' && !e.lastCR {
+			b.WriteByte('\r')
+		}
+		b.WriteByte(c)
+		e.lastCR = c == '\r'
+	}
+	return b.String()
 }
 
 func roundMicro(s float64) float64 { return math.Round(s*1e6) / 1e6 }

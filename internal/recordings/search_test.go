@@ -67,7 +67,7 @@ func TestCastAndText(t *testing.T) {
 		resizeAt := start.Add(1500 * time.Millisecond)
 
 		var cast bytes.Buffer
-		if err := recordings.WriteCast(ctx, db, &cast, c, []recordings.Resize{{At: start, Cols: 120, Rows: 40}, {At: resizeAt, Cols: 100, Rows: 30}}); err != nil {
+		if err := recordings.WriteCast(ctx, db, &cast, c, recordings.CastOptions{Resizes: []recordings.Resize{{At: start, Cols: 120, Rows: 40}, {At: resizeAt, Cols: 100, Rows: 30}}}); err != nil {
 			t.Fatal(err)
 		}
 		sc := bufio.NewScanner(&cast)
