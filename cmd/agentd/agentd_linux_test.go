@@ -221,7 +221,7 @@ func cgroupModes(t *testing.T) []string {
 // cgroupUnavailable says why agentd could not create cgroups here ("" if
 // it can).
 func cgroupUnavailable() string {
-	srv, err := agentd.NewServer(agentd.Config{Token: "probe", Cgroup: agentd.CgroupRequired})
+	srv, err := agentd.NewServer(agentd.Config{Token: "probe-token-0123456789", Cgroup: agentd.CgroupRequired})
 	if err != nil {
 		return err.Error()
 	}

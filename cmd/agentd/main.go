@@ -202,6 +202,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	if err := agentd.CheckToken(token); err != nil {
+		return err
+	}
 	if o.tokenFD < 0 {
 		// Returns only where re-executing is impossible (Windows).
 		if err := reexecClean(reexecArgs(o, 0), token); err != nil {

@@ -40,7 +40,7 @@ func TestAgentdBinary(t *testing.T) {
 	}
 	addrFile := filepath.Join(dir, "addr")
 	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--root", root, "--kill-grace", "200ms")
-	cmd.Env = append(os.Environ(), "AGENTD_TOKEN=s3cret")
+	cmd.Env = append(os.Environ(), "AGENTD_TOKEN=s3cret-token-0123456789")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestAgentdBinary(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c := agentd.NewClient("http://"+addr, "s3cret", nil)
+	c := agentd.NewClient("http://"+addr, "s3cret-token-0123456789", nil)
 	if _, err := c.Health(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -117,7 +117,9 @@ func isZombie(pid int) bool {
 func TestAgentdTokenSources(t *testing.T) {
 	bin := buildAgentd(t)
 	tokenFile := filepath.Join(t.TempDir(), "token")
-	os.WriteFile(tokenFile, []byte("from-file\n"), 0o600)
+	os.WriteFile(tokenFile, []byte("from-file-token-0123456789\n"), 0o600)
+	shortFile := tokenFile + ".short"
+	os.WriteFile(shortFile, []byte("fifteen-chars!!\n"), 0o600)
 	tests := []struct {
 		name    string
 		args    []string
@@ -126,9 +128,13 @@ func TestAgentdTokenSources(t *testing.T) {
 		wantErr string
 	}{
 		{"no token", nil, nil, "", "no token"},
-		{"token file", []string{"--token-file", tokenFile}, nil, "from-file", ""},
+		{"token file", []string{"--token-file", tokenFile}, nil, "from-file-token-0123456789", ""},
 		{"missing token file", []string{"--token-file", tokenFile + ".nope"}, nil, "", "token file"},
-		{"env from AGENTD_LISTEN", nil, []string{"AGENTD_TOKEN=env", "AGENTD_LISTEN=127.0.0.1:0"}, "env", ""},
+		{"env from AGENTD_LISTEN", nil, []string{"AGENTD_TOKEN=env-token-0123456789", "AGENTD_LISTEN=127.0.0.1:0"}, "env-token-0123456789", ""},
+		// The console's rule: it refuses to store a shorter token, so agentd
+		// refuses to start with one.
+		{"short token from env", nil, []string{"AGENTD_TOKEN=123456789"}, "", "must have at least 16"},
+		{"short token file", []string{"--token-file", shortFile}, nil, "", "must have at least 16"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -85,7 +85,7 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 	const sessions = 1000
 	for range b.N {
 		b.StopTimer()
-		srv, err := agentd.NewServer(agentd.Config{Token: "t", MaxSessions: sessions, KillGrace: time.Second})
+		srv, err := agentd.NewServer(agentd.Config{Token: "test-token-0123456789", MaxSessions: sessions, KillGrace: time.Second})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,7 +15,7 @@ import (
 // agentd refuses to start rather than run without the limit it was given.
 func TestSessionPidsLimit(t *testing.T) {
 	t.Parallel()
-	srv, err := agentd.NewServer(agentd.Config{Token: "t", SessionPidsMax: 8})
+	srv, err := agentd.NewServer(agentd.Config{Token: "test-token-0123456789", SessionPidsMax: 8})
 	if err != nil {
 		if !strings.Contains(err.Error(), "cgroup") {
 			t.Fatalf("NewServer with a pids limit: %v; want a cgroup error", err)

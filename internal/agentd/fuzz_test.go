@@ -42,7 +42,7 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 	}
 	os.WriteFile(filepath.Join(root, "file.txt"), []byte("content"), 0o644)
 	srv, err := agentd.NewServer(agentd.Config{
-		Token:       "fuzz",
+		Token:       "fuzz-token-0123456789",
 		Root:        root,
 		Shell:       shell,
 		MaxSessions: 32,
@@ -55,7 +55,7 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { srv.Close() })
-	fs := &fuzzServer{srv: srv, handler: srv.Handler(), token: "fuzz"}
+	fs := &fuzzServer{srv: srv, handler: srv.Handler(), token: "fuzz-token-0123456789"}
 	rec := fs.serve(http.MethodPost, "/v1/sessions", "", []byte(`{"command":"keep","tty":true}`), time.Second)
 	var resp agentd.SessionResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.SessionID == "" {

@@ -198,8 +198,8 @@ type Server struct {
 // NewServer validates cfg and starts the janitor that reclaims ended
 // sessions. Call Close to stop it and kill every running command.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Token == "" {
-		return nil, errors.New("agentd: a token is required")
+	if err := CheckToken(cfg.Token); err != nil {
+		return nil, fmt.Errorf("agentd: %w", err)
 	}
 	cfg.setDefaults()
 	fsys, err := newFileSystem(cfg.Root, cfg.RefuseHardLinks)

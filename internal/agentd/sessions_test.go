@@ -378,7 +378,7 @@ func TestCwdEnvAndRoot(t *testing.T) {
 
 func TestCloseKillsRunningGroups(t *testing.T) {
 	t.Parallel()
-	srv, err := agentd.NewServer(agentd.Config{Token: "t", KillGrace: 100 * time.Millisecond})
+	srv, err := agentd.NewServer(agentd.Config{Token: "test-token-0123456789", KillGrace: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -190,8 +190,9 @@ var (
 	hostnameRE      = regexp.MustCompile(`^[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?(\.[a-zA-Z0-9]([a-zA-Z0-9-]*[a-zA-Z0-9])?)*(:[0-9]{1,5})?$`)
 )
 
-// MinTokenLength keeps agentd tokens from being guessable.
-const MinTokenLength = 16
+// MinTokenLength keeps agentd tokens from being guessable; it is agentd's
+// own rule, so a token stored here is one agentd accepts.
+const MinTokenLength = agentd.MinTokenLength
 
 func validHTTPURL(raw string) bool {
 	u, err := url.Parse(raw)
