@@ -234,24 +234,7 @@ func TestHardeningObjectDenialsAreAudited(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newOrgFixture(t, d)
 		e := f.e
-		root := f.tokens["entered-admin"]
-		mk := func(path string, v any) int64 {
-			t.Helper()
-			r := e.json(http.MethodPost, "/api/v1/orgs/acme"+path, root, v)
-			if r.status >= 300 {
-				t.Fatalf("POST %s: %d %s", path, r.status, r.body)
-			}
-			var out struct {
-				ID  int64
-				Key struct{ ID int64 }
-			}
-			r.decode(t, &out)
-			return max(out.ID, out.Key.ID)
-		}
-		env := mk("/environments", map[string]any{"name": "dept1-host", "kind": "host", "department_id": f.dept1,
-			"url": "http://10.9.9.9:1", "os": "linux", "deployment": "bare-metal", "agentd_token": strings.Repeat("t", 20)})
-		agent := mk("/agents", map[string]any{"name": "dept1-agent", "department_id": f.dept1,
-			"config": map[string]string{"model": "m"}, "environment_ids": []int64{env}})
+		env, agent := f.hostAndAgent(t, "dept1")
 		var adminKeys struct{ Items []struct{ ID int64 } }
 		r := e.json(http.MethodPost, "/api/v1/orgs/acme/api-keys", f.tokens["admin"], map[string]string{"name": "admin laptop"})
 		wantStatus(t, "admin key", r, http.StatusCreated)
@@ -383,6 +366,30 @@ func TestHardeningHostileTextAnswers400(t *testing.T) {
 			t.Fatalf("the failed sign-in with a long e-mail is not recorded: %+v", evs)
 		}
 	})
+}
+
+// rootCreate posts v to acme's API as the entered platform admin and
+// returns the new object's id.
+func (f *orgFixture) rootCreate(t *testing.T, path string, v any) int64 {
+	t.Helper()
+	r := f.e.json(http.MethodPost, "/api/v1/orgs/acme"+path, f.tokens["entered-admin"], v)
+	if r.status >= 300 {
+		t.Fatalf("POST %s: %d %s", path, r.status, r.body)
+	}
+	var out struct{ ID int64 }
+	r.decode(t, &out)
+	return out.ID
+}
+
+// hostAndAgent creates a host environment in department 1 (at an address
+// nothing answers on) and an agent there using it.
+func (f *orgFixture) hostAndAgent(t *testing.T, name string) (env, agent int64) {
+	t.Helper()
+	env = f.rootCreate(t, "/environments", map[string]any{"name": name + "-host", "kind": "host", "department_id": f.dept1,
+		"url": "http://10.255.0.1:1", "os": "linux", "deployment": "bare-metal", "agentd_token": strings.Repeat("t", 20)})
+	agent = f.rootCreate(t, "/agents", map[string]any{"name": name + "-agent", "department_id": f.dept1,
+		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env}})
+	return env, agent
 }
 
 func orgEventsText(evs []audit.Event) string {

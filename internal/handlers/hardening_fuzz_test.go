@@ -52,20 +52,7 @@ func TestHardeningFuzzJSONRoutes(t *testing.T) {
 		f := newOrgFixture(t, d)
 		e := f.e
 		root := f.tokens["entered-admin"]
-		post := func(path string, v any) int64 {
-			t.Helper()
-			r := e.json(http.MethodPost, "/api/v1/orgs/acme"+path, root, v)
-			if r.status >= 300 {
-				t.Fatalf("POST %s: %d %s", path, r.status, r.body)
-			}
-			var out struct{ ID int64 }
-			r.decode(t, &out)
-			return out.ID
-		}
-		host := post("/environments", map[string]any{"name": "fuzz-host", "kind": "host", "department_id": f.dept1,
-			"url": "http://10.255.0.1:1", "os": "linux", "deployment": "bare-metal", "agentd_token": strings.Repeat("t", 20)})
-		agent := post("/agents", map[string]any{"name": "fuzz-agent", "department_id": f.dept1,
-			"config": map[string]string{"model": "m"}, "environment_ids": []int64{host}})
+		_, agent := f.hostAndAgent(t, "fuzz")
 		// The platform's org routes act on an org of their own, so that
 		// suspending or deleting it leaves acme alone.
 		e.createOrg(f.platform, "fuzzed", "Fuzzed")
