@@ -25,6 +25,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
 	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/retention"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -43,7 +44,9 @@ type Console struct {
 	Tenants  *tenant.Registry
 	// Metrics is the process's Prometheus registry and collectors.
 	Metrics *metrics.Metrics
-	Health  *envs.Checker
+	// Retention applies each org's audit and recording retention policy.
+	Retention *retention.Runner
+	Health    *envs.Checker
 	// Reclaim is the sandbox reclaim loop; Local the optional local
 	// sandbox backend (--local-sandboxes).
 	Reclaim *sessions.Reclaimer
@@ -203,6 +206,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
 	})
 	c.watchMetrics()
+	c.Retention = c.newRetention()
 	return c, nil
 }
 
@@ -279,10 +283,14 @@ func (c *Console) Start() {
 			}
 		}
 	}()
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		c.Reclaim.Run(ctx)
+	}()
+	go func() {
+		defer wg.Done()
+		c.Retention.Run(ctx)
 	}()
 	go func() {
 		wg.Wait()
