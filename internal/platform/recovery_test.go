@@ -48,7 +48,10 @@ func TestRecovery(t *testing.T) {
 		}
 		for _, refused := range []func() error{
 			func() error { _, _, err := s.ResetPassword(ctx, "nobody@example.com", log, cli); return err },
-			func() error { _, _, err := s.CreateWithOneTimePassword(ctx, "second@example.com", log, cli); return err },
+			func() error {
+				_, _, err := s.CreateWithOneTimePassword(ctx, "second@example.com", log, cli)
+				return err
+			},
 		} {
 			if err := refused(); err == nil {
 				t.Error("a refused recovery command succeeded")
