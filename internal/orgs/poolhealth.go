@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"sort"
+
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // held is a reference on an open pool, taken so it is not closed while a
@@ -31,13 +33,14 @@ func (s *Service) releaseAll(hs []held) {
 	var closeNow []*pool
 	s.mu.Lock()
 	for _, h := range hs {
-		if s.unrefLocked(h.p) {
+		h.p.refs--
+		if h.p.revoked && h.p.refs == 0 {
 			closeNow = append(closeNow, h.p)
 		}
 	}
 	s.mu.Unlock()
 	for _, p := range closeNow {
-		p.shut()
+		_ = store.Close(p.db)
 	}
 }
 
