@@ -113,9 +113,11 @@ type Service struct {
 	busy map[string]bool
 	// gen counts revocations per slug, so an Open racing a suspend cannot
 	// install a pool after the revocation.
-	gen  map[string]uint64
-	stop chan struct{}
-	done chan struct{}
+	gen map[string]uint64
+	// draining holds revoked pools still held by requests.
+	draining map[*pool]bool
+	stop     chan struct{}
+	done     chan struct{}
 }
 
 // New returns a Service and starts its idle-pool janitor; call Close.
@@ -139,7 +141,7 @@ func New(cfg Config) *Service {
 		cfg.Parallel = 4
 	}
 	s := &Service{cfg: cfg, work: make(chan struct{}, cfg.Parallel), pools: map[string]*pool{},
-		busy: map[string]bool{}, gen: map[string]uint64{}, stop: make(chan struct{}), done: make(chan struct{})}
+		busy: map[string]bool{}, gen: map[string]uint64{}, draining: map[*pool]bool{}, stop: make(chan struct{}), done: make(chan struct{})}
 	go s.janitor()
 	return s
 }

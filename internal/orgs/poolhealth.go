@@ -4,8 +4,6 @@ import (
 	"context"
 	"database/sql"
 	"sort"
-
-	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // held is a reference on an open pool, taken so it is not closed while a
@@ -33,14 +31,13 @@ func (s *Service) releaseAll(hs []held) {
 	var closeNow []*pool
 	s.mu.Lock()
 	for _, h := range hs {
-		h.p.refs--
-		if h.p.revoked && h.p.refs == 0 {
+		if s.unrefLocked(h.p) {
 			closeNow = append(closeNow, h.p)
 		}
 	}
 	s.mu.Unlock()
 	for _, p := range closeNow {
-		_ = store.Close(p.db)
+		p.shut()
 	}
 }
 

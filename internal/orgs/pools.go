@@ -17,12 +17,26 @@ import (
 // the database when the last holder releases it, so nothing in flight has
 // its connections pulled from under it.
 type pool struct {
+	slug     string
 	db       *gorm.DB
 	refs     int
 	lastUsed time.Time
 	ctx      context.Context
 	cancel   context.CancelCauseFunc
 	revoked  bool
+	// closed is closed once db is.
+	closed chan struct{}
+}
+
+func newPool(db *gorm.DB, now time.Time) *pool {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &pool{db: db, refs: 1, lastUsed: now, ctx: ctx, cancel: cancel, closed: make(chan struct{})}
+}
+
+// shut closes the pool's database; call it once, without s.mu.
+func (p *pool) shut() {
+	_ = store.Close(p.db)
+	close(p.closed)
 }
 
 // Handle is an open org deployment. Release it when the request is done.
@@ -48,13 +62,23 @@ func (h *Handle) Release() { h.once.Do(func() { h.s.release(h.p) }) }
 
 func (s *Service) release(p *pool) {
 	s.mu.Lock()
-	p.refs--
 	p.lastUsed = s.cfg.Now()
-	closeNow := p.revoked && p.refs == 0
+	closeNow := s.unrefLocked(p)
 	s.mu.Unlock()
 	if closeNow {
-		_ = store.Close(p.db)
+		p.shut()
 	}
+}
+
+// unrefLocked drops one reference and tells whether the pool, revoked and
+// now unheld, must be shut. Call with s.mu held.
+func (s *Service) unrefLocked(p *pool) bool {
+	p.refs--
+	if !p.revoked || p.refs > 0 {
+		return false
+	}
+	delete(s.draining, p)
+	return true
 }
 
 // revoke ends slug's pool: its context is cancelled with cause, and its
@@ -69,11 +93,40 @@ func (s *Service) revoke(slug string, cause error) {
 		p.revoked = true
 		p.cancel(cause)
 		closeNow = p.refs <= 0
+		if !closeNow {
+			s.draining[p] = true
+		}
 	}
 	s.mu.Unlock()
 	if closeNow {
-		_ = store.Close(p.db)
+		p.shut()
 	}
+}
+
+// drained waits until every revoked pool of slug has closed, at most max.
+// Removing an org's data under a pool still in use would let its next
+// query open (and so re-create) a SQLite file.
+func (s *Service) drained(ctx context.Context, slug string, max time.Duration) error {
+	s.mu.Lock()
+	var waits []chan struct{}
+	for p := range s.draining {
+		if p.slug == slug {
+			waits = append(waits, p.closed)
+		}
+	}
+	s.mu.Unlock()
+	timer := time.NewTimer(max)
+	defer timer.Stop()
+	for _, w := range waits {
+		select {
+		case <-w:
+		case <-timer.C:
+			return apperr.New(apperr.ErrConflict, "org_in_use", "Organization %q is still in use; its deletion finishes once its last request ends.", slug)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // Open returns a handle on an active org's database, opening and migrating
@@ -119,8 +172,8 @@ func (s *Service) Open(ctx context.Context, slug string) (*Handle, error) {
 			_ = store.Close(db)
 			return &Handle{Org: o, DB: p.db, s: s, p: p}, nil
 		}
-		pctx, cancel := context.WithCancelCause(context.Background())
-		p := &pool{db: db, refs: 1, lastUsed: s.cfg.Now(), ctx: pctx, cancel: cancel}
+		p := newPool(db, s.cfg.Now())
+		p.slug = slug
 		s.pools[slug] = p
 		s.mu.Unlock()
 		return &Handle{Org: o, DB: db, s: s, p: p}, nil
@@ -176,7 +229,7 @@ func (s *Service) CloseIdle() int {
 	s.mu.Unlock()
 	for _, p := range idle {
 		p.cancel(errClosed)
-		_ = store.Close(p.db)
+		p.shut()
 	}
 	return len(idle)
 }

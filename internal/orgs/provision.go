@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"gorm.io/gorm"
 
@@ -386,10 +387,14 @@ func (s *Service) DeleteAudited(ctx context.Context, slug, confirm string, event
 	return before, nil
 }
 
-// finishDelete drops a deleting org's data and then its row.
+// finishDelete drops a deleting org's data and then its row, once the
+// org's revoked pools are closed.
 func (s *Service) finishDelete(ctx context.Context, l *orgLock, r orgRow, ev *audit.Event) error {
 	t, err := s.locate(r)
 	if err != nil {
+		return err
+	}
+	if err := s.drained(ctx, r.Slug, drainWait); err != nil {
 		return err
 	}
 	if err := s.dropData(ctx, l, r.Slug, t); err != nil {
@@ -397,6 +402,10 @@ func (s *Service) finishDelete(ctx context.Context, l *orgLock, r orgRow, ev *au
 	}
 	return s.deleteRow(ctx, r, ev)
 }
+
+// drainWait bounds how long a deletion waits for the org's last requests,
+// whose contexts the revocation has already ended.
+const drainWait = 10 * time.Second
 
 // dropData removes an org's database or file; what is already gone is fine.
 func (s *Service) dropData(ctx context.Context, l *orgLock, slug string, t target) error {

@@ -284,3 +284,40 @@ func TestOrphansReportedAndRemovedOnRequest(t *testing.T) {
 		}
 	})
 }
+
+// Deleting an org whose pool a request still holds revokes the request at
+// once, lets it finish its last query, and removes the data only after it
+// released the pool, so nothing re-creates a SQLite file afterwards.
+func TestDeleteWaitsForLastRequest(t *testing.T) {
+	t.Parallel()
+	s := newTestService(t, store.SQLite)
+	ctx := context.Background()
+	if _, err := s.Create(ctx, CreateInput{Slug: "busy"}); err != nil {
+		t.Fatal(err)
+	}
+	h, err := s.Open(ctx, "busy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lastQuery := make(chan error, 1)
+	go func() {
+		<-h.Done()
+		var n int64
+		lastQuery <- h.DB.Raw("SELECT count(*) FROM audit_events").Scan(&n).Error
+		h.Release()
+	}()
+	if _, err := s.Delete(ctx, "busy", "busy"); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-lastQuery; err != nil {
+		t.Fatalf("the revoked request's last query: %v", err)
+	}
+	for _, p := range sqliteFiles(filepath.Join(s.cfg.DataDir, s.sqliteRel("busy"))) {
+		if _, err := os.Stat(p); !os.IsNotExist(err) {
+			t.Errorf("%s exists after the deletion: %v", p, err)
+		}
+	}
+	if _, err := s.Create(ctx, CreateInput{Slug: "busy"}); err != nil {
+		t.Fatalf("create again: %v", err)
+	}
+}
