@@ -285,7 +285,7 @@ func TestHardeningPlatformAuditReadsAreAudited(t *testing.T) {
 		wantStatus(t, "read", e.json(http.MethodGet, "/api/v1/audit?q=action:org.", tok, nil), http.StatusOK)
 		r := e.do(request{method: http.MethodGet, path: "/admin/audit?q=" + url.QueryEscape("action:platform."), cookies: []*http.Cookie{{Name: "gh_login", Value: tok}}})
 		wantStatus(t, "page", r, http.StatusOK)
-		evs := platformEvents(t, e, "action:platform.audit_view")
+		evs := platformEvents(t, e, "action:audit.view")
 		if len(evs) != 2 || evs[0].Actor.Name != adminEmail || !strings.Contains(string(evs[1].Details), `"q":"action:org."`) {
 			t.Fatalf("audit views recorded: %+v", evs)
 		}

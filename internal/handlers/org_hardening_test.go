@@ -106,8 +106,8 @@ func TestPlatformAuditExportAndVerify(t *testing.T) {
 	r = e.json(http.MethodPost, "/api/v1/audit/verify", tok, nil)
 	wantStatus(t, "verify", r, http.StatusOK)
 	mustContain(t, "verify", string(r.body), `"ok":true`)
-	r = e.json(http.MethodGet, "/api/v1/audit?q=action:platform.audit_", tok, nil)
-	mustContain(t, "export and verify are audited", string(r.body), "platform.audit_export", "platform.audit_verify")
+	r = e.json(http.MethodGet, "/api/v1/audit?q=action:audit.", tok, nil)
+	mustContain(t, "export and verify are audited", string(r.body), "audit.export", "audit.verify")
 }
 
 func TestOrgNotFoundKeepsNavigation(t *testing.T) {

@@ -105,8 +105,8 @@ func TestPlatformAdminEnteringIsAuditedTwice(t *testing.T) {
 	e := f.e
 	plat := string(e.json(http.MethodGet, "/api/v1/audit?limit=100", f.platform, nil).body)
 	mustContain(t, "platform log", plat, `"action":"org.enter"`, `"id":"acme"`, `"id":"globex"`)
-	org := string(e.json(http.MethodGet, "/api/v1/orgs/acme/audit?q=action:platform_admin.enter", f.tokens["admin"], nil).body)
-	mustContain(t, "org log", org, `"action":"platform_admin.enter"`, adminEmail)
+	org := string(e.json(http.MethodGet, "/api/v1/orgs/acme/audit?q=action:org.enter", f.tokens["admin"], nil).body)
+	mustContain(t, "org log", org, `"action":"org.enter"`, adminEmail)
 	// The entered admin acts as an org admin and shows as a platform admin.
 	r := e.json(http.MethodGet, "/api/v1/orgs/acme/me", f.tokens["entered-admin"], nil)
 	mustContain(t, "me", string(r.body), `"kind":"platform_admin"`)

@@ -107,7 +107,7 @@ func (s *Server) createOrg(c echo.Context, req createOrgRequest) (orgs.Org, erro
 		}
 	}
 	return s.Orgs.Create(c.Request().Context(), orgs.CreateInput{Slug: req.Slug, Name: req.Name, AttachDSN: req.DatabaseURL,
-		Event: record("org.create"), OrgEvent: record("organization.create")})
+		Event: record("org.create"), OrgEvent: record("org.create")})
 }
 
 func (s *Server) apiCreateOrg(c echo.Context) error {

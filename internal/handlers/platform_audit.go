@@ -57,7 +57,7 @@ func (s *Server) queryPlatformAudit(c echo.Context) ([]audit.Event, int64, int, 
 	if err != nil {
 		return nil, 0, 0, err
 	}
-	if err := s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_view", audit.Target{Type: "audit_log"}, audit.Allow,
+	if err := s.platformEvent(c, principalOf(c).AuditActor(), "audit.view", audit.Target{Type: "audit_log"}, audit.Allow,
 		map[string]any{"q": c.QueryParam("q"), "before": before}); err != nil {
 		return nil, 0, 0, err
 	}
@@ -126,7 +126,7 @@ func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 
 func (s *Server) apiPlatformAuditExport(c echo.Context) error {
 	return s.exportLog(c, s.PlatformAudit, "platform", func(q, format string) error {
-		return s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_export", audit.Target{Type: "audit_log"}, audit.Allow,
+		return s.platformEvent(c, principalOf(c).AuditActor(), "audit.export", audit.Target{Type: "audit_log"}, audit.Allow,
 			map[string]any{"q": q, "format": format})
 	})
 }
@@ -137,7 +137,7 @@ func (s *Server) verifyPlatformAudit(c echo.Context) (audit.VerifyResult, error)
 	if err != nil {
 		return res, err
 	}
-	return res, s.platformEvent(c, principalOf(c).AuditActor(), "platform.audit_verify", audit.Target{Type: "audit_log"}, audit.Allow, res)
+	return res, s.platformEvent(c, principalOf(c).AuditActor(), "audit.verify", audit.Target{Type: "audit_log"}, audit.Allow, res)
 }
 
 func (s *Server) apiPlatformAuditVerify(c echo.Context) error {
