@@ -138,12 +138,19 @@ var ErrRedirect = errors.New("redirects are not followed, so the stored token or
 // Shared environments are set up by department owners and admins and may
 // point anywhere, a development agentd on loopback included.
 func (s *Service) clientFor(e Environment) *http.Client {
+	return ClientFor(s.HTTPClient, e)
+}
+
+// ClientFor is base (a plain client when nil) made fit for calls to e, as
+// clientFor describes. Every caller of an environment's agentd or backend
+// outside this package (the session gateway) builds its client with it.
+func ClientFor(base *http.Client, e Environment) *http.Client {
 	// No whole-call Timeout: agentd long-polls (Follow asks for 30 s) and
 	// downloads outlast any fixed limit, so the caller's context bounds
 	// each call instead (Check sets its own).
 	c := &http.Client{}
-	if s.HTTPClient != nil {
-		*c = *s.HTTPClient
+	if base != nil {
+		*c = *base
 	}
 	c.CheckRedirect = refuseRedirect
 	if e.Private() {

@@ -150,8 +150,11 @@ func TestHardeningFuzzJSONRoutes(t *testing.T) {
 							body := `{"` + k + `":` + hv.json + `}`
 							before = check(who, request{method: rt.Method, path: path, token: tok, contentType: "application/json",
 								body: strings.NewReader(body)}, before)
-							if hv.name != "long-email" {
-								break // refused at the edge whatever the field, or covered by long-email
+							if hv.name != "long-email" || who != "admin" {
+								// Refused at the edge whatever the field, or
+								// covered by long-email; the plain member is
+								// refused before the body matters.
+								break
 							}
 						}
 					}

@@ -12,6 +12,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -278,7 +279,7 @@ func isTransport(err error) bool {
 // step reads one batch from agentd, stores it and, when the command ended
 // and nothing more is buffered, records its end.
 func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c recordings.Command) (bool, error) {
-	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.HTTP)
+	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(f.HTTP, t.Environment))
 	pctx, cancel := context.WithTimeout(ctx, f.wait()+30*time.Second)
 	defer cancel()
 	resp, err := cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), f.wait())
