@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/platform"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -194,6 +195,9 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		return p
 	}
 	p.User = pr.Name
+	if pr.Kind == audit.ActorPlatformAdmin {
+		p.ActingOrg, p.LeaveURL = t.Org.Name, base+"/leave"
+	}
 	if pr.MustChangePassword {
 		return p
 	}
@@ -261,7 +265,7 @@ func (s *Server) pageOrgLogout(c echo.Context) error {
 		}
 	}
 	s.clearCookie(c, orgCookieName(t.Org.Slug))
-	return c.Redirect(http.StatusSeeOther, "/o/"+t.Org.Slug+"/login")
+	return c.Redirect(http.StatusSeeOther, s.afterOrgSignOut(c))
 }
 
 func (s *Server) pageOrgPassword(c echo.Context) error {
@@ -293,6 +297,11 @@ func (s *Server) pageOrgHome(c echo.Context) error {
 	}
 	for _, a := range as {
 		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(c.Request().Context(), t, a.Domain)})
+	}
+	if p.Kind == audit.ActorPlatformAdmin {
+		// An entered platform admin acts as an org admin of the whole
+		// organization (rbac.PlatformSubject), which no assignment lists.
+		roles = append(roles, views.RoleRow{Role: rbac.RoleOrgAdmin + " (as platform admin)", Domain: "whole organization"})
 	}
 	return render(c, http.StatusOK, views.OrgHome(s.orgPage(c, "Home"), views.OrgHomeData{Org: t.Org.Name, Slug: t.Org.Slug, Roles: roles}))
 }

@@ -110,6 +110,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)
 	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageOrgLoginSubmit)
 	pg.handle(http.MethodPost, "/logout", rbac.OwnLogin(), s.pageOrgLogout)
+	pg.handle(http.MethodPost, "/leave", rbac.OwnLogin(), s.pageOrgLeave)
 	pg.handle(http.MethodGet, "/password", rbac.OwnLogin(), s.pageOrgPassword)
 	pg.handle(http.MethodPost, "/password", rbac.OwnLogin(), s.pageOrgPasswordSubmit)
 	pg.handle(http.MethodGet, "", rbac.Authenticated(), s.pageOrgHome)
