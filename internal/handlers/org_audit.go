@@ -115,7 +115,9 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	t := tenantOf(c)
 	base := "/o/" + t.Org.Slug + "/audit"
 	q := c.QueryParam("q")
-	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: auditRows(evs), Action: base, Verify: verify,
+	rows := auditRows(evs)
+	replayLinks(t.Org.Slug, evs, rows)
+	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: rows, Action: base, Verify: verify,
 		Export: []views.NavItem{
 			{Label: "JSONL", Href: base + "/export?format=jsonl&q=" + url.QueryEscape(q)},
 			{Label: "CSV", Href: base + "/export?format=csv&q=" + url.QueryEscape(q)},

@@ -149,6 +149,7 @@ var allowedRoles = map[string][]string{
 	"org:audit:verify":             {"admin", "entered-admin", "auditor", "auditor-key"},
 	"org:sso:read":                 {"admin", "entered-admin"},
 	"org:sso:update":               {"admin", "entered-admin"},
+	"org:recordings:read":          {"admin", "entered-admin", "auditor", "auditor-key"},
 }
 
 // principal is one way of presenting credentials.

@@ -152,6 +152,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.pageSessionOp("resume"))
 	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp("close"))
 	s.registerTerminalPages(pg)
+	s.registerRecordings(api, pg)
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
 	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)

@@ -43,6 +43,9 @@ type Followers struct {
 
 	mu      sync.Mutex
 	running map[followKey]bool
+	// indexed names the orgs whose ended commands all have a search
+	// entry (the backfill of commands that ended before search existed).
+	indexed map[string]bool
 	wg      sync.WaitGroup
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -353,6 +356,7 @@ func (f *Followers) Sweep(ctx context.Context) {
 			continue
 		}
 		cs, err := recordings.Unfollowed(ctx, org.DB, f.now(), 500)
+		f.backfillIndex(ctx, slug, org)
 		release()
 		if err != nil {
 			f.logger().Warn("recording sweep: org skipped", "org", slug, "error", err)
@@ -361,6 +365,34 @@ func (f *Followers) Sweep(ctx context.Context) {
 		for _, c := range cs {
 			f.Follow(slug, c.ID)
 		}
+	}
+}
+
+// backfillBatch is how many unindexed commands one sweep indexes per org.
+const backfillBatch = 200
+
+// backfillIndex indexes, a batch per sweep, the commands of org that ended
+// before recording search existed; commands ending now are indexed with
+// their end. Once an org has none left this process stops looking.
+func (f *Followers) backfillIndex(ctx context.Context, slug string, org Org) {
+	f.mu.Lock()
+	done := f.indexed[slug]
+	f.mu.Unlock()
+	if done {
+		return
+	}
+	n, err := recordings.IndexMissing(ctx, org.DB, backfillBatch)
+	if err != nil {
+		f.logger().Warn("recording sweep: search backfill failed", "org", slug, "error", err)
+		return
+	}
+	if n < backfillBatch {
+		f.mu.Lock()
+		if f.indexed == nil {
+			f.indexed = map[string]bool{}
+		}
+		f.indexed[slug] = true
+		f.mu.Unlock()
 	}
 }
 

@@ -1,0 +1,40 @@
+package proxy_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// BenchmarkKeystrokeWebSocket types into `cat` on a PTY through the JSON
+// API (POST stdin, then a long-poll for the echo) and through the browser
+// terminal's WebSocket, on SQLite and Postgres (target: the WebSocket's
+// p50 at most the JSON API's + 2 ms):
+//
+//	go test ./internal/proxy/ -run '^$' -bench KeystrokeWebSocket -benchtime 500x
+func BenchmarkKeystrokeWebSocket(b *testing.B) {
+	ctx := context.Background()
+	stacks := benchStacks(b)
+	for _, d := range storetest.Dialects {
+		s := stacks[d]
+		b.Run(string(d)+"/api", func(b *testing.B) {
+			ty, err := proxybench.NewTypist(ctx, proxybench.GatewayPath{S: s})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = ty.Close(ctx) }()
+			timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
+		})
+		b.Run(string(d)+"/websocket", func(b *testing.B) {
+			ty, err := proxybench.NewWSTypist(ctx, s)
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer func() { _ = ty.Close(ctx) }()
+			timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
+		})
+	}
+}
