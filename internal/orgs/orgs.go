@@ -253,6 +253,11 @@ func (s *Service) Update(ctx context.Context, slug string, in UpdateInput) (befo
 		Updates(map[string]any{"name": r.Name, "updated_at": r.UpdatedAt}).Error; err != nil {
 		return Org{}, Org{}, catalogErr(fmt.Errorf("update org: %w", err))
 	}
+	s.mu.Lock()
+	if p := s.pools[slug]; p != nil {
+		p.checked = time.Time{} // the next request reads the new name
+	}
+	s.mu.Unlock()
 	return before, r.org(), nil
 }
 

@@ -26,7 +26,18 @@ type pool struct {
 	revoked  bool
 	// closed is closed once db is.
 	closed chan struct{}
+	// org is the catalog row as read at checked; a request within
+	// rowTTL of it takes the pool without asking the catalog again.
+	org     Org
+	checked time.Time
 }
+
+// rowTTL bounds how long an org's catalog row is trusted without reading
+// it again: the hot path (every terminal operation opens its org) costs no
+// catalog round trip, while a change made on another replica (a suspend)
+// applies here within it. This replica's own suspensions and deletions
+// revoke the pool at once.
+const rowTTL = time.Second
 
 func newPool(db *gorm.DB, now time.Time) *pool {
 	ctx, cancel := context.WithCancelCause(context.Background())
@@ -136,6 +147,12 @@ func (s *Service) Open(ctx context.Context, slug string) (*Handle, error) {
 	for {
 		s.mu.Lock()
 		gen := s.gen[slug]
+		if p := s.pools[slug]; p != nil && !p.revoked && s.cfg.Now().Sub(p.checked) < rowTTL {
+			p.refs++
+			p.lastUsed = s.cfg.Now()
+			s.mu.Unlock()
+			return &Handle{Org: p.org, DB: p.db, s: s, p: p}, nil
+		}
 		s.mu.Unlock()
 		r, err := s.getRow(ctx, slug)
 		if err != nil {
@@ -173,7 +190,7 @@ func (s *Service) Open(ctx context.Context, slug string) (*Handle, error) {
 			return &Handle{Org: o, DB: p.db, s: s, p: p}, nil
 		}
 		p := newPool(db, s.cfg.Now())
-		p.slug = slug
+		p.slug, p.org, p.checked = slug, o, p.lastUsed
 		s.pools[slug] = p
 		s.mu.Unlock()
 		return &Handle{Org: o, DB: db, s: s, p: p}, nil
@@ -191,6 +208,7 @@ func (s *Service) hold(slug string, o Org, gen uint64) *Handle {
 	}
 	p.refs++
 	p.lastUsed = s.cfg.Now()
+	p.org, p.checked = o, p.lastUsed
 	return &Handle{Org: o, DB: p.db, s: s, p: p}
 }
 
