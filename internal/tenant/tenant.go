@@ -69,6 +69,8 @@ type Registry struct {
 
 	mu    sync.Mutex
 	cache map[string]*runtime
+	// building serializes runtime builds per org.
+	building map[string]*sync.Mutex
 }
 
 type runtime struct {
@@ -104,6 +106,24 @@ func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error
 	if r.cache == nil {
 		r.cache = map[string]*runtime{}
 	}
+	if rt := r.cache[h.Org.Slug]; rt != nil && rt.db == h.DB {
+		r.mu.Unlock()
+		return rt, nil
+	}
+	// One build per org at a time: casbin's gorm adapter is not safe to
+	// set up twice at once on one handle, and the second would be wasted.
+	if r.building == nil {
+		r.building = map[string]*sync.Mutex{}
+	}
+	b := r.building[h.Org.Slug]
+	if b == nil {
+		b = &sync.Mutex{}
+		r.building[h.Org.Slug] = b
+	}
+	r.mu.Unlock()
+	b.Lock()
+	defer b.Unlock()
+	r.mu.Lock()
 	if rt := r.cache[h.Org.Slug]; rt != nil && rt.db == h.DB {
 		r.mu.Unlock()
 		return rt, nil

@@ -163,3 +163,41 @@ func TestRevokedPoolStaysOpenWhileHeld(t *testing.T) {
 		t.Fatalf("open after suspend: %v", err)
 	}
 }
+
+// Requests arriving together at an org whose pool is not open yet share
+// one runtime; building it twice at once raced inside casbin's adapter.
+func TestConcurrentOpensShareOneRuntime(t *testing.T) {
+	t.Parallel()
+	reg := newRegistry(t, store.SQLite)
+	ctx := context.Background()
+	if _, err := reg.Orgs.Create(ctx, orgs.CreateInput{Slug: "acme"}); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	tenants := make(chan *tenant.Tenant, n)
+	errs := make(chan error, n)
+	for range n {
+		go func() {
+			ten, err := reg.Open(ctx, "acme")
+			if err != nil {
+				errs <- err
+				return
+			}
+			tenants <- ten
+		}()
+	}
+	var first *tenant.Tenant
+	for range n {
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		case ten := <-tenants:
+			if first == nil {
+				first = ten
+			} else if ten.Enforcer != first.Enforcer {
+				t.Error("two runtimes were built for one pool")
+			}
+			defer ten.Release()
+		}
+	}
+}
