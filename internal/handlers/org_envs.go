@@ -49,31 +49,36 @@ type healthJSON struct {
 
 // envJSON never carries a secret: only whether each is set.
 type envJSON struct {
-	ID             int64      `json:"id"`
-	Name           string     `json:"name"`
-	Kind           string     `json:"kind"`
-	DepartmentID   *int64     `json:"department_id"`
-	Private        bool       `json:"private"`
-	OwnerUserID    *int64     `json:"owner_user_id"`
-	URL            string     `json:"url"`
-	OS             string     `json:"os,omitempty"`
-	Deployment     string     `json:"deployment,omitempty"`
-	WorkspaceRoot  string     `json:"workspace_root,omitempty"`
-	SandboxDomain  string     `json:"sandbox_domain,omitempty"`
-	SandboxScheme  string     `json:"sandbox_scheme,omitempty"`
-	ProxyBaseURL   string     `json:"proxy_base_url,omitempty"`
-	APIKeySet      bool       `json:"api_key_set"`
-	AgentdTokenSet bool       `json:"agentd_token_set"`
-	Health         healthJSON `json:"health"`
-	CreatedBy      string     `json:"created_by"`
-	CreatedAt      time.Time  `json:"created_at"`
-	UpdatedAt      time.Time  `json:"updated_at"`
+	ID            int64  `json:"id"`
+	Name          string `json:"name"`
+	Kind          string `json:"kind"`
+	DepartmentID  *int64 `json:"department_id"`
+	Private       bool   `json:"private"`
+	OwnerUserID   *int64 `json:"owner_user_id"`
+	URL           string `json:"url"`
+	OS            string `json:"os,omitempty"`
+	Deployment    string `json:"deployment,omitempty"`
+	WorkspaceRoot string `json:"workspace_root,omitempty"`
+	SandboxDomain string `json:"sandbox_domain,omitempty"`
+	SandboxScheme string `json:"sandbox_scheme,omitempty"`
+	ProxyBaseURL  string `json:"proxy_base_url,omitempty"`
+	// WorkspaceMount and WorkspaceMountPath: a sandbox environment's
+	// persistent session workspaces (docs/sessions.md).
+	WorkspaceMount     string     `json:"workspace_mount,omitempty"`
+	WorkspaceMountPath string     `json:"workspace_mount_path,omitempty"`
+	APIKeySet          bool       `json:"api_key_set"`
+	AgentdTokenSet     bool       `json:"agentd_token_set"`
+	Health             healthJSON `json:"health"`
+	CreatedBy          string     `json:"created_by"`
+	CreatedAt          time.Time  `json:"created_at"`
+	UpdatedAt          time.Time  `json:"updated_at"`
 }
 
 func toEnvJSON(e envs.Environment) envJSON {
 	return envJSON{ID: e.ID, Name: e.Name, Kind: e.Kind, DepartmentID: e.DepartmentID, Private: e.Private(), OwnerUserID: e.OwnerUserID,
 		URL: e.URL, OS: e.OS, Deployment: e.Deployment, WorkspaceRoot: e.WorkspaceRoot, SandboxDomain: e.SandboxDomain,
-		SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL, APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(),
+		SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL, WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath,
+		APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(),
 		Health: healthJSON{Status: e.HealthStatus, Error: e.HealthError, CheckedAt: e.HealthCheckedAt, ChangedAt: e.HealthChangedAt,
 			LatencyMS: e.HealthLatencyMS, AgentdVersion: e.AgentdVersion, ActiveSessions: e.ActiveSessions},
 		CreatedBy: e.CreatedBy, CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC()}
@@ -84,7 +89,8 @@ func toEnvJSON(e envs.Environment) envJSON {
 func envAudit(e envs.Environment) map[string]any {
 	m := map[string]any{"name": e.Name, "kind": e.Kind, "department_id": e.DepartmentID, "private": e.Private(), "url": e.URL,
 		"os": e.OS, "deployment": e.Deployment, "workspace_root": e.WorkspaceRoot, "sandbox_domain": e.SandboxDomain,
-		"sandbox_scheme": e.SandboxScheme, "proxy_base_url": e.ProxyBaseURL}
+		"sandbox_scheme": e.SandboxScheme, "proxy_base_url": e.ProxyBaseURL, "workspace_mount": e.WorkspaceMount,
+		"workspace_mount_path": e.WorkspaceMountPath}
 	if e.HasAgentdToken() {
 		m["agentd_token"] = "[redacted]"
 	}
@@ -109,25 +115,27 @@ func (s *Server) apiListEnvs(c echo.Context) error {
 }
 
 type envRequest struct {
-	Name          *string `json:"name"`
-	Kind          string  `json:"kind"`
-	DepartmentID  *int64  `json:"department_id"`
-	Private       bool    `json:"private"`
-	URL           *string `json:"url"`
-	OS            *string `json:"os"`
-	Deployment    *string `json:"deployment"`
-	WorkspaceRoot *string `json:"workspace_root"`
-	SandboxDomain *string `json:"sandbox_domain"`
-	SandboxScheme *string `json:"sandbox_scheme"`
-	ProxyBaseURL  *string `json:"proxy_base_url"`
-	APIKey        *string `json:"api_key"`
-	AgentdToken   *string `json:"agentd_token"`
+	Name               *string `json:"name"`
+	Kind               string  `json:"kind"`
+	DepartmentID       *int64  `json:"department_id"`
+	Private            bool    `json:"private"`
+	URL                *string `json:"url"`
+	OS                 *string `json:"os"`
+	Deployment         *string `json:"deployment"`
+	WorkspaceRoot      *string `json:"workspace_root"`
+	SandboxDomain      *string `json:"sandbox_domain"`
+	SandboxScheme      *string `json:"sandbox_scheme"`
+	ProxyBaseURL       *string `json:"proxy_base_url"`
+	WorkspaceMount     *string `json:"workspace_mount"`
+	WorkspaceMountPath *string `json:"workspace_mount_path"`
+	APIKey             *string `json:"api_key"`
+	AgentdToken        *string `json:"agentd_token"`
 }
 
 func (r envRequest) input() envs.Input {
 	return envs.Input{Name: r.Name, Kind: r.Kind, DepartmentID: r.DepartmentID, URL: r.URL, OS: r.OS, Deployment: r.Deployment,
 		WorkspaceRoot: r.WorkspaceRoot, SandboxDomain: r.SandboxDomain, SandboxScheme: r.SandboxScheme, ProxyBaseURL: r.ProxyBaseURL,
-		APIKey: r.APIKey, AgentdToken: r.AgentdToken, Private: r.Private}
+		WorkspaceMount: r.WorkspaceMount, WorkspaceMountPath: r.WorkspaceMountPath, APIKey: r.APIKey, AgentdToken: r.AgentdToken, Private: r.Private}
 }
 
 // createEnv adds an environment where the actor may; envs decides where.

@@ -90,7 +90,8 @@ func (s *Server) envRow(c echo.Context, e envs.Environment) (views.EnvRow, error
 	}
 	return views.EnvRow{ID: e.ID, Name: e.Name, Kind: e.Kind, Scope: s.scopeLabel(c, e.DepartmentID, e.OwnerUserID), URL: e.URL, OS: e.OS,
 		Deployment: e.Deployment, WorkspaceRoot: e.WorkspaceRoot, SandboxDomain: e.SandboxDomain, SandboxScheme: e.SandboxScheme,
-		ProxyBaseURL: e.ProxyBaseURL, APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(), Health: e.HealthStatus,
+		ProxyBaseURL: e.ProxyBaseURL, WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath,
+		APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(), Health: e.HealthStatus,
 		HealthError: e.HealthError, CheckedAt: e.HealthCheckedAt, LatencyMS: e.HealthLatencyMS, Version: e.AgentdVersion,
 		ActiveSessions: e.ActiveSessions, CreatedBy: e.CreatedBy, CanManage: canManage, DepartmentID: dept}, nil
 }
@@ -121,7 +122,8 @@ func (s *Server) pageEnvs(c echo.Context) error {
 func envRequestFromForm(c echo.Context, creating bool) envRequest {
 	req := envRequest{Name: formText(c, "name"), URL: formText(c, "url"), OS: formText(c, "os"), Deployment: formText(c, "deployment"),
 		WorkspaceRoot: formText(c, "workspace_root"), SandboxDomain: formText(c, "sandbox_domain"), SandboxScheme: formText(c, "sandbox_scheme"),
-		ProxyBaseURL: formText(c, "proxy_base_url"), APIKey: formSecret(c, "api_key"), AgentdToken: formSecret(c, "agentd_token")}
+		ProxyBaseURL: formText(c, "proxy_base_url"), WorkspaceMount: formText(c, "workspace_mount"),
+		WorkspaceMountPath: formText(c, "workspace_mount_path"), APIKey: formSecret(c, "api_key"), AgentdToken: formSecret(c, "agentd_token")}
 	dept := formInt64(c, "department_id")
 	req.DepartmentID = &dept
 	if creating {
@@ -134,7 +136,8 @@ func envRequestFromForm(c echo.Context, creating bool) envRequest {
 func envFormFrom(req envRequest) views.EnvForm {
 	f := views.EnvForm{Kind: req.Kind, Name: deref(req.Name), URL: deref(req.URL), OS: deref(req.OS), Deployment: deref(req.Deployment),
 		WorkspaceRoot: deref(req.WorkspaceRoot), SandboxDomain: deref(req.SandboxDomain), SandboxScheme: deref(req.SandboxScheme),
-		ProxyBaseURL: deref(req.ProxyBaseURL), Private: req.Private}
+		ProxyBaseURL: deref(req.ProxyBaseURL), WorkspaceMount: deref(req.WorkspaceMount), WorkspaceMountPath: deref(req.WorkspaceMountPath),
+		Private: req.Private}
 	if req.DepartmentID != nil {
 		f.DepartmentID = *req.DepartmentID
 	}
@@ -184,7 +187,8 @@ func (s *Server) renderEnv(c echo.Context, status int, e envs.Environment, form 
 		d.Form = *form
 	} else {
 		d.Form = views.EnvForm{Kind: e.Kind, Name: e.Name, DepartmentID: row.DepartmentID, URL: e.URL, OS: e.OS, Deployment: e.Deployment,
-			WorkspaceRoot: e.WorkspaceRoot, SandboxDomain: e.SandboxDomain, SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL}
+			WorkspaceRoot: e.WorkspaceRoot, SandboxDomain: e.SandboxDomain, SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL,
+			WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath}
 	}
 	d.Form.Departments = s.deptOptions(c)
 	if e.Kind == envs.KindSandbox {

@@ -26,7 +26,8 @@ type Launcher interface {
 // LaunchSpec describes one sandbox's process.
 type LaunchSpec struct {
 	SandboxID string
-	// Workspace is the sandbox's own directory, agentd's --root.
+	// Workspace is agentd's --root: the sandbox's own directory, or the
+	// host directory of its host-mount (CubeSandbox mode).
 	Workspace string
 	// StateDir holds files that are not part of the workspace (addr file).
 	StateDir string
