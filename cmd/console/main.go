@@ -4,6 +4,9 @@
 //	console [serve] [--listen ADDR] [--data-dir DIR]   run the server (default)
 //	console migrate                                    apply catalog and org migrations, then exit
 //	console bench gateway [--postgres DSN]             time the terminal gateway against agentd
+//	console admin reset-password <email>               give a platform admin a new one-time password
+//	console admin create <email>                       add a platform admin with a one-time password
+//	console admin list                                 list the platform admins' emails
 package main
 
 import (
@@ -57,8 +60,10 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return migrate(ctx, cfg, logger, stdout)
 	case "audit":
 		return auditCmd(ctx, cfg, logger, rest, stdout)
+	case "admin":
+		return adminCmd(ctx, cfg, logger, rest, stdout)
 	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate or audit verify)", cmd)
+		return fmt.Errorf("unknown command %q (want serve, migrate, audit verify or admin)", cmd)
 	}
 }
 
@@ -75,9 +80,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	}
 	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	fmt.Fprintf(stdout, "Gatehouse console listening on %s\nSign in at %s/login\n", ln.Addr(), cfg.BaseURL)
-	if c.AdminCreated && c.OneTimePassword != "" {
-		fmt.Fprintf(stdout, "\nFirst start: a platform admin was created.\n  email:              %s\n  one-time password:  %s\nIt is shown only now; you will be asked to change it at first sign-in.\n\n", c.AdminEmail, c.OneTimePassword)
-	}
+	announceAdmin(cfg, c, logger, stdout)
 	errc := make(chan error, 2)
 	go func() { errc <- srv.Serve(ln) }()
 	if cfg.MetricsListen != "" {
@@ -95,6 +98,20 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	return srv.Shutdown(shutdownCtx)
+}
+
+// announceAdmin prints the first admin's one-time password once, and says
+// when GATEHOUSE_ADMIN_EMAIL / GATEHOUSE_ADMIN_PASSWORD were ignored, so an
+// operator who set them to regain access learns why they have no effect
+// and what does.
+func announceAdmin(cfg config.Config, c *console.Console, logger *slog.Logger, stdout io.Writer) {
+	if c.AdminCreated && c.OneTimePassword != "" {
+		fmt.Fprintf(stdout, "\nFirst start: a platform admin was created.\n  email:              %s\n  one-time password:  %s\nIt is shown only now; you will be asked to change it at first sign-in.\n\n", c.AdminEmail, c.OneTimePassword)
+	}
+	if !c.AdminCreated && (cfg.AdminPassword != "" || cfg.AdminEmail != "") {
+		logger.Warn("GATEHOUSE_ADMIN_EMAIL and GATEHOUSE_ADMIN_PASSWORD are ignored: a platform admin already exists, and they only create the first admin on an empty catalog. " +
+			"To regain access run: console admin reset-password <email> (console admin list shows the emails).")
+	}
 }
 
 // migrate applies catalog migrations and then every org's, so an upgrade

@@ -94,7 +94,7 @@ func ParseConfig(raw string, v *apperr.ValidationError) (Config, string) {
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		v.Add("config", "The configuration is not valid: %s. Allowed fields: model, system_prompt, skills[{name, source, mount_path}].", strings.TrimPrefix(err.Error(), "json: "))
+		v.Add("config", "%s Allowed fields: model, system_prompt, skills[{name, source, mount_path}].", apperr.DescribeJSON("The configuration", err))
 		return c, ""
 	}
 	if dec.More() {

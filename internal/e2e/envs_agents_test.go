@@ -81,7 +81,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.WaitVisible(testid("my-roles")),
 	)
 	mustContain(t, "flash after the change", text(t, ctx, testid("flash")), "password was changed")
-	mustContain(t, "home page roles", text(t, ctx, testid("my-roles")), "dept-owner", "Research")
+	mustContain(t, "home page roles", text(t, ctx, testid("my-roles")), "Department owner", "Research")
 
 	// A department owner may add shared environments, so "private" starts
 	// unchecked.

@@ -68,9 +68,10 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 			t.Errorf("listed status %q, want active", status)
 		}
 
-		// Suspend and resume through the detail page's buttons.
+		// Suspend (confirmed first) and resume through the detail page.
 		do(t, ctx, "suspend",
 			chromedp.Click(css(`[data-testid="org-row-acme"] a`)),
+			chromedp.Click(testid("suspend-open")),
 			chromedp.Click(testid("suspend")),
 			chromedp.WaitVisible(testid("resume")),
 		)
@@ -82,7 +83,7 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 		}
 		do(t, ctx, "resume",
 			chromedp.Click(testid("resume")),
-			chromedp.WaitVisible(testid("suspend")),
+			chromedp.WaitVisible(testid("suspend-open")),
 		)
 		if status := text(t, ctx, testid("status")); status != "active" {
 			t.Errorf("status after resume %q", status)

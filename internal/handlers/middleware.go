@@ -320,9 +320,9 @@ func jsonError(err error) error {
 	case errors.As(err, &se):
 		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body is not valid JSON (at byte %d).", se.Offset)
 	case errors.As(err, &te):
-		return apperr.New(apperr.ErrInvalid, "malformed_json", "Field %q must be of type %s.", te.Field, te.Type)
+		return apperr.New(apperr.ErrInvalid, "malformed_json", "%s", apperr.DescribeJSON("The request body", err))
 	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		return apperr.New(apperr.ErrInvalid, "unknown_field", "The request has an unknown field %s.", strings.TrimPrefix(err.Error(), "json: unknown field "))
+		return apperr.New(apperr.ErrInvalid, "unknown_field", "%s", apperr.DescribeJSON("The request", err))
 	case errors.Is(err, io.ErrUnexpectedEOF):
 		return apperr.New(apperr.ErrInvalid, "malformed_json", "The request body is truncated JSON.")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -208,7 +209,10 @@ func (s *Server) agentForm(c echo.Context, a agents.Agent) (views.AgentForm, err
 // templates.
 func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []int64, def int64) error {
 	ctx, a, svc := c.Request().Context(), actorOf(c), s.envService(c)
-	f.Departments = s.deptOptions(c)
+	f.Slug = tenantOf(c).Org.Slug
+	if err := s.agentPlaces(c, f); err != nil {
+		return err
+	}
 	list, err := svc.List(ctx, a)
 	if err != nil {
 		return err
@@ -229,6 +233,35 @@ func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []
 				f.Templates = append(f.Templates, views.Option{Value: itoa(t.ID), Label: e.Name + " / " + t.Name + " (" + t.BackendStatus + ")"})
 			}
 		}
+	}
+	return nil
+}
+
+// agentPlaces offers only the places the actor may configure agents in,
+// and preselects the narrowest: a department owner's form starts on their
+// department, never on "whole organization", which the server would refuse.
+func (s *Server) agentPlaces(c echo.Context, f *views.AgentForm) error {
+	ctx, a := c.Request().Context(), actorOf(c)
+	var err error
+	if f.CanOrgWide, err = a.Allowed(ctx, rbac.DomainOrg, "agents", "create"); err != nil {
+		return err
+	}
+	f.Departments = nil
+	for _, o := range s.deptOptions(c) {
+		id, err := parseID(o.Value)
+		if err != nil {
+			continue
+		}
+		ok, err := a.Allowed(ctx, rbac.DeptDomain(id), "agents", "create")
+		if err != nil {
+			return err
+		}
+		if ok || id == f.DepartmentID {
+			f.Departments = append(f.Departments, o)
+		}
+	}
+	if f.DepartmentID == 0 && !f.CanOrgWide && len(f.Departments) > 0 {
+		f.DepartmentID, _ = parseID(f.Departments[0].Value)
 	}
 	return nil
 }

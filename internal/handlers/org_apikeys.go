@@ -234,7 +234,7 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 		j := toKeyJSON(k)
 		var roles []string
 		for _, r := range j.Roles {
-			roles = append(roles, r.Role+"@"+r.Domain)
+			roles = append(roles, views.RoleLabel(r.Role, s.domainLabel(c.Request().Context(), tenantOf(c), r.Domain)))
 		}
 		rows[i] = views.KeyRow{ID: k.ID, Name: k.Name, Masked: j.Masked, Kind: j.Kind, Roles: strings.Join(roles, ", "),
 			CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil}
@@ -242,6 +242,11 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 	if form.CanService, err = s.canManageKeys(c); err != nil {
 		return err
 	}
+	// Only a signed-in user can own a personal key; a platform admin who
+	// entered the org is offered service keys alone.
+	p := principalOf(c)
+	form.CanPersonal = p.UserID != 0 && p.KeyID == 0
+	form.CanService = form.CanService && p.KeyID == 0
 	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form}))
 }
 

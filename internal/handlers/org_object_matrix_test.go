@@ -124,9 +124,8 @@ func TestOrgObjectMatrix(t *testing.T) {
 					env = sbx
 				case rt.Method == http.MethodDelete && strings.Contains(rt.Path, "/agents/"):
 					agentID = agent(usedHost)
-				case strings.HasSuffix(rt.Path, "/agents/:id/delete"), strings.HasSuffix(rt.Path, "/environments/:id/delete"):
-					// The page asks for the name: "wrong" changes nothing.
 				}
+				// Page deletions ask for the name: "wrong" changes nothing.
 				id := env
 				if strings.Contains(rt.Path, "/agents") {
 					id = agentID

@@ -227,6 +227,16 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		return Output{}, g.upstream(ctx, org, t, err)
 	}
 	g.reachable(ctx, org, t)
+	if resp.Truncated && resp.DroppedBytes > 0 {
+		// This reader fell behind agentd's buffer; the recorder did not
+		// (agentd holds output for it), so the stored recording has what
+		// this reader missed.
+		if rec, err := g.fromRecording(ctx, org, recordings.Command{ID: commandID}, cursor); err == nil && len(rec.Chunks) > 0 &&
+			rec.Chunks[0].ID == cursor+1 {
+			rec.State, rec.ExitCode, rec.More, rec.TTY = agentd.StateRunning, nil, true, k.tty
+			return rec, nil
+		}
+	}
 	out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
 	out.TTY = k.tty
 	return out, nil
@@ -238,29 +248,23 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 	if err != nil {
 		return Output{}, err
 	}
-	chunks, err := recordings.Read(ctx, org.DB, c.ID, recordings.KindOut)
+	chunks, more, err := recordings.ReadAfter(ctx, org.DB, c.ID, recordings.KindOut, cursor, replayByteCap)
 	if err != nil {
 		return Output{}, err
 	}
 	out := Output{CommandID: c.ID, SessionID: c.SessionID, TTY: c.TTY, State: c.State, ExitCode: c.ExitCode, Chunks: []agentd.Chunk{},
-		NextCursor: cursor, Truncated: c.Truncated, DroppedBytes: uint64(c.DroppedBytes)}
+		NextCursor: cursor, More: more, Truncated: c.Truncated, DroppedBytes: uint64(c.DroppedBytes)}
 	if !c.Ended() {
 		out.State = recordings.StateRunning
+		out.ExitCode = nil
 	}
-	size := 0
 	for _, ch := range chunks {
-		if ch.Seq <= cursor || ch.Stream == recordings.StreamGap {
-			continue
-		}
-		if size >= replayByteCap {
-			out.More = true
-			break
-		}
-		out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
 		out.NextCursor = ch.Seq
-		size += len(ch.Data)
+		if ch.Stream != recordings.StreamGap {
+			out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
+		}
 	}
-	if !out.More && uint64(c.LastChunk) > out.NextCursor {
+	if !out.More && c.Ended() && uint64(c.LastChunk) > out.NextCursor {
 		out.NextCursor = uint64(c.LastChunk)
 	}
 	return out, nil

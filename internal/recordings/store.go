@@ -469,3 +469,43 @@ func truncate(s string, n int) string {
 	}
 	return s[:n] + "…"
 }
+
+// ReadAfter returns the chunks of kind after seq, in order, up to about
+// maxBytes of data (at least one chunk), reading only the frames that hold
+// them; more says whether chunks remain.
+func ReadAfter(ctx context.Context, db *gorm.DB, id int64, kind string, after uint64, maxBytes int) (chunks []Chunk, more bool, err error) {
+	var frames []frame
+	q := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND last_seq > ?", id, kind, int64(after)).Order("first_seq")
+	for off := 0; ; off += 16 {
+		frames = frames[:0]
+		if err := q.Offset(off).Limit(16).Find(&frames).Error; err != nil {
+			return nil, false, fmt.Errorf("read recording of command %d: %w", id, err)
+		}
+		for _, f := range frames {
+			cs, err := decodeFrame(f.Body)
+			if err != nil {
+				return nil, false, fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
+			}
+			for _, c := range cs {
+				if c.Seq <= after {
+					continue
+				}
+				if len(chunks) > 0 && size(chunks)+len(c.Data) > maxBytes {
+					return chunks, true, nil
+				}
+				chunks = append(chunks, c)
+			}
+		}
+		if len(frames) < 16 {
+			return chunks, false, nil
+		}
+	}
+}
+
+func size(cs []Chunk) int {
+	n := 0
+	for _, c := range cs {
+		n += len(c.Data)
+	}
+	return n
+}

@@ -4,6 +4,8 @@ package views
 
 import (
 	"net/http"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -38,3 +40,45 @@ func When(t time.Time) string {
 }
 
 func iso(t time.Time) string { return t.UTC().Format(time.RFC3339) }
+
+// RoleName names a role for people: "org-admin" is what casbin stores,
+// "Org admin" is what a page shows.
+func RoleName(role string) string {
+	switch role {
+	case "org-admin":
+		return "Org admin"
+	case "auditor":
+		return "Auditor"
+	case "dept-owner":
+		return "Department owner"
+	case "member":
+		return "Member"
+	}
+	return role
+}
+
+// RoleLabel is a role with where it applies, e.g. "Org admin (whole
+// organization)" or "Department owner (Research)"; where is the domain's
+// label ("whole organization", "department Research").
+func RoleLabel(role, where string) string {
+	if where == "" {
+		return RoleName(role)
+	}
+	return RoleName(role) + " (" + strings.TrimPrefix(where, "department ") + ")"
+}
+
+func userURL(slug string, id int64, suffix string) string {
+	return "/o/" + slug + "/users/" + strconv.FormatInt(id, 10) + suffix
+}
+
+// removeRoleConsequence says what removing a role takes away, in the
+// strongest terms for the strongest roles.
+func removeRoleConsequence(email string, r RoleRow) string {
+	switch r.Role {
+	case "org-admin":
+		return email + " stops being an org admin at once: no more managing users, roles, departments or settings. (A platform admin can still enter the organization to restore one.)"
+	case "auditor":
+		return email + " can no longer read the audit log or recordings."
+	}
+	return email + " loses what " + RoleLabel(r.Role, r.Domain) + " gave them at once: its agents, environments and sessions."
+}
