@@ -129,7 +129,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		if cid == 0 {
 			return fail(&apperr.ValidationError{Fields: map[string]string{"command": "Say which command to watch."}})
 		}
-		t, err := resolve(ctx, org, a, at.SessionID, ActRead)
+		t, err := resolve(ctx, org, a, at.SessionID, ActRead, nil)
 		if err != nil {
 			return fail(err)
 		}

@@ -28,9 +28,10 @@ import (
 
 // Sessions is what the gateway needs of the sessions domain.
 type Sessions interface {
-	// Ensure authorizes use of a session and makes it ready (creating or
+	// EnsureFor authorizes use of a session, lets check decide the
+	// operation, and only then makes the session ready (creating or
 	// resuming its sandbox).
-	Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (sessions.Target, error)
+	EnsureFor(ctx context.Context, a *authz.Actor, sessionID int64, check func(sessions.Target) error) (sessions.Target, error)
 	// Locate authorizes reading a session and says where its agentd is,
 	// changing nothing.
 	Locate(ctx context.Context, a *authz.Actor, sessionID int64) (sessions.Target, error)

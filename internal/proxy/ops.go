@@ -114,11 +114,8 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	if req.TimeoutMS < 0 || req.WaitMS < 0 {
 		return Output{}, &apperr.ValidationError{Fields: map[string]string{"timeout_ms": "timeout_ms and wait_ms cannot be negative."}}
 	}
-	t, err := resolve(ctx, org, a, sessionID, ActExec)
+	t, err := resolve(ctx, org, a, sessionID, ActExec, func(t sessions.Target) error { return policyCheck(a, t, req.Command) })
 	if err != nil {
-		return Output{}, err
-	}
-	if err := policyCheck(a, t, req.Command); err != nil {
 		return Output{}, err
 	}
 	now := g.now()
@@ -281,7 +278,7 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 			return err
 		}
 	} else {
-		if t, err = resolve(ctx, org, a, sessionID, ActStdin); err != nil {
+		if t, err = resolve(ctx, org, a, sessionID, ActStdin, nil); err != nil {
 			return err
 		}
 		// One commit, which also checks the command is this session's and
@@ -301,7 +298,7 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 
 // running resolves a command that must still run for act.
 func (g *Gateway) running(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, act string) (sessions.Target, recordings.Command, error) {
-	t, err := resolve(ctx, org, a, sessionID, act)
+	t, err := resolve(ctx, org, a, sessionID, act, nil)
 	if err != nil {
 		return t, recordings.Command{}, err
 	}
@@ -362,7 +359,7 @@ func (g *Gateway) Commands(ctx context.Context, org Org, a *authz.Actor, f recor
 
 // ReadFile reads part of a file in the session's environment, audited.
 func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, p string, offset, limit int64) ([]byte, int64, error) {
-	t, err := resolve(ctx, org, a, sessionID, ActFilesRead)
+	t, err := resolve(ctx, org, a, sessionID, ActFilesRead, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -382,7 +379,7 @@ func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta,
 
 // Stat describes paths in the session's environment, audited.
 func (g *Gateway) Stat(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, paths []string) ([]agentd.FileStat, error) {
-	t, err := resolve(ctx, org, a, sessionID, ActFilesRead)
+	t, err := resolve(ctx, org, a, sessionID, ActFilesRead, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -404,7 +401,7 @@ func (g *Gateway) Stat(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 
 // Fetch downloads a URL into a file of the session's environment, audited.
 func (g *Gateway) Fetch(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req agentd.FetchRequest) (*agentd.FetchResponse, error) {
-	t, err := resolve(ctx, org, a, sessionID, ActFilesFetch)
+	t, err := resolve(ctx, org, a, sessionID, ActFilesFetch, nil)
 	if err != nil {
 		return nil, err
 	}

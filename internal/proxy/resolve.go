@@ -30,20 +30,28 @@ func terminalObject(sessionID int64) string {
 	return "sessions/" + strconv.FormatInt(sessionID, 10) + "/terminal"
 }
 
-// resolve finds the session for act and authorizes it: use actions go
-// through Ensure (the session comes up if it must), reads through Locate.
-func resolve(ctx context.Context, org Org, a *authz.Actor, sessionID int64, act string) (sessions.Target, error) {
-	var t sessions.Target
-	var err error
-	if useActions[act] {
-		t, err = org.Sessions.Ensure(ctx, a, sessionID)
-	} else {
-		t, err = org.Sessions.Locate(ctx, a, sessionID)
+// resolve finds the session for act and authorizes it, with extra (nil:
+// none) deciding too: use actions go through EnsureFor, which brings the
+// session up only once both allowed it (a refused operation creates no
+// sandbox and reaches no agentd); reads go through Locate.
+func resolve(ctx context.Context, org Org, a *authz.Actor, sessionID int64, act string, extra func(sessions.Target) error) (sessions.Target, error) {
+	check := func(t sessions.Target) error {
+		if err := authorize(ctx, a, t, act); err != nil {
+			return err
+		}
+		if extra != nil {
+			return extra(t)
+		}
+		return nil
 	}
+	if useActions[act] {
+		return org.Sessions.EnsureFor(ctx, a, sessionID, check)
+	}
+	t, err := org.Sessions.Locate(ctx, a, sessionID)
 	if err != nil {
 		return t, err
 	}
-	return t, authorize(ctx, a, t, act)
+	return t, check(t)
 }
 
 // resolveRecorded resolves a read of what the gateway recorded (a

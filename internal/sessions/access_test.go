@@ -56,6 +56,10 @@ func sessionCases() map[string]accessCase {
 			_, err := w.svc.Ensure(ctx, a, w.newSessionOf(t).ID)
 			return err
 		},
+		"EnsureFor": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			_, err := w.svc.EnsureFor(ctx, a, w.newSessionOf(t).ID, func(sessions.Target) error { return nil })
+			return err
+		},
 		"Locate": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
 			s := w.newSessionOf(t)
 			if _, err := w.svc.Start(ctx, sys(), s.ID); err != nil {
@@ -111,7 +115,7 @@ func sessionCases() map[string]accessCase {
 var answers = map[string]bool{"List": true, "CanUse": true, "CanCreate": true}
 
 // uses lists the methods that act on a session (rather than read it).
-var uses = map[string]bool{"Start": true, "Ensure": true, "Pause": true, "Resume": true, "Close": true, "CanUse": true}
+var uses = map[string]bool{"Start": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "CanUse": true}
 
 type errRefused string
 

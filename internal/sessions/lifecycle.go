@@ -45,18 +45,38 @@ type Target struct {
 // A running session checked within the refresh interval costs neither a
 // backend call nor a database write: only the policy check.
 func (s *Service) Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
+	return s.EnsureFor(ctx, a, sessionID, nil)
+}
+
+// EnsureFor is Ensure for one operation that check decides: check sees the
+// session with its agent and environment after the session's own
+// authorization and before anything changes, so an operation it refuses
+// (a terminal rule, the agent's command policy) neither creates nor
+// resumes a sandbox nor makes a workspace through agentd. A nil check
+// allows.
+func (s *Service) EnsureFor(ctx context.Context, a *authz.Actor, sessionID int64, check func(Target) error) (Target, error) {
 	k := s.key(sessionID)
 	if c, ok := s.fresh(k); ok {
 		if err := s.authorize(ctx, a, c.target.Session, true); err != nil {
 			return Target{}, err
 		}
-		return c.target, nil
+		return checked(c.target, check)
 	}
 	sess, err := s.visible(ctx, a, sessionID, true)
 	if err != nil {
 		return Target{}, err
 	}
-	return s.ensure(ctx, a, sess)
+	return s.ensure(ctx, a, sess, check)
+}
+
+// checked returns t when check allows it.
+func checked(t Target, check func(Target) error) (Target, error) {
+	if check != nil {
+		if err := check(t); err != nil {
+			return Target{}, err
+		}
+	}
+	return t, nil
 }
 
 // Start is Ensure for people: it brings the session up now instead of at
@@ -76,13 +96,13 @@ func (s *Service) fresh(k cacheKey) (*cached, bool) {
 
 // ensure is Ensure's slow path, one caller per session in this process at
 // a time.
-func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session) (Target, error) {
+func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, check func(Target) error) (Target, error) {
 	k := s.key(sess.ID)
 	g := s.rt().gate(k)
 	g.Lock()
 	defer g.Unlock()
 	if c, ok := s.fresh(k); ok {
-		return c.target, nil
+		return checked(c.target, check)
 	}
 	sess, err := s.load(ctx, sess.ID)
 	if err != nil {
@@ -93,6 +113,9 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session) (Tar
 	}
 	env, ag, err := s.config(ctx, sess)
 	if err != nil {
+		return Target{}, err
+	}
+	if _, err := checked(Target{Session: sess, Environment: env, Agent: ag, Workspace: sess.Workspace}, check); err != nil {
 		return Target{}, err
 	}
 	token, err := s.Envs.AgentdToken(env)
