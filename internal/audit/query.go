@@ -17,9 +17,10 @@ import (
 // Filter selects audit events. Zero fields do not filter; set fields are
 // combined with AND.
 type Filter struct {
-	// Actor matches the actor's ID or name exactly (case-sensitive). Exact
-	// rather than prefix matching keeps "jane" from also finding
-	// "janet", and lets both lookups walk an index in sequence order.
+	// Actor matches the actor's ID exactly, or the start of the actor's
+	// name ignoring case: people type "Jane" or "jane@" and expect
+	// jane@example.com. On Postgres the name match walks the index of
+	// migration 0012 on lower(actor_name).
 	Actor string
 	// Action matches actions starting with it: "agent." finds every agent
 	// action, "user.login" finds user.login and user.login_failed.
@@ -51,7 +52,7 @@ const MinTextTerm = 3
 
 // ParseQuery reads the review search box syntax:
 //
-//	actor:jane@example.com    actor ID or name, exact
+//	actor:jane                actor ID exactly, or name prefix ignoring case
 //	action:agent.             action prefix
 //	target:"prod box"         target ID or name, exact
 //	decision:deny             allow or deny
@@ -401,7 +402,13 @@ func (l *Log) buildSQL(d store.Dialect, f Filter, p page) (string, []any) {
 	}
 	var alts [][]cond
 	if f.Actor != "" {
-		alts = append(alts, []cond{{"actor_id = ?", []any{f.Actor}}, {"actor_name = ?", []any{f.Actor}}})
+		// The expression must stay lower(actor_name) for Postgres to use
+		// the index of migration 0012.
+		name := cond{"lower(actor_name) LIKE ?", []any{strings.ToLower(likeEscape(f.Actor)) + "%"}}
+		if d == store.SQLite {
+			name.sql += ` ESCAPE '\'`
+		}
+		alts = append(alts, []cond{{"actor_id = ?", []any{f.Actor}}, name})
 	}
 	if f.Target != "" {
 		alts = append(alts, []cond{{"target_id = ?", []any{f.Target}}, {"target_name = ?", []any{f.Target}}})
@@ -459,4 +466,72 @@ func likeEscape(s string) string {
 // globEscape makes s match literally in a SQLite GLOB pattern.
 func globEscape(s string) string {
 	return strings.NewReplacer(`*`, `[*]`, `?`, `[?]`, `[`, `[[]`).Replace(s)
+}
+
+// Count counts the events matching f, stopping at limit: an exact count of
+// a million-event log would cost more than the page it describes, and past
+// a few hundred people refine the search rather than read on. more reports
+// that there are more than limit.
+func (l *Log) Count(ctx context.Context, f Filter, limit int) (n int, more bool, err error) {
+	rows, err := l.page(ctx, f, page{limit: limit + 1})
+	if err != nil {
+		return 0, false, err
+	}
+	if len(rows) > limit {
+		return limit, true, nil
+	}
+	return len(rows), false, nil
+}
+
+// SplitDates takes from: and to: dates (whole days) out of a search, so a
+// page can show them in date inputs and the rest in the search box;
+// JoinDates puts them back. Instants (2026-01-02T15:04:05Z) stay in rest.
+func SplitDates(q string) (rest, from, to string) {
+	toks, ok := tokenize(q)
+	if !ok {
+		return q, "", ""
+	}
+	var parts []string
+	for _, t := range toks {
+		if _, err := time.Parse(time.DateOnly, t.value); err == nil && (t.key == "from" && from == "" || t.key == "to" && to == "") {
+			if t.key == "from" {
+				from = t.value
+			} else {
+				to = t.value
+			}
+			continue
+		}
+		parts = append(parts, t.String())
+	}
+	return strings.Join(parts, " "), from, to
+}
+
+// JoinDates adds from: and to: dates (either may be empty) to a search.
+func JoinDates(q, from, to string) string {
+	for _, kv := range [][2]string{{"from", from}, {"to", to}} {
+		if v := strings.TrimSpace(kv[1]); v != "" {
+			q = strings.TrimSpace(q + " " + kv[0] + ":" + quote(v))
+		}
+	}
+	return q
+}
+
+// String writes the token back in search syntax.
+func (t token) String() string {
+	if t.key == "" {
+		// Free text that looks like a filter was quoted to stay free text.
+		if k, _, ok := strings.Cut(t.value, ":"); ok && isKey(k) {
+			return `"` + t.value + `"`
+		}
+		return quote(t.value)
+	}
+	return t.key + ":" + quote(t.value)
+}
+
+// quote wraps a value holding spaces in double quotes.
+func quote(v string) string {
+	if strings.IndexFunc(v, unicode.IsSpace) >= 0 {
+		return `"` + v + `"`
+	}
+	return v
 }

@@ -13,7 +13,7 @@ import (
 
 // matches is the reference meaning of a Filter, checked against the SQL.
 func matches(f audit.Filter, e audit.Event) bool {
-	if f.Actor != "" && e.Actor.ID != f.Actor && e.Actor.Name != f.Actor {
+	if f.Actor != "" && e.Actor.ID != f.Actor && !strings.HasPrefix(strings.ToLower(e.Actor.Name), strings.ToLower(f.Actor)) {
 		return false
 	}
 	if f.Target != "" && e.Target.ID != f.Target && e.Target.Name != f.Target {
@@ -52,7 +52,14 @@ func TestQueryFilters(t *testing.T) {
 			{"", 90},
 			{"actor:u1", 10},
 			{`actor:"Jane Doe"`, 10},
-			{"actor:Jane", 0}, // exact, not prefix
+			{"actor:Jane", 20},     // name prefix: Jane Doe and Janet
+			{`actor:"jane d"`, 10}, // case-insensitive
+			{"actor:JANET", 10},
+			{"actor:CI-", 10},
+			{"actor:U1", 0},  // ids match exactly
+			{"actor:Doe", 0}, // a prefix, not a substring
+			{"actor:J%", 0},  // LIKE wildcards match literally
+			{"actor:_anet", 0},
 			{"actor:scheduler", 10},
 			{"action:agent.", 20},
 			{"action:agent", 20},

@@ -57,6 +57,7 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 	if format != "jsonl" && format != "csv" {
 		return apperr.New(apperr.ErrInvalid, "bad_format", "format must be jsonl or csv.")
 	}
+	mergeDateParams(c)
 	q := c.QueryParam("q")
 	f, err := audit.ParseQuery(q)
 	if err != nil {
@@ -107,8 +108,9 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	evs, before, limit, err := s.queryAudit(c)
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
-			return render(c, status, views.AuditLog(s.orgPage(c, "Audit log"),
-				views.AuditPage{Heading: "Audit log", Query: c.QueryParam("q"), Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}))
+			ap := views.AuditPage{Heading: "Audit log", Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}
+			s.auditSearch(c, nil, &ap, c.QueryParam("q"))
+			return render(c, status, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 		}
 		return err
 	}
@@ -129,6 +131,7 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	if before > 0 {
 		ap.FirstURL = base + "?q=" + url.QueryEscape(q)
 	}
+	s.auditSearch(c, t.Audit, &ap, q)
 	return render(c, http.StatusOK, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 }
 

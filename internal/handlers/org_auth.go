@@ -162,7 +162,7 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 	if err := s.platformEvent(c, p.AuditActor(), "org.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, p.AuditActor(), "platform_admin.enter", target)
+	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, p.AuditActor(), "org.enter", target)
 	return tok, err
 }
 
@@ -303,7 +303,11 @@ func (s *Server) pageOrgHome(c echo.Context) error {
 		// organization (rbac.PlatformSubject), which no assignment lists.
 		roles = append(roles, views.RoleRow{Role: rbac.RoleOrgAdmin + " (as platform admin)", Domain: "whole organization"})
 	}
-	return render(c, http.StatusOK, views.OrgHome(s.orgPage(c, "Home"), views.OrgHomeData{Org: t.Org.Name, Slug: t.Org.Slug, Roles: roles}))
+	glance, err := s.orgGlance(c)
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.OrgHome(s.orgPage(c, "Home"), views.OrgHomeData{Org: t.Org.Name, Slug: t.Org.Slug, Roles: roles, Glance: glance}))
 }
 
 // domainLabel names a casbin domain for people.

@@ -35,6 +35,7 @@ func beforeParam(c echo.Context) (int64, int, error) {
 
 // queryLog runs ?q= with keyset paging against log.
 func queryLog(c echo.Context, log *audit.Log) ([]audit.Event, int64, int, error) {
+	mergeDateParams(c)
 	f, err := audit.ParseQuery(c.QueryParam("q"))
 	if err != nil {
 		return nil, 0, 0, err
@@ -101,12 +102,14 @@ func firstNonEmpty(xs ...string) string {
 func (s *Server) pagePlatformAudit(c echo.Context) error { return s.renderPlatformAudit(c, "") }
 
 func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
+	mergeDateParams(c)
 	q := c.QueryParam("q")
 	evs, before, limit, err := s.queryPlatformAudit(c)
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
-			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"),
-				views.AuditPage{Heading: "Platform audit log", Query: q, Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}))
+			ap := views.AuditPage{Heading: "Platform audit log", Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}
+			s.auditSearch(c, nil, &ap, q)
+			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"), ap))
 		}
 		return err
 	}
@@ -121,6 +124,7 @@ func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 	if before > 0 {
 		ap.FirstURL = "/admin/audit?q=" + url.QueryEscape(q)
 	}
+	s.auditSearch(c, s.PlatformAudit, &ap, q)
 	return render(c, http.StatusOK, views.AuditLog(s.page(c, "Platform audit log"), ap))
 }
 
@@ -154,6 +158,44 @@ func (s *Server) pagePlatformAuditVerify(c echo.Context) error {
 		return err
 	}
 	return s.renderPlatformAudit(c, verifyMessage(res))
+}
+
+// auditCountLimit is where the audit pages stop counting matches.
+const auditCountLimit = 1000
+
+// mergeDateParams folds the audit pages' date inputs (?from=, ?to=) into
+// the search (?q=), so every reader of q (the query, the audit record of
+// the search, export and paging links) sees one search.
+func mergeDateParams(c echo.Context) {
+	qp := c.QueryParams()
+	if qp.Get("from") == "" && qp.Get("to") == "" {
+		return
+	}
+	qp.Set("q", audit.JoinDates(qp.Get("q"), qp.Get("from"), qp.Get("to")))
+	qp.Del("from")
+	qp.Del("to")
+	c.Request().URL.RawQuery = qp.Encode()
+}
+
+// auditSearch shows the search q on an audit page: dates in the date
+// inputs, the rest in the search box, and how many events match when log
+// is given (nil when the search was refused).
+func (s *Server) auditSearch(c echo.Context, log *audit.Log, ap *views.AuditPage, q string) {
+	ap.Query, ap.From, ap.To = audit.SplitDates(q)
+	if log == nil {
+		return
+	}
+	f, err := audit.ParseQuery(q)
+	if err != nil {
+		return
+	}
+	n, more, err := log.Count(c.Request().Context(), f, auditCountLimit)
+	if err != nil {
+		// The page is still useful without its count.
+		s.Logger.Warn("audit count failed", "error", err)
+		return
+	}
+	ap.Count, ap.CountMore, ap.Counted = n, more, true
 }
 
 // verifyMessage says what a verification found, for pages.

@@ -1,0 +1,3 @@
+-- Audit search matches actor: as a case-insensitive prefix of the actor's name.
+-- SQLite's LIKE already ignores ASCII case; the embedded mode's logs are small
+-- enough to scan. This step exists so both dialects share version numbers.
