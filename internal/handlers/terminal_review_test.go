@@ -1,8 +1,11 @@
 package handlers_test
 
 import (
+	"bytes"
 	"fmt"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 
 	"github.com/gatehouse/gatehouse/internal/rbac"
@@ -63,5 +66,88 @@ func TestTerminalRefusalLeavesSessionDown(t *testing.T) {
 				}
 			})
 		}
+	})
+}
+
+// closedAddr is a loopback address nothing listens on.
+func closedAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// TestTerminalAddressNowhere: a session's user learns neither the address
+// of its environment's agentd from a failed first use (the workspace could
+// not be made) nor from the reason a session was lost. Before the fix both
+// carried the transport error, `Post "http://<address>/v1/sessions": dial
+// tcp <address>: ...`, and the first answered 503 agentd_error instead of
+// the gateway's 502 environment_unreachable.
+func TestTerminalAddressNowhere(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		wantNoAddress := func(what string, body []byte, addr string) {
+			t.Helper()
+			if bytes.Contains(body, []byte(addr)) {
+				t.Errorf("%s names the environment's address %s: %s", what, addr, body)
+			}
+		}
+
+		t.Run("first use of a host nobody answers on", func(t *testing.T) {
+			addr := closedAddr(t)
+			_, sid := f.hostSession(t, "silent-host", "http://"+addr, "agentd-token-"+randomHex(12))
+			for _, op := range []struct{ method, path string }{{http.MethodPost, "/commands"}, {http.MethodPost, "/start"}} {
+				var body any
+				if op.path == "/commands" {
+					body = map[string]any{"command": "true"}
+				}
+				r := f.call(op.method, fmt.Sprintf("/sessions/%d%s", sid, op.path), "member", body)
+				wantStatus(t, op.path, r, http.StatusBadGateway)
+				if code := r.envelope(t).Error.Code; code != "environment_unreachable" {
+					t.Errorf("%s: code %q, want environment_unreachable", op.path, code)
+				}
+				wantNoAddress(op.path, r.body, addr)
+			}
+		})
+
+		t.Run("the reason a session was lost", func(t *testing.T) {
+			f.e.c.SessionsRT.LostAfter = 2
+			token := "agentd-token-" + randomHex(12)
+			proc := startAgentdProcess(t, token)
+			_, sid := f.hostSession(t, "dying-host", "http://"+proc.Addr(), token)
+			wantStatus(t, "first use", f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/commands", sid), "member",
+				map[string]any{"command": "true", "wait_ms": 5000}), http.StatusCreated)
+			if err := proc.Kill(); err != nil {
+				t.Fatal(err)
+			}
+			for i := 0; ; i++ {
+				r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/files/stat", sid), "member", map[string]any{"paths": []string{"x"}})
+				if r.status == http.StatusConflict {
+					wantNoAddress("the answer in a lost session", r.body, proc.Addr())
+					break
+				}
+				wantStatus(t, "stat with agentd dead", r, http.StatusBadGateway)
+				if i > 20 {
+					t.Fatal("the session was not lost")
+				}
+			}
+			r := f.call(http.MethodGet, fmt.Sprintf("/sessions/%d", sid), "member", nil)
+			var sess struct{ State, Reason string }
+			r.decode(t, &sess)
+			if sess.State != "lost" || !strings.Contains(sess.Reason, "refused the connection") {
+				t.Errorf("lost session %+v: the reason should say what happened", sess)
+			}
+			wantNoAddress("the lost session", r.body, proc.Addr())
+			page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", sid),
+				cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["member"]}}})
+			wantNoAddress("the session page", page.body, proc.Addr())
+		})
 	})
 }

@@ -63,18 +63,7 @@ func durable(err error) error {
 	if errors.As(err, &ae) {
 		return err
 	}
-	return &wrapped{apperr.New(apperr.ErrUnavailable, "audit_unavailable", auditFailedMsg), err}
-}
-
-// wrapped answers with the first error and keeps the cause for the log.
-type wrapped struct {
-	show  *apperr.Error
-	cause error
-}
-
-func (w *wrapped) Error() string { return w.show.Message + ": " + w.cause.Error() }
-func (w *wrapped) Unwrap() []error {
-	return []error{w.show, w.cause}
+	return apperr.WithCause(apperr.New(apperr.ErrUnavailable, "audit_unavailable", auditFailedMsg), err)
 }
 
 func newAgentdID() string {

@@ -416,7 +416,12 @@ func (s *Service) makeHostWorkspace(ctx context.Context, a *authz.Actor, sess Se
 	}
 	res, err := c.Run(ctx, agentd.CreateSessionRequest{Command: cmd, WaitMS: 10_000, TimeoutMS: 30_000})
 	if err != nil {
-		return sess, apperr.New(apperr.ErrUnavailable, "agentd_error", "Could not create the session's workspace on %q: %v", env.Name, err)
+		var ae *agentd.Error
+		if errors.As(err, &ae) && ae.Status < 500 {
+			return sess, apperr.New(apperr.ErrUnavailable, "agentd_error", "Could not create the session's workspace on %q: %v", env.Name, err)
+		}
+		return sess, apperr.WithCause(apperr.New(apperr.ErrUpstream, "environment_unreachable",
+			"Could not create the session's workspace on %q: %s; try again shortly.", env.Name, failure(err)), err)
 	}
 	if res.State != agentd.StateExited || res.ExitCode != 0 {
 		return sess, apperr.New(apperr.ErrUnavailable, "workspace_error", "Could not create the session's workspace %q on %q: %s",
@@ -537,7 +542,7 @@ func (s *Service) Close(ctx context.Context, a *authz.Actor, id int64) (Session,
 	if sess.SandboxID != "" {
 		if kerr := s.killSandbox(ctx, sess); kerr != nil {
 			reason += "; killing its sandbox failed, the reclaimer will retry"
-			details["kill_error"] = kerr.Error()
+			details["kill_error"] = failure(kerr)
 		} else {
 			details["killed"] = true
 		}
@@ -620,7 +625,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 	}
 	msg := "unknown error"
 	if cause != nil {
-		msg = cause.Error()
+		msg = failure(cause)
 	}
 	reason := fmt.Sprintf("agentd did not answer %d consecutive times (last: %s)", sess.AgentdFailures, truncate(msg, 200))
 	return true, s.MarkLost(ctx, sessionID, reason)

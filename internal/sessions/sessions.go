@@ -15,10 +15,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
 	"path"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"gorm.io/gorm"
@@ -532,7 +535,29 @@ func SystemActor() audit.Actor {
 }
 
 // backendError says what was attempted at the sandbox backend; the
-// backend's message carries no credentials.
+// backend's message carries no credentials, and a failure to reach it is
+// said without the backend's address (the log keeps the whole error).
 func backendError(what string, err error) error {
-	return apperr.New(apperr.ErrUnavailable, "backend_error", "Could not %s at the sandbox backend: %v", what, err)
+	return apperr.WithCause(apperr.New(apperr.ErrUnavailable, "backend_error", "Could not %s at the sandbox backend: %s", what, failure(err)), err)
+}
+
+// failure is err as a caller may read it. A call that failed in transport
+// names the address it called (an environment's agentd, a sandbox, the
+// backend's API) in its text; that is said in words instead, as the
+// gateway does, so a session's user never learns an address through it.
+func failure(err error) string {
+	var ue *url.Error
+	if !errors.As(err, &ue) {
+		return err.Error()
+	}
+	var dns *net.DNSError
+	switch {
+	case ue.Timeout():
+		return "it did not answer in time"
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "it refused the connection"
+	case errors.As(err, &dns):
+		return "its host name does not resolve"
+	}
+	return "it could not be reached"
 }
