@@ -210,6 +210,7 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		{"Sessions", base + "/sessions", "", ""},
 		{"Environments", base + "/environments", "", ""},
 		{"API keys", base + "/api-keys", "", ""},
+		{"Recordings", base + "/recordings", "recordings", "read"},
 		{"Audit log", base + "/audit", "audit", "read"},
 		{"Single sign-on", base + "/sso", "sso", "read"},
 	}
