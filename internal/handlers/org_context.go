@@ -8,7 +8,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 )
 
-// pageOrgLeave ends a platform admin's org sign-in (recorded in both
+// pageOrgLeave ends a platform admin's org sign-in (org.leave in both
 // logs, like entering) and returns them to the organization's platform
 // page; their platform sign-in stays. Anyone else leaving signs out.
 func (s *Server) pageOrgLeave(c echo.Context) error {
@@ -16,10 +16,15 @@ func (s *Server) pageOrgLeave(c echo.Context) error {
 	if p.Kind != audit.ActorPlatformAdmin {
 		return s.pageOrgLogout(c)
 	}
-	if err := s.orgLogout(c); err != nil {
+	target := audit.Target{Type: "organization", ID: t.Org.Slug, Name: t.Org.Name}
+	if err := s.mutate(c, func(m *orgTx) error {
+		if err := m.Dir.RevokeLogin(c.Request().Context(), p.LoginID); err != nil {
+			return err
+		}
+		return m.audit("org.leave", target, nil)
+	}); err != nil {
 		return err
 	}
-	target := audit.Target{Type: "organization", ID: t.Org.Slug, Name: t.Org.Name}
 	if err := s.platformEvent(c, p.AuditActor(), "org.leave", target, audit.Allow, nil); err != nil {
 		return err
 	}

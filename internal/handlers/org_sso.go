@@ -35,11 +35,7 @@ func (s *Server) ssoConfig(c echo.Context) (sso.Config, bool, error) {
 
 // ssoCallbackURL is the redirect URI registered at the provider.
 func (s *Server) ssoCallbackURL(c echo.Context) string {
-	base := strings.TrimRight(s.BaseURL, "/")
-	if base == "" {
-		base = c.Scheme() + "://" + c.Request().Host
-	}
-	return base + "/o/" + tenantOf(c).Org.Slug + "/sso/callback"
+	return s.absURL(c, "/o/"+tenantOf(c).Org.Slug+"/sso/callback")
 }
 
 // Settings (org admins).

@@ -221,7 +221,7 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, int64, error) {
 			return nil, 0, err
 		}
 		for _, a := range as {
-			roles = append(roles, views.RoleLabel(a.Role, s.domainLabel(c.Request().Context(), t, a.Domain)))
+			roles = append(roles, a.Role+" in "+strings.TrimPrefix(s.domainLabel(c.Request().Context(), t, a.Domain), "department "))
 		}
 		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt,
 			Roles: strings.Join(roles, "; ")}
@@ -296,7 +296,7 @@ func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
 	}
 	return render(c, http.StatusOK, views.UserDetail(s.orgPage(c, u.Email), views.UserDetailData{
 		Slug: t.Org.Slug, User: views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt},
-		OneTimePassword: otp, Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
+		OneTimePassword: otp, SignInURL: s.orgSignInURL(c, tenantOf(c).Org.Slug), Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
 }
 
 func (s *Server) pageUser(c echo.Context) error {

@@ -305,7 +305,9 @@ func (s *Server) pageOrgDetail(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.OrgDetail(s.page(c, o.Name), toOrgRow(o)))
+	row := toOrgRow(o)
+	row.SignInURL = s.orgSignInURL(c, o.Slug)
+	return render(c, http.StatusOK, views.OrgDetail(s.page(c, o.Name), row))
 }
 
 func (s *Server) pageOrgSuspend(c echo.Context) error {

@@ -133,8 +133,7 @@ func (s *Server) page(c echo.Context, title string) views.Page {
 }
 
 func (s *Server) pageLogin(c echo.Context) error {
-	return render(c, http.StatusOK, views.Login(s.page(c, "Sign in"), views.LoginForm{
-		Action: "/login", Heading: "Sign in to Gatehouse", Next: c.QueryParam("next")}))
+	return render(c, http.StatusOK, views.Login(s.page(c, "Sign in"), platformLoginForm(c.QueryParam("next"))))
 }
 
 func (s *Server) pageLoginSubmit(c echo.Context) error {
@@ -145,8 +144,12 @@ func (s *Server) pageLoginSubmit(c echo.Context) error {
 		if status >= 500 {
 			return err
 		}
-		return render(c, status, views.Login(s.page(c, "Sign in"), views.LoginForm{
-			Action: "/login", Heading: "Sign in to Gatehouse", Email: email, Error: body.Message, Next: next}))
+		f := platformLoginForm(next)
+		f.Email, f.Error = email, body.Message
+		if errors.Is(err, apperr.ErrUnauthorized) {
+			f.Error += orgLoginHint
+		}
+		return render(c, status, views.Login(s.page(c, "Sign in"), f))
 	}
 	s.setLoginCookie(c, platformCookie, res.Token, res.ExpiresAt)
 	if res.Admin.MustChangePassword {

@@ -171,7 +171,6 @@ func (s *Server) registerPublic() {
 	pub.handle(http.MethodGet, "/healthz", rbac.Public(), s.healthz)
 	pub.handle(http.MethodGet, "/readyz", rbac.Public(), s.readyz)
 	pub.handle(http.MethodGet, "/static/*", rbac.Public(), echo.WrapHandler(staticHandler()))
-	pub.handle(http.MethodGet, "/docs/:name", rbac.Public(), s.pageDoc)
 	pub.handle(http.MethodGet, "/", rbac.Public(), func(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, "/admin/orgs")
 	})
@@ -211,6 +210,7 @@ func (s *Server) registerPlatformPages() {
 	pg := s.group("", platformSurface)
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageLogin)
 	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageLoginSubmit)
+	pg.handle(http.MethodGet, "/login/org", rbac.Public(), s.pageFindOrgLogin)
 	pg.handle(http.MethodPost, "/logout", rbac.OwnLogin(), s.pageLogout)
 	pg.handle(http.MethodGet, "/admin/password", rbac.OwnLogin(), s.pagePassword)
 	pg.handle(http.MethodPost, "/admin/password", rbac.OwnLogin(), s.pagePasswordSubmit)
