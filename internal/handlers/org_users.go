@@ -221,7 +221,7 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, int64, error) {
 			return nil, 0, err
 		}
 		for _, a := range as {
-			roles = append(roles, a.Role+" in "+strings.TrimPrefix(s.domainLabel(c.Request().Context(), t, a.Domain), "department "))
+			roles = append(roles, views.RoleLabel(a.Role, s.domainLabel(c.Request().Context(), t, a.Domain)))
 		}
 		rows[i] = views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt,
 			Roles: strings.Join(roles, "; ")}

@@ -171,6 +171,7 @@ func (s *Server) registerPublic() {
 	pub.handle(http.MethodGet, "/healthz", rbac.Public(), s.healthz)
 	pub.handle(http.MethodGet, "/readyz", rbac.Public(), s.readyz)
 	pub.handle(http.MethodGet, "/static/*", rbac.Public(), echo.WrapHandler(staticHandler()))
+	pub.handle(http.MethodGet, "/docs/:name", rbac.Public(), s.pageDoc)
 	pub.handle(http.MethodGet, "/", rbac.Public(), func(c echo.Context) error {
 		return c.Redirect(http.StatusSeeOther, "/admin/orgs")
 	})
