@@ -350,6 +350,33 @@ func Search(ctx context.Context, db *gorm.DB, q Query, before int64, limit int) 
 		limit = DefaultSearchPage
 	}
 	limit = min(limit, MaxSearchPage)
+	var rows []hitRow
+	var err error
+	if len(q.Text) > 0 && store.DialectOfDB(db) == store.Postgres {
+		rows, err = pgTextSearch(ctx, db, q, before, limit)
+	} else {
+		tx := filtered(ctx, db, q, before)
+		if len(q.Text) > 0 {
+			tx = tx.Where("c.id IN (SELECT rowid FROM recording_fts WHERE recording_fts MATCH ?)", ftsQuery(q.Text))
+		}
+		err = tx.Order("c.id DESC").Limit(limit).Scan(&rows).Error
+	}
+	if err != nil {
+		return nil, fmt.Errorf("search recordings: %w", err)
+	}
+	hits := make([]Hit, len(rows))
+	for i, r := range rows {
+		hits[i] = Hit{Command: r.Command, AgentID: r.AgentID, AgentName: r.AgentName}
+	}
+	if len(q.Text) == 0 || len(hits) == 0 {
+		return hits, nil
+	}
+	return hits, locate(ctx, db, hits, q.Text)
+}
+
+// filtered selects the commands matching q's filters but its free text,
+// with their agents, below before.
+func filtered(ctx context.Context, db *gorm.DB, q Query, before int64) *gorm.DB {
 	tx := db.WithContext(ctx).Table("commands c").
 		Select("c.*, a.id AS agent_id, a.name AS agent_name").
 		Joins("JOIN sessions s ON s.id = c.session_id").
@@ -385,28 +412,83 @@ func Search(ctx context.Context, db *gorm.DB, q Query, before int64, limit int) 
 	if !q.Until.IsZero() {
 		tx = tx.Where("c.started_at < ?", q.Until.UTC())
 	}
-	if len(q.Text) > 0 {
-		if store.DialectOfDB(db) == store.Postgres {
-			tx = tx.Joins("JOIN recording_text r ON r.command_id = c.id")
+	return tx
+}
+
+// First and largest candidate batches of a Postgres text search.
+const (
+	firstCandidates = 500
+	maxCandidates   = 8000
+)
+
+// pgTextSearch finds q's commands in two steps. First the GIN index alone
+// names candidates, newest first: every term's words must occur
+// (plainto_tsquery, which the index answers without reading a tsvector).
+// The planner is kept from its other choice, walking commands newest first
+// and reading each one's tsvector until enough match: for a rare word that
+// reads every tsvector in the org (seconds at 100,000 commands). Then the
+// candidates are checked against the filters and, for terms of several
+// words, the exact phrase, reading only their tsvectors. Batches grow
+// until the page is full or the candidates run out.
+func pgTextSearch(ctx context.Context, db *gorm.DB, q Query, before int64, limit int) ([]hitRow, error) {
+	var out []hitRow
+	phrases := multiWord(q.Text)
+	first := firstCandidates
+	if len(phrases) > 0 {
+		// Each candidate costs a tsvector read: few at first, as most
+		// commands holding a phrase's words hold the phrase.
+		first = 2 * limit
+	}
+	for batch := first; ; batch = min(batch*4, maxCandidates) {
+		var ids []int64
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			if err := tx.Exec("SET LOCAL enable_seqscan = off").Error; err != nil {
+				return err
+			}
+			if err := tx.Exec("SET LOCAL enable_indexscan = off").Error; err != nil {
+				return err
+			}
+			s := tx.Table("recording_text").Select("command_id")
 			for _, t := range q.Text {
+				s = s.Where("search @@ plainto_tsquery('simple', ?)", t)
+			}
+			if before > 0 {
+				s = s.Where("command_id < ?", before)
+			}
+			return s.Order("command_id DESC").Limit(batch).Pluck("command_id", &ids).Error
+		})
+		if err != nil || len(ids) == 0 {
+			return out, err
+		}
+		tx := filtered(ctx, db, q, 0).Where("c.id IN ?", ids)
+		if len(phrases) > 0 {
+			tx = tx.Joins("JOIN recording_text r ON r.command_id = c.id")
+			for _, t := range phrases {
 				tx = tx.Where("r.search @@ phraseto_tsquery('simple', ?)", t)
 			}
-		} else {
-			tx = tx.Where("c.id IN (SELECT rowid FROM recording_fts WHERE recording_fts MATCH ?)", ftsQuery(q.Text))
+		}
+		var rows []hitRow
+		if err := tx.Order("c.id DESC").Limit(limit - len(out)).Scan(&rows).Error; err != nil {
+			return out, err
+		}
+		out = append(out, rows...)
+		if len(out) >= limit || len(ids) < batch {
+			return out, nil
+		}
+		before = ids[len(ids)-1]
+	}
+}
+
+// multiWord lists the terms that are more than one word: their order
+// matters, which only a phrase query over the tsvector checks.
+func multiWord(terms []string) []string {
+	var out []string
+	for _, t := range terms {
+		if strings.ContainsFunc(t, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) }) {
+			out = append(out, t)
 		}
 	}
-	var rows []hitRow
-	if err := tx.Order("c.id DESC").Limit(limit).Scan(&rows).Error; err != nil {
-		return nil, fmt.Errorf("search recordings: %w", err)
-	}
-	hits := make([]Hit, len(rows))
-	for i, r := range rows {
-		hits[i] = Hit{Command: r.Command, AgentID: r.AgentID, AgentName: r.AgentName}
-	}
-	if len(q.Text) == 0 || len(hits) == 0 {
-		return hits, nil
-	}
-	return hits, locate(ctx, db, hits, q.Text)
+	return out
 }
 
 // ftsQuery is an FTS5 query requiring each term as a phrase.
