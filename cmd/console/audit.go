@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -96,9 +97,7 @@ func auditCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, args 
 		return fmt.Errorf("verify %s: %w", what, err)
 	}
 	if !res.OK {
-		fmt.Fprintf(stdout, "broken at sequence %d: %s\n", res.BrokenAt, res.Reason)
-		logger.Error("audit chain broken", "log", what, "broken_at", res.BrokenAt, "checked", res.Checked)
-		return errChainBroken
+		return reportBroken(res, what, logger, stdout)
 	}
 	fmt.Fprintf(stdout, "ok: %d events verified\n", res.Checked)
 	if res.Checked > 0 {
@@ -125,20 +124,16 @@ func verifyFile(path string, logger *slog.Logger, stdout io.Writer) error {
 		return fmt.Errorf("verify %s: %w", path, err)
 	}
 	if !res.OK {
-		fmt.Fprintf(stdout, "broken at sequence %d: %s\n", res.BrokenAt, res.Reason)
-		logger.Error("audit archive broken", "file", path, "broken_at", res.BrokenAt, "checked", res.Checked)
-		return errChainBroken
+		return reportBroken(res, path, logger, stdout)
 	}
 	fmt.Fprintf(stdout, "ok: %d events verified (sequence %d to %d)\nstarts after: %s\nhead hash:    %s\n",
-		res.Checked, res.StartSeq, res.HeadSeq, firstNonEmpty(res.StartPrevHash, "(the start of the chain)"), res.HeadHash)
+		res.Checked, res.StartSeq, res.HeadSeq, cmp.Or(res.StartPrevHash, "(the start of the chain)"), res.HeadHash)
 	return nil
 }
 
-func firstNonEmpty(xs ...string) string {
-	for _, x := range xs {
-		if x != "" {
-			return x
-		}
-	}
-	return ""
+// reportBroken prints where what breaks and fails the command.
+func reportBroken(res audit.VerifyResult, what string, logger *slog.Logger, stdout io.Writer) error {
+	fmt.Fprintf(stdout, "broken at sequence %d: %s\n", res.BrokenAt, res.Reason)
+	logger.Error("audit chain broken", "log", what, "broken_at", res.BrokenAt, "checked", res.Checked)
+	return errChainBroken
 }

@@ -18,40 +18,11 @@ func (c *Console) watchMetrics() {
 	c.Metrics.Watch(metrics.Gauges{
 		Followers: c.Gateway.Followers.Active,
 		SessionsByState: func(ctx context.Context) (map[string]int, error) {
-			out := map[string]int{}
-			err := c.eachOrgDB(ctx, func(slug string, count func(table, col string, dst any) error) error {
-				var rows []struct {
-					State string
-					N     int
-				}
-				if err := count(sessions.Session{}.TableName(), "state", &rows); err != nil {
-					return err
-				}
-				for _, r := range rows {
-					out[r.State] += r.N
-				}
-				return nil
-			})
-			return out, err
+			return c.countByState(ctx, sessions.Session{}.TableName())
 		},
 		RunningCommands: func(ctx context.Context) (int, error) {
-			total := 0
-			err := c.eachOrgDB(ctx, func(slug string, count func(table, col string, dst any) error) error {
-				var rows []struct {
-					State string
-					N     int
-				}
-				if err := count(recordings.Command{}.TableName(), "state", &rows); err != nil {
-					return err
-				}
-				for _, r := range rows {
-					if r.State == recordings.StateRunning {
-						total += r.N
-					}
-				}
-				return nil
-			})
-			return total, err
+			by, err := c.countByState(ctx, recordings.Command{}.TableName())
+			return by[recordings.StateRunning], err
 		},
 		DBPools: func() map[string]metrics.PoolStats {
 			out := map[string]metrics.PoolStats{}
@@ -67,26 +38,31 @@ func (c *Console) watchMetrics() {
 	})
 }
 
-// eachOrgDB runs fn for every active org with a grouped counter over the
-// org's database. An org that cannot be opened is left out of the scrape.
-func (c *Console) eachOrgDB(ctx context.Context, fn func(slug string, count func(table, col string, dst any) error) error) error {
+// countByState counts the rows of table per state over every active org.
+// An org that cannot be opened is left out of the scrape.
+func (c *Console) countByState(ctx context.Context, table string) (map[string]int, error) {
 	slugs, err := c.activeOrgs(ctx)
 	if err != nil {
-		return err
+		return nil, err
 	}
+	out := map[string]int{}
 	for _, slug := range slugs {
 		t, err := c.Tenants.Open(ctx, slug)
 		if err != nil {
 			continue
 		}
-		db := t.DB.WithContext(ctx)
-		err = fn(slug, func(table, col string, dst any) error {
-			return db.Table(table).Select(col + " AS state, COUNT(*) AS n").Group(col).Scan(dst).Error
-		})
+		var rows []struct {
+			State string
+			N     int
+		}
+		err = t.DB.WithContext(ctx).Table(table).Select("state, COUNT(*) AS n").Group("state").Scan(&rows).Error
 		t.Release()
 		if err != nil {
-			return err
+			return nil, err
+		}
+		for _, r := range rows {
+			out[r.State] += r.N
 		}
 	}
-	return nil
+	return out, nil
 }
