@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -81,11 +82,18 @@ type apiValidator struct {
 	mismatches []string
 }
 
+// report fails the test for each mismatch. GATEHOUSE_OPENAPI_REPORT_ONLY=1
+// only logs them: for surveying what a large change to the API breaks in
+// the document before fixing it.
 func (v *apiValidator) report() {
 	v.mu.Lock()
 	defer v.mu.Unlock()
+	fail := v.t.Errorf
+	if os.Getenv("GATEHOUSE_OPENAPI_REPORT_ONLY") == "1" {
+		fail = v.t.Logf
+	}
 	for _, m := range v.mismatches {
-		v.t.Errorf("OpenAPI mismatch: %s", m)
+		fail("OpenAPI mismatch: %s", m)
 	}
 }
 
