@@ -366,7 +366,12 @@ func (s *Server) renderAgents(c echo.Context, status int, form views.AgentForm) 
 	if err != nil {
 		return err
 	}
-	return render(c, status, views.Agents(s.orgPage(c, "Agents"), views.AgentsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, CanCreate: canCreate}))
+	rows, ls := sortPage(c, rows, sortKeys[views.AgentRow]{
+		"name": byText(func(a views.AgentRow) string { return a.Name }), "department": byText(func(a views.AgentRow) string { return a.Department }),
+		"model": byText(func(a views.AgentRow) string { return a.Model }), "sandbox": byText(func(a views.AgentRow) string { return a.SandboxMode }),
+		"default": byText(func(a views.AgentRow) string { return a.Default }),
+	}, "name", nil)
+	return render(c, status, views.Agents(s.orgPage(c, "Agents"), views.AgentsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, CanCreate: canCreate, List: ls}))
 }
 
 func (s *Server) pageAgents(c echo.Context) error {

@@ -247,12 +247,20 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 	p := principalOf(c)
 	form.CanPersonal = p.UserID != 0 && p.KeyID == 0
 	form.CanService = form.CanService && p.KeyID == 0
-	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form}))
+	rows, ls := sortPage(c, rows, sortKeys[views.KeyRow]{
+		"name": byText(func(k views.KeyRow) string { return k.Name }), "kind": byText(func(k views.KeyRow) string { return k.Kind }),
+		"created":   func(a, b views.KeyRow) int { return a.CreatedAt.Compare(b.CreatedAt) },
+		"expires":   func(a, b views.KeyRow) int { return cmpTime(a.ExpiresAt, b.ExpiresAt) },
+		"last_used": func(a, b views.KeyRow) int { return cmpTime(a.LastUsedAt, b.LastUsedAt) },
+	}, "name", nil)
+	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form, List: ls}))
 }
 
 func (s *Server) pageKeys(c echo.Context) error {
-	return s.renderKeys(c, http.StatusOK, "", views.KeyForm{})
+	return s.renderKeys(c, http.StatusOK, s.takeReveal(c, keysPath(c)), views.KeyForm{})
 }
+
+func keysPath(c echo.Context) string { return "/o/" + tenantOf(c).Org.Slug + "/api-keys" }
 
 func (s *Server) pageCreateKey(c echo.Context) error {
 	req := createKeyRequest{Name: c.FormValue("name"), Service: c.FormValue("kind") == "service"}
@@ -279,7 +287,7 @@ func (s *Server) pageCreateKey(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderKeys(c, http.StatusOK, secret, views.KeyForm{})
+	return s.redirectRevealing(c, keysPath(c), secret)
 }
 
 func (s *Server) pageRevokeKey(c echo.Context) error {

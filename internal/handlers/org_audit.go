@@ -142,5 +142,6 @@ func (s *Server) pageOrgAuditVerify(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderOrgAudit(c, verifyMessage(res))
+	s.setFlash(c, verifyMessage(res))
+	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/audit")
 }

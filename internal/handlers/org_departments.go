@@ -564,8 +564,12 @@ func (s *Server) renderDepartments(c echo.Context, status int, name, desc string
 	if err != nil {
 		return err
 	}
+	rows, ls := sortPage(c, rows, sortKeys[views.DeptRow]{
+		"name":    byText(func(d views.DeptRow) string { return d.Name }),
+		"created": func(a, b views.DeptRow) int { return a.CreatedAt.Compare(b.CreatedAt) },
+	}, "name", nil)
 	return render(c, status, views.Departments(s.orgPage(c, "Departments"), views.DepartmentsData{
-		Slug: tenantOf(c).Org.Slug, Rows: rows, CanCreate: canCreate, Name: name, Description: desc, Errors: errs}))
+		Slug: tenantOf(c).Org.Slug, Rows: rows, CanCreate: canCreate, Name: name, Description: desc, Errors: errs, List: ls}))
 }
 
 func (s *Server) pageCreateDepartment(c echo.Context) error {

@@ -268,7 +268,20 @@ func (s *Server) pageCreateUser(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderUser(c, u.ID, otp)
+	return s.redirectRevealing(c, userPath(c, u.ID), otp)
+}
+
+func userPath(c echo.Context, id int64) string {
+	return "/o/" + tenantOf(c).Org.Slug + "/users/" + itoa(id)
+}
+
+// redirectRevealing answers a POST that made a secret: the secret goes to
+// the page at path, which shows it once after the redirect.
+func (s *Server) redirectRevealing(c echo.Context, path, secret string) error {
+	if err := s.stashReveal(c, path, secret); err != nil {
+		return err
+	}
+	return c.Redirect(http.StatusSeeOther, path)
 }
 
 func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
@@ -304,7 +317,7 @@ func (s *Server) pageUser(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderUser(c, id, "")
+	return s.renderUser(c, id, s.takeReveal(c, userPath(c, id)))
 }
 
 func (s *Server) pageUserStatus(c echo.Context) error {
@@ -342,7 +355,7 @@ func (s *Server) pageUserReset(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderUser(c, id, otp)
+	return s.redirectRevealing(c, userPath(c, id), otp)
 }
 
 // pageUserRole assigns or removes a role from the user page.

@@ -221,7 +221,12 @@ func (s *Server) pageOrgs(c echo.Context) error {
 		}
 		report.Rows = append(report.Rows, views.OrphanRow{Kind: o.Kind, Name: o.Name, Label: label})
 	}
-	return render(c, http.StatusOK, views.OrgList(s.page(c, "Organizations"), rows, report))
+	rows, ls := sortPage(c, rows, sortKeys[views.OrgRow]{
+		"slug": byText(func(o views.OrgRow) string { return o.Slug }), "name": byText(func(o views.OrgRow) string { return o.Name }),
+		"status":  byText(func(o views.OrgRow) string { return o.Status }),
+		"created": func(a, b views.OrgRow) int { return a.CreatedAt.Compare(b.CreatedAt) },
+	}, "slug", nil)
+	return render(c, http.StatusOK, views.OrgList(s.page(c, "Organizations"), rows, report, ls))
 }
 
 // orphanJSON is the API shape of an unclaimed org database.

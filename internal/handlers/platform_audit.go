@@ -157,7 +157,8 @@ func (s *Server) pagePlatformAuditVerify(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderPlatformAudit(c, verifyMessage(res))
+	s.setFlash(c, verifyMessage(res))
+	return c.Redirect(http.StatusSeeOther, "/admin/audit")
 }
 
 // auditCountLimit is where the audit pages stop counting matches.

@@ -1,0 +1,51 @@
+package handlers
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// revealCookie carries a secret that is shown once (a new API key, a
+// one-time password) across the redirect that follows the POST which made
+// it, so every form posts, redirects and is then read with GET: reloading
+// the page never creates a second key or resets a password again.
+const revealCookie = "gh_reveal"
+
+// revealAD binds a stashed secret to the page it is for and to who asked
+// for it, so a copied cookie shows nothing anywhere else.
+func revealAD(c echo.Context, path string) string {
+	sub := ""
+	if p := principalOf(c); p != nil {
+		sub = p.Subject
+	}
+	return "reveal\x00" + path + "\x00" + sub
+}
+
+// stashReveal seals secret into a short-lived cookie scoped to path, the
+// page that shows it next.
+func (s *Server) stashReveal(c echo.Context, path, secret string) error {
+	v, err := s.Box.Seal([]byte(secret), revealAD(c, path))
+	if err != nil {
+		return err
+	}
+	c.SetCookie(&http.Cookie{Name: revealCookie, Value: v, Path: path, HttpOnly: true,
+		Secure: s.SecureCookies, SameSite: http.SameSiteStrictMode, MaxAge: 120})
+	return nil
+}
+
+// takeReveal returns the secret stashed for path, once: the cookie is
+// cleared as it is read.
+func (s *Server) takeReveal(c echo.Context, path string) string {
+	ck, err := c.Cookie(revealCookie)
+	if err != nil || ck.Value == "" {
+		return ""
+	}
+	c.SetCookie(&http.Cookie{Name: revealCookie, Value: "", Path: path, MaxAge: -1, HttpOnly: true,
+		Secure: s.SecureCookies, SameSite: http.SameSiteStrictMode})
+	b, err := s.Box.Open(ck.Value, revealAD(c, path))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
