@@ -257,7 +257,8 @@ func TestRecordingReplayAndSearch(t *testing.T) {
 
 // TestReplayInBrowser: an auditor finds a command on the recordings page by
 // a word of its output, follows the hit to the replay and sees the text of
-// the recording; the audit log links to the same replay.
+// the recording; the session page (which says what happens to the session
+// next) and the audit log link to the same replay.
 func TestReplayInBrowser(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, store.SQLite)
@@ -286,6 +287,14 @@ func TestReplayInBrowser(t *testing.T) {
 	if sp := get(t, ctx, "player speed", chromedp.Evaluate[float64]("window.gatehouseReplay.speed")); sp != 2 {
 		t.Fatalf("speed %v after choosing 2×", sp)
 	}
+	waitReplayScreen(t, ctx, txt)
+
+	do(t, ctx, "replay from the session page", chromedp.Navigate(fmt.Sprintf("%s/o/acme/sessions/%d", srv.url, acme.session)),
+		chromedp.WaitVisible(testid("session-lifecycle")))
+	if got := text(t, ctx, testid("session-lifecycle")); !strings.Contains(got, "nothing pauses or reclaims it") {
+		t.Fatalf("a host session's lifecycle reads %q", got)
+	}
+	do(t, ctx, "follow Replay", chromedp.Click(testid("command-replay")), chromedp.WaitVisible(testid("replay")))
 	waitReplayScreen(t, ctx, txt)
 
 	do(t, ctx, "open the audit log", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape("action:command.end")),

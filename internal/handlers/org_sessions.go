@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -303,6 +304,9 @@ func (s *Server) pageSession(c echo.Context) error {
 	if d.Commands, err = s.commandRows(c, x.ID); err != nil {
 		return err
 	}
+	if d.Lifecycle, err = s.sessionLifecycle(c, x); err != nil {
+		return err
+	}
 	if canUse && !x.Final() {
 		attach := int64(0)
 		if v := c.QueryParam("terminal"); v != "" {
@@ -313,6 +317,31 @@ func (s *Server) pageSession(c echo.Context) error {
 		terminalCSP(c)
 	}
 	return render(c, http.StatusOK, views.SessionDetail(s.orgPage(c, "Session #"+itoa(x.ID)), d))
+}
+
+// sessionLifecycle says when the session will pause and be reclaimed, from
+// its agent's idle timeout and reclaim window (read as the system: the
+// viewer may read the session but not its agent).
+func (s *Server) sessionLifecycle(c echo.Context, x sessions.Session) (string, error) {
+	var ag struct{ IdleTimeoutSeconds, ReclaimAfterSeconds int }
+	if err := tenantOf(c).DB.WithContext(c.Request().Context()).Raw("SELECT idle_timeout_seconds, reclaim_after_seconds FROM agents WHERE id = ?",
+		x.AgentID).Scan(&ag).Error; err != nil {
+		return "", fmt.Errorf("read agent %d timeouts: %w", x.AgentID, err)
+	}
+	st := views.SessionTimes{SandboxMode: x.SandboxMode, State: x.State, LastUsed: x.CreatedAt,
+		Idle: agents.DefaultIdleTimeout, Reclaim: agents.DefaultReclaimAfter}
+	for _, t := range []*time.Time{x.StartedAt, x.LastUsedAt} {
+		if t != nil && t.After(st.LastUsed) {
+			st.LastUsed = *t
+		}
+	}
+	if ag.IdleTimeoutSeconds > 0 {
+		st.Idle = time.Duration(ag.IdleTimeoutSeconds) * time.Second
+	}
+	if ag.ReclaimAfterSeconds > 0 {
+		st.Reclaim = time.Duration(ag.ReclaimAfterSeconds) * time.Second
+	}
+	return views.Lifecycle(st), nil
 }
 
 // pageSessionOp runs a lifecycle operation from the session's page and
