@@ -26,6 +26,11 @@ import (
 // crowding out everything else.
 const IndexCap = 256 << 10
 
+// indexRawCap bounds how much recorded output indexing reads: output that
+// is nearly all escapes (a colour test looping) yields little text, and
+// the index is written inside the transaction that ends the command.
+const indexRawCap = 64 << 20
+
 // Bounds of the moments map of an index entry: a moment every 50 ms at
 // most, and at most 64 KiB of them (a match after the last one links to
 // the last one).
@@ -58,9 +63,14 @@ func indexTx(ctx context.Context, tx *gorm.DB, c Command) error {
 	var times []byte
 	var s Stripper
 	lastMS := int64(-momentStep)
+	raw := 0
 	err := Walk(ctx, tx, c.ID, KindOut, func(ch Chunk) error {
 		if ch.Stream == StreamGap {
 			return nil
+		}
+		if raw += len(ch.Data); raw > indexRawCap {
+			e.Capped = true
+			return errStop
 		}
 		off := len(body)
 		body = s.Append(body, ch.Data)
