@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Retention tables of an org database (migrations/org/0010_retention).
@@ -146,6 +148,26 @@ func (l *Log) Expire(ctx context.Context, cutoff time.Time) (ExpireResult, error
 			return res, nil
 		}
 	}
+}
+
+// CompactAfter is how many events one retention run must remove before
+// it rebuilds the free-text index (Compact).
+const CompactAfter = 50_000
+
+// Compact rebuilds the org log's trigram index (Postgres; SQLite has
+// none) with REINDEX CONCURRENTLY, which blocks neither reads nor appends.
+// After retention removed many events the index keeps the removed rows'
+// pages even once vacuumed, and a rare free-text term's first page slows
+// by an order of magnitude: 1.6 s instead of 30 ms over the half of a
+// million events left (BenchmarkQuery1MAfterRetention).
+func (l *Log) Compact(ctx context.Context) error {
+	if !l.hasRetention() || store.DialectOfDB(l.db) != store.Postgres {
+		return nil
+	}
+	if err := l.db.WithContext(ctx).Exec("REINDEX INDEX CONCURRENTLY audit_search_trgm").Error; err != nil {
+		return fmt.Errorf("rebuild audit search index: %w", err)
+	}
+	return nil
 }
 
 func gzipJSONL(evs []Event) ([]byte, error) {

@@ -120,6 +120,11 @@ func Apply(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.
 		if err != nil {
 			return res, fmt.Errorf("audit retention: %w", err)
 		}
+		if res.AuditRemoved >= audit.CompactAfter {
+			if err := log.Compact(ctx); err != nil {
+				return res, err
+			}
+		}
 	}
 	if p.RecordingsDays > 0 {
 		cut := now.Add(-time.Duration(p.RecordingsDays) * 24 * time.Hour).UTC()
