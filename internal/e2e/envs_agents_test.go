@@ -150,7 +150,8 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 	if status := text(t, ctx, css(`dl.facts [data-testid="status"]`)); status != "healthy" {
 		t.Errorf("health after Test connection is %q, want healthy", status)
 	}
-	mustContain(t, "flash after test", text(t, ctx, testid("flash")), "Connection OK", "healthy")
+	// The outcome shows in place (web/static/env-connect.js), coloured.
+	mustContain(t, "outcome of the test", text(t, ctx, testid("test-result")), "Connected", "build-01", "ms")
 	if n := get(t, ctx, "health error", chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="health-error"]').length`)); n != 0 {
 		t.Errorf("a healthy environment shows a health error: %s", text(t, ctx, testid("health-error")))
 	}

@@ -1,9 +1,12 @@
 package e2e_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
@@ -86,6 +89,7 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 	// The same words for an address that exists nowhere: nothing says
 	// which accounts exist.
 	do(t, uctx, "sign in with an unknown email",
+		chromedp.Navigate(srv.url+"/login"),
 		signIn("nobody@nowhere.test", "some password here"),
 		chromedp.WaitVisible(testid("login-error")),
 	)
@@ -104,12 +108,14 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 	if v := get(t, uctx, "org field", chromedp.Value(css(`#org`))); v != "acme-typo" {
 		t.Errorf("the organization field holds %q after the refusal, want what was typed", v)
 	}
+	// The page it leads to has a sign-in button too: wait for the address.
+	atOrgLogin := waitPath("/o/acme/login")
 	// The right one (typed with capitals) leads to its sign-in page.
 	do(t, uctx, "name the organization",
 		chromedp.Clear(css(`#org`)),
 		chromedp.SendKeys(css(`#org`), "Acme"),
 		chromedp.Click(testid("org-continue")),
-		chromedp.WaitVisible(testid("login-submit")),
+		atOrgLogin,
 	)
 	if loc := get(t, uctx, "location", chromedp.Location()); loc != signInURL {
 		t.Errorf("the organization form led to %s, want %s", loc, signInURL)
@@ -129,9 +135,27 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 		chromedp.WaitVisible(css(`#org`)),
 		chromedp.SendKeys(css(`#org`), signInURL),
 		chromedp.Click(testid("org-continue")),
-		chromedp.WaitVisible(testid("login-submit")),
+		atOrgLogin,
 	)
 	if loc := get(t, uctx, "location", chromedp.Location()); loc != signInURL {
 		t.Errorf("a pasted address led to %s, want %s", loc, signInURL)
+	}
+}
+
+// waitPath waits until the browser is at path (after a navigation the
+// page started), then for the page's sign-in button.
+func waitPath(path string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		for {
+			// Evaluating while the old page goes away fails; try again.
+			if p, err := chromedp.Evaluate[string](`location.pathname`)(ctx, tg); err == nil && p == path {
+				return chromedp.WaitVisible(testid("login-submit"))(ctx, tg)
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("the browser never reached %s: %w", path, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
 	}
 }

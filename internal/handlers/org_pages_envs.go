@@ -162,6 +162,7 @@ func formFailure(err error) (map[string]string, int, bool) {
 
 func (s *Server) pageCreateEnv(c echo.Context) error {
 	req := envRequestFromForm(c, true)
+	generated := generateAgentdToken(&req)
 	e, err := s.createEnv(c, req)
 	if fields, status, ok := formFailure(err); ok {
 		f := envFormFrom(req)
@@ -170,6 +171,9 @@ func (s *Server) pageCreateEnv(c echo.Context) error {
 	}
 	if err != nil {
 		return err
+	}
+	if generated != "" {
+		return s.envCreatedWithToken(c, e, generated)
 	}
 	s.setFlash(c, "Environment "+e.Name+" was added. Use Test connection to check it now.")
 	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))
@@ -182,7 +186,7 @@ func (s *Server) renderEnv(c echo.Context, status int, e envs.Environment, form 
 	if err != nil {
 		return err
 	}
-	d := views.EnvDetailData{Slug: tenantOf(c).Org.Slug, Env: row, TemplateErrors: tplErrs}
+	d := views.EnvDetailData{Slug: tenantOf(c).Org.Slug, Env: row, TemplateErrors: tplErrs, Connect: s.hostConnect(c, e, row)}
 	if form != nil {
 		d.Form = *form
 	} else {
@@ -255,6 +259,9 @@ func (s *Server) pageTestEnv(c echo.Context) error {
 	msg := "Connection OK: " + h.Status + "."
 	if h.Error != "" {
 		msg = "Connection " + h.Status + ": " + h.Error
+	}
+	if wantsJSON(c) { // the page's script shows it in place
+		return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: connectionMessage(e, h)})
 	}
 	s.setFlash(c, msg)
 	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))

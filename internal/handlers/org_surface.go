@@ -136,6 +136,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/environments/:id", rbac.Authenticated(), s.pageEnv)
 	pg.handle(http.MethodPost, "/environments/:id", rbac.Authenticated(), s.pageUpdateEnv)
 	pg.handle(http.MethodPost, "/environments/:id/test", rbac.Authenticated(), s.pageTestEnv)
+	pg.handle(http.MethodGet, "/environments/:id/connection", rbac.Authenticated(), s.pageEnvConnection)
 	pg.handle(http.MethodPost, "/environments/:id/delete", rbac.Authenticated(), s.pageDeleteEnv)
 	pg.handle(http.MethodPost, "/environments/:id/templates", rbac.Authenticated(), s.pageAddTemplate)
 	pg.handle(http.MethodPost, "/environments/:id/templates/:tid/delete", rbac.Authenticated(), s.pageDeleteTemplate)
