@@ -46,7 +46,7 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 
 	// Home: where, as what, and the org admin's view.
 	mustContain(t, "banner", text(t, ctx, testid("acting-banner")), "Acting in Acme Corp as platform admin", "Leave")
-	mustContain(t, "home roles", text(t, ctx, testid("my-roles")), "org-admin (as platform admin)", "whole organization")
+	mustContain(t, "home roles", text(t, ctx, testid("my-roles")), "Org admin", "whole organization, as platform admin")
 	if get(t, ctx, "no-roles notice", chromedp.Evaluate[bool](`!!document.querySelector('[data-testid="no-roles"]')`)) {
 		t.Error(`the home page says "You hold no roles yet" to an entered platform admin`)
 	}

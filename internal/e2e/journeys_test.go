@@ -47,6 +47,7 @@ func newConsoleWorld(t *testing.T) *consoleWorld {
 	callAPI(t, base, http.MethodPost, "/api/v1/orgs/acme/environments", w.orgToken, map[string]any{"name": "build-01", "kind": "host",
 		"url": agentdURL, "os": "linux", "deployment": "bare-metal", "agentd_token": agentdToken}, http.StatusCreated, &env)
 	w.envID = env.ID
+	callAPI(t, base, http.MethodPost, "/api/v1/orgs/acme/environments/"+idStr(env.ID)+"/test", w.orgToken, nil, http.StatusOK, nil)
 	callAPI(t, base, http.MethodPost, "/api/v1/orgs/acme/agents", w.orgToken, map[string]any{"name": "triage-bot", "department_id": w.deptID,
 		"config": map[string]string{"model": "claude-sonnet-4"}, "sandbox_mode": "off", "environment_ids": []int64{env.ID},
 		"default_environment_id": env.ID}, http.StatusCreated, &agent)
@@ -350,9 +351,6 @@ func TestBrowserAuditSearch(t *testing.T) {
 	if brk := evalJS[string](t, ctx, "details wrapping", `(() => { const c = getComputedStyle(document.querySelector(".details")); return c.wordBreak + "/" + c.overflowWrap })()`); brk != "normal/normal" {
 		t.Errorf("JSON details wrap with %s, want normal/normal (no mid-word breaks)", brk)
 	}
-	if *updateScreenshots {
-		writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "audit.png")
-	}
 }
 
 // TestBrowserConceptsAndNavigation is journey 10: the org home shows the
@@ -365,12 +363,13 @@ func TestBrowserConceptsAndNavigation(t *testing.T) {
 	ctx := w.asPlatformAdmin(t)
 	do(t, ctx, "home", chromedp.Navigate(w.srv.url+"/o/acme/"), chromedp.WaitVisible(testid("org-glance")))
 	mustContain(t, "agents at a glance", text(t, ctx, testid("glance-agents")), "1", "triage-bot")
-	mustContain(t, "environments at a glance", text(t, ctx, testid("glance-envs")), "build-01", "healthy")
+	mustContain(t, "environments at a glance", text(t, ctx, testid("glance-envs")), "build-01")
+	if h := text(t, ctx, css(`[data-testid="glance-envs"] [data-testid="status"]`)); h != "healthy" {
+		t.Errorf("the home page shows build-01 as %q, want healthy", h)
+	}
+	mustContain(t, "roles at a glance", text(t, ctx, testid("my-roles")), "Org admin", "as platform admin")
 	mustContain(t, "sessions at a glance", text(t, ctx, testid("sessions-table")), "triage-bot", w.memberEmail)
 	mustContain(t, "recent activity", text(t, ctx, testid("glance-activity")), "session.create")
-	if *updateScreenshots {
-		writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-home.png")
-	}
 
 	for _, p := range []string{"/o/acme/", "/o/acme/agents", "/o/acme/agents/" + idStr(w.agentID), "/o/acme/environments",
 		"/o/acme/environments/" + idStr(w.envID), "/o/acme/sessions"} {

@@ -302,7 +302,7 @@ func (s *Server) pageOrgHome(c echo.Context) error {
 	if p.Kind == audit.ActorPlatformAdmin {
 		// An entered platform admin acts as an org admin of the whole
 		// organization (rbac.PlatformSubject), which no assignment lists.
-		roles = append(roles, views.RoleRow{Role: rbac.RoleOrgAdmin + " (as platform admin)", Domain: "whole organization"})
+		roles = append(roles, views.RoleRow{Role: rbac.RoleOrgAdmin, Domain: "whole organization, as platform admin"})
 	}
 	glance, err := s.orgGlance(c)
 	if err != nil {

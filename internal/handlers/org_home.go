@@ -35,7 +35,7 @@ func (s *Server) orgGlance(c echo.Context) (views.OrgGlance, error) {
 	}
 	g.EnvCount = len(envList)
 	for _, e := range envList {
-		if e.HealthStatus != "healthy" {
+		if e.HealthStatus == "degraded" || e.HealthStatus == "unreachable" {
 			g.EnvsUnhealthy++
 		}
 	}
