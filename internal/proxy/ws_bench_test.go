@@ -10,7 +10,7 @@ import (
 )
 
 // BenchmarkKeystrokeWebSocket types into `cat` on a PTY through the JSON
-// API (POST stdin, then a long-poll for the echo) and through the browser
+// API (POST stdin, then a long-poll for the echo; "gateway") and through the browser
 // terminal's WebSocket, on SQLite and Postgres (target: the WebSocket's
 // p50 at most the JSON API's + 2 ms):
 //
@@ -20,21 +20,15 @@ func BenchmarkKeystrokeWebSocket(b *testing.B) {
 	stacks := benchStacks(b)
 	for _, d := range storetest.Dialects {
 		s := stacks[d]
-		b.Run(string(d)+"/api", func(b *testing.B) {
-			ty, err := proxybench.NewTypist(ctx, proxybench.GatewayPath{S: s})
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = ty.Close(ctx) }()
-			timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
-		})
-		b.Run(string(d)+"/websocket", func(b *testing.B) {
-			ty, err := proxybench.NewWSTypist(ctx, s)
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer func() { _ = ty.Close(ctx) }()
-			timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
-		})
+		for _, p := range []proxybench.Path{proxybench.GatewayPath{S: s}, &proxybench.WSPath{S: s}} {
+			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
+				ty, err := proxybench.NewTypist(ctx, p)
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer func() { _ = ty.Close(ctx) }()
+				timed(b, func() (time.Duration, error) { return ty.Key(ctx) })
+			})
+		}
 	}
 }

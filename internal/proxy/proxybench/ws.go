@@ -3,6 +3,7 @@ package proxybench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -15,99 +16,81 @@ import (
 	"github.com/gatehouse/gatehouse/internal/proxy"
 )
 
-// WSTypist drives `cat` on a PTY through the browser terminal's WebSocket,
-// as xterm.js does: each keystroke is one input message, and it returns
-// once the output messages carried its echo. The command is started with
-// the JSON API and the socket attaches to it, so both typists type into
-// the same kind of command through the same gateway operations.
-type WSTypist struct {
+// WSPath is the browser terminal's WebSocket, as xterm.js uses it: the
+// command starts through the JSON API (so both paths type into the same
+// kind of command), then a socket attaches to it with the member's API key
+// (a non-browser client: no cookie, so no Origin or CSRF token); each
+// keystroke is one input message and output arrives as output messages.
+// One WSPath drives one command.
+type WSPath struct {
+	S    *Stack
 	conn *websocket.Conn
-	s    *Stack
-	id   string
-	// got and want count output bytes, as Typist does.
-	got, want int
-	line      int
 }
 
-// NewWSTypist starts `cat` on a terminal and opens the browser terminal's
-// WebSocket on it with the member's API key (a non-browser client: no
-// cookie, so no Origin or CSRF token).
-func NewWSTypist(ctx context.Context, s *Stack) (*WSTypist, error) {
-	id, _, err := GatewayPath{S: s}.Exec(ctx, agentd.CreateSessionRequest{Command: "cat", TTY: true, Rows: 24, Cols: 80})
+// Name implements Path.
+func (*WSPath) Name() string { return "websocket" }
+
+// Exec implements Path: it starts the command and attaches the socket.
+func (w *WSPath) Exec(ctx context.Context, req agentd.CreateSessionRequest) (string, output, error) {
+	id, out, err := GatewayPath{S: w.S}.Exec(ctx, req)
 	if err != nil {
-		return nil, fmt.Errorf("websocket: start cat: %w", err)
+		return id, out, err
 	}
-	u := "ws" + strings.TrimPrefix(s.URL, "http") + fmt.Sprintf("/o/%s/sessions/%d/terminal?command=%s&cursor=0", s.Org, s.Session, id)
+	u := "ws" + strings.TrimPrefix(w.S.URL, "http") + fmt.Sprintf("/o/%s/sessions/%d/terminal?command=%s&cursor=0", w.S.Org, w.S.Session, id)
 	conn, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"gatehouse.v1"},
-		HTTPHeader: http.Header{"Authorization": {"Bearer " + s.Key}}})
+		HTTPHeader: http.Header{"Authorization": {"Bearer " + w.S.Key}}})
 	if err != nil {
-		return nil, fmt.Errorf("websocket: dial: %w", err)
+		return id, out, fmt.Errorf("websocket: dial: %w", err)
 	}
-	t := &WSTypist{conn: conn, s: s, id: id}
 	var m proxy.ServerMessage
 	if err := wsjson.Read(ctx, conn, &m); err != nil || m.Type != "attached" {
 		conn.CloseNow()
-		return nil, fmt.Errorf("websocket: attach: %v (%s %s)", err, m.Type, m.Message)
+		return id, out, fmt.Errorf("websocket: attach: %v (%s %s)", err, m.Type, m.Message)
 	}
-	return t, nil
+	w.conn = conn
+	return id, out, nil
 }
 
-// Key types one character and waits for its echo; it returns the round
-// trip. Every 200 characters the line is ended outside the timing.
-func (t *WSTypist) Key(ctx context.Context) (time.Duration, error) {
-	if t.line >= 200 {
-		t.want += 2 + t.line + 2
-		t.line = 0
-		if err := t.send(ctx, "\n"); err != nil {
-			return 0, err
+// Poll implements Path: it waits up to wait for the next message.
+func (w *WSPath) Poll(ctx context.Context, _ string, cursor uint64, wait time.Duration) (output, error) {
+	out := output{State: agentd.StateRunning, NextCursor: cursor}
+	rctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	var m proxy.ServerMessage
+	if err := wsjson.Read(rctx, w.conn, &m); err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return out, nil // nothing within wait, as a long-poll answers
 		}
-		if err := t.read(ctx); err != nil {
-			return 0, err
-		}
+		return out, fmt.Errorf("websocket: read: %w", err)
 	}
-	start := time.Now()
-	t.want++
-	t.line++
-	if err := t.send(ctx, "k"); err != nil {
-		return 0, err
+	switch m.Type {
+	case "output":
+		out.Chunks = []agentd.Chunk{{ID: m.ID, Stream: m.Stream, Data: m.Data}}
+		out.NextCursor = max(cursor, m.ID)
+	case "exit":
+		out.State, out.ExitCode = m.State, m.ExitCode
+	case "error":
+		return out, fmt.Errorf("websocket: %s", m.Message)
 	}
-	if err := t.read(ctx); err != nil {
-		return 0, err
-	}
-	return time.Since(start), nil
+	return out, nil
 }
 
-func (t *WSTypist) send(ctx context.Context, data string) error {
-	b, err := json.Marshal(proxy.ClientMessage{Type: "input", Data: data})
+// Stdin implements Path.
+func (w *WSPath) Stdin(ctx context.Context, _ string, data []byte) error {
+	b, err := json.Marshal(proxy.ClientMessage{Type: "input", Data: string(data)})
 	if err != nil {
 		return err
 	}
-	if err := t.conn.Write(ctx, websocket.MessageText, b); err != nil {
+	if err := w.conn.Write(ctx, websocket.MessageText, b); err != nil {
 		return fmt.Errorf("websocket: send: %w", err)
 	}
 	return nil
 }
 
-func (t *WSTypist) read(ctx context.Context) error {
-	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	for t.got < t.want {
-		var m proxy.ServerMessage
-		if err := wsjson.Read(rctx, t.conn, &m); err != nil {
-			return fmt.Errorf("websocket: no echo (%d of %d bytes): %w", t.got, t.want, err)
-		}
-		switch m.Type {
-		case "output":
-			t.got += len(m.Data)
-		case "exit", "error":
-			return fmt.Errorf("websocket: cat ended: %s %s", m.State, m.Message)
-		}
+// Kill implements Path: it closes the socket and ends the command.
+func (w *WSPath) Kill(ctx context.Context, id string) error {
+	if w.conn != nil {
+		w.conn.Close(websocket.StatusNormalClosure, "")
 	}
-	return nil
-}
-
-// Close closes the socket and ends cat.
-func (t *WSTypist) Close(ctx context.Context) error {
-	t.conn.Close(websocket.StatusNormalClosure, "")
-	return GatewayPath{S: t.s}.Kill(ctx, t.id)
+	return GatewayPath{S: w.S}.Kill(ctx, id)
 }
