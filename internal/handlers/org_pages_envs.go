@@ -112,7 +112,12 @@ func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) erro
 	if form.CanShared, err = svc.CanCreateShared(c.Request().Context(), a); err != nil {
 		return err
 	}
-	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form}))
+	rows, ls := sortPage(c, rows, sortKeys[views.EnvRow]{
+		"name": byText(func(e views.EnvRow) string { return e.Name }), "kind": byText(func(e views.EnvRow) string { return e.Kind }),
+		"scope": byText(func(e views.EnvRow) string { return e.Scope }), "health": byText(func(e views.EnvRow) string { return e.Health }),
+		"checked": func(a, b views.EnvRow) int { return cmpTime(a.CheckedAt, b.CheckedAt) },
+	}, "name", nil)
+	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls}))
 }
 
 func (s *Server) pageEnvs(c echo.Context) error {
