@@ -47,3 +47,42 @@ func TestFollowerSettings(t *testing.T) {
 		})
 	}
 }
+
+// Metrics are off unless an address is given; retention runs hourly unless
+// told otherwise; bad values are refused naming the setting.
+func TestOperationsSettings(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		args     []string
+		env      map[string]string
+		listen   string
+		perOrg   bool
+		interval time.Duration
+		err      string
+	}{
+		{name: "defaults", interval: time.Hour},
+		{name: "environment", env: map[string]string{"GATEHOUSE_METRICS_LISTEN": "127.0.0.1:9090", "GATEHOUSE_METRICS_PER_ORG_DB": "true",
+			"GATEHOUSE_RETENTION_INTERVAL": "10m"}, listen: "127.0.0.1:9090", perOrg: true, interval: 10 * time.Minute},
+		{name: "flags win", args: []string{"--metrics-listen", ":9100", "--retention-interval", "30s"},
+			env: map[string]string{"GATEHOUSE_METRICS_LISTEN": "127.0.0.1:9090"}, listen: ":9100", interval: 30 * time.Second},
+		{name: "metrics address without port", args: []string{"--metrics-listen", "localhost"}, err: "--metrics-listen"},
+		{name: "retention interval not positive", args: []string{"--retention-interval", "0s"}, err: "--retention-interval"},
+		{name: "unparsable retention interval", env: map[string]string{"GATEHOUSE_RETENTION_INTERVAL": "daily"}, err: "GATEHOUSE_RETENTION_INTERVAL"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := config.Load("console", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.MetricsListen != tc.listen || c.MetricsPerOrgDB != tc.perOrg || c.RetentionInterval != tc.interval {
+				t.Fatalf("got listen %q per-org %v interval %s", c.MetricsListen, c.MetricsPerOrgDB, c.RetentionInterval)
+			}
+		})
+	}
+}
