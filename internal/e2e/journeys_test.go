@@ -344,6 +344,15 @@ func TestBrowserAuditSearch(t *testing.T) {
 	if v := get(t, ctx, "query kept", chromedp.Value(css(`#q`))); v != "actor:OLIVE@" {
 		t.Errorf("the search box shows %q, want the filter without the dates", v)
 	}
+	do(t, ctx, "verify the chain", chromedp.Navigate(w.srv.url+"/o/acme/audit"), chromedp.Click(testid("verify-chain")), chromedp.WaitVisible(testid("flash")))
+	mustContain(t, "verification", text(t, ctx, testid("flash")), "Chain intact")
+	if nav := evalJS[string](t, ctx, "navigation", `performance.getEntriesByType("navigation")[0].type`); nav != "navigate" {
+		t.Errorf("after verifying, the page was reached by %q, not a redirect to a GET", nav)
+	}
+	do(t, ctx, "reload after verifying", chromedp.Reload(), chromedp.WaitVisible(testid("audit-table")))
+	if n := evalJS[int](t, ctx, "flash after reload", `document.querySelectorAll('[data-testid="flash"]').length`); n != 0 {
+		t.Error("a reload after verifying shows the result again (the POST was repeated)")
+	}
 	do(t, ctx, "the whole log", chromedp.Navigate(w.srv.url+"/o/acme/audit"), chromedp.WaitVisible(testid("audit-table")))
 	if wide := evalJS[int](t, ctx, "page width", `document.documentElement.scrollWidth`); wide > 1280 {
 		t.Errorf("the audit page is %d px wide at a 1280 px window", wide)

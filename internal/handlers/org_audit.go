@@ -104,7 +104,7 @@ func (s *Server) apiOrgAuditVerify(c echo.Context) error {
 	return c.JSON(http.StatusOK, res)
 }
 
-func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
+func (s *Server) pageOrgAudit(c echo.Context) error {
 	evs, before, limit, err := s.queryAudit(c)
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
@@ -119,7 +119,7 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	q := c.QueryParam("q")
 	rows := auditRows(evs)
 	replayLinks(t.Org.Slug, evs, rows)
-	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: rows, Action: base, Verify: verify,
+	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: rows, Action: base,
 		Export: []views.NavItem{
 			{Label: "JSONL", Href: base + "/export?format=jsonl&q=" + url.QueryEscape(q)},
 			{Label: "CSV", Href: base + "/export?format=csv&q=" + url.QueryEscape(q)},
@@ -134,8 +134,6 @@ func (s *Server) renderOrgAudit(c echo.Context, verify string) error {
 	s.auditSearch(c, t.Audit, &ap, q)
 	return render(c, http.StatusOK, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 }
-
-func (s *Server) pageOrgAudit(c echo.Context) error { return s.renderOrgAudit(c, "") }
 
 func (s *Server) pageOrgAuditVerify(c echo.Context) error {
 	res, err := s.verifyAudit(c)

@@ -99,9 +99,7 @@ func firstNonEmpty(xs ...string) string {
 	return ""
 }
 
-func (s *Server) pagePlatformAudit(c echo.Context) error { return s.renderPlatformAudit(c, "") }
-
-func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
+func (s *Server) pagePlatformAudit(c echo.Context) error {
 	mergeDateParams(c)
 	q := c.QueryParam("q")
 	evs, before, limit, err := s.queryPlatformAudit(c)
@@ -113,7 +111,7 @@ func (s *Server) renderPlatformAudit(c echo.Context, verify string) error {
 		}
 		return err
 	}
-	ap := views.AuditPage{Heading: "Platform audit log", Query: q, Rows: auditRows(evs), Action: "/admin/audit", Verify: verify,
+	ap := views.AuditPage{Heading: "Platform audit log", Query: q, Rows: auditRows(evs), Action: "/admin/audit",
 		VerifyURL: "/admin/audit/verify", Export: []views.NavItem{
 			{Label: "JSONL", Href: "/admin/audit/export?format=jsonl&q=" + url.QueryEscape(q)},
 			{Label: "CSV", Href: "/admin/audit/export?format=csv&q=" + url.QueryEscape(q)},
