@@ -195,3 +195,31 @@ func TestDefaultKeepsEverything(t *testing.T) {
 		t.Fatal("negative days accepted")
 	}
 }
+
+// With several replicas, a replica that finds the org's retention lock held
+// leaves the org to the holder: nothing is removed twice or concurrently.
+func TestApplyOrgSkipsWhenAnotherReplicaHoldsTheLock(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	db := storetest.Open(t, store.Postgres, store.OrgSet)
+	c := &clock{t: time.Now().Add(-30 * 24 * time.Hour), step: 24 * time.Hour}
+	log := audit.NewLog(db, audit.OrgTable, c.now)
+	fill(t, log, 10)
+	if err := db.Transaction(func(tx *gorm.DB) error { return retention.Save(ctx, tx, retention.Policy{AuditDays: 1}) }); err != nil {
+		t.Fatal(err)
+	}
+	r := &retention.Runner{OpenOrg: func(context.Context, string) (retention.OrgDeps, error) {
+		return retention.OrgDeps{DB: db, Audit: log, Release: func() {}}, nil
+	}}
+	unlock, ok, err := store.TryAdvisoryLock(ctx, db, store.LockKey("gatehouse-retention:acme"))
+	if err != nil || !ok {
+		t.Fatalf("take the other replica's lock: %v %v", ok, err)
+	}
+	if res, err := r.ApplyOrg(ctx, "acme"); err != nil || res.AuditRemoved != 0 {
+		t.Fatalf("while locked elsewhere: %+v %v", res, err)
+	}
+	unlock()
+	if res, err := r.ApplyOrg(ctx, "acme"); err != nil || res.AuditRemoved == 0 {
+		t.Fatalf("after the other replica let go: %+v %v", res, err)
+	}
+}
