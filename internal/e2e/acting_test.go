@@ -1,7 +1,6 @@
 package e2e_test
 
 import (
-	"net/http"
 	"strings"
 	"testing"
 
@@ -19,11 +18,7 @@ import (
 func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, store.SQLite)
-	var login struct{ Token string }
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "",
-		map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs", login.Token,
-		map[string]string{"slug": "acme", "name": "Acme Corp"}, http.StatusCreated, nil)
+	acmeOrg(t, srv)
 
 	ctx := newBrowser(t)
 	enter := func(what string) {
@@ -47,6 +42,11 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 	// Home: where, as what, and the org admin's view.
 	mustContain(t, "banner", text(t, ctx, testid("acting-banner")), "Acting in Acme Corp as platform admin", "Leave")
 	mustContain(t, "home roles", text(t, ctx, testid("my-roles")), "Org admin", "whole organization, as platform admin")
+	if *updateScreenshots {
+		do(t, ctx, "size the viewport", chromedp.EmulateViewport(1200, 700))
+		writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-acting.png")
+		do(t, ctx, "reset the viewport", chromedp.ResetViewport())
+	}
 	if get(t, ctx, "no-roles notice", chromedp.Evaluate[bool](`!!document.querySelector('[data-testid="no-roles"]')`)) {
 		t.Error(`the home page says "You hold no roles yet" to an entered platform admin`)
 	}

@@ -71,6 +71,16 @@ func TestBrowserConnectHost(t *testing.T) {
 	do(t, ctx, "wait for a check", chromedp.WaitVisible(css(`[data-testid="connect-status"][data-state="pending"]`)))
 	do(t, ctx, "a check ran", discard(chromedp.Poll[bool](`document.querySelector('[data-testid="connect-status"]').textContent.includes("checked")`)))
 	mustContain(t, "waiting status", text(t, ctx, testid("connect-status")), "Waiting for agentd at "+hostURL, "checked")
+	if *updateScreenshots {
+		do(t, ctx, "size the viewport", chromedp.EmulateViewport(1200, 1100))
+		writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "environment-connect.png")
+		do(t, ctx, "reset the viewport", chromedp.ResetViewport())
+	}
+
+	// A reload while waiting: the commands stay, the token does not.
+	do(t, ctx, "reload while waiting", chromedp.Reload(), chromedp.WaitVisible(testid("connect-status")))
+	noSecretInPage(t, ctx, "environment page reloaded while waiting", token)
+	mustContain(t, "command after a reload", text(t, ctx, testid("cmd-linux")), "<the token shown when the host was added>", "--listen 0.0.0.0:"+port)
 
 	// The host runs agentd with the generated token: the page sees it.
 	agentdSrv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir()})
@@ -163,17 +173,26 @@ func TestBrowserConnectHost(t *testing.T) {
 	}
 }
 
+// acmeOrg signs in to the platform API as the admin and creates the
+// organization acme ("Acme Corp"); it returns the platform token.
+func acmeOrg(t *testing.T, srv *server) string {
+	t.Helper()
+	var login struct{ Token string }
+	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "",
+		map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
+	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs", login.Token,
+		map[string]string{"slug": "acme", "name": "Acme Corp"}, http.StatusCreated, nil)
+	return login.Token
+}
+
 // deptOwnerOrg creates org acme with department Research and a department
 // owner who has chosen their password, and returns how they sign in and
 // the department's id.
 func deptOwnerOrg(t *testing.T, srv *server) (email, password, deptID string) {
 	t.Helper()
 	email, password = "owner@acme.test", "a long and private passphrase"
-	var login struct{ Token string }
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "", map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs", login.Token, map[string]string{"slug": "acme", "name": "Acme Corp"}, http.StatusCreated, nil)
 	var entered struct{ Token string }
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/enter", login.Token, nil, http.StatusOK, &entered)
+	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/enter", acmeOrg(t, srv), nil, http.StatusOK, &entered)
 	var dept struct{ ID int64 }
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/departments", entered.Token, map[string]string{"name": "Research"}, http.StatusCreated, &dept)
 	var owner struct {

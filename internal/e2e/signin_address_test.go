@@ -3,7 +3,6 @@ package e2e_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -24,11 +23,7 @@ import (
 func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 	t.Parallel()
 	srv := newServer(t, store.SQLite)
-	var login struct{ Token string }
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "",
-		map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
-	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs", login.Token,
-		map[string]string{"slug": "acme", "name": "Acme Corp"}, http.StatusCreated, nil)
+	acmeOrg(t, srv)
 	signInURL := srv.url + "/o/acme/login"
 
 	// The admin: the address on the org's page, copied with one click.
@@ -97,6 +92,11 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 		t.Errorf("an unknown email is refused with %q, an org account with %q: the difference tells which accounts exist", other, refusal)
 	}
 	mustContain(t, "the way to an organization", text(t, uctx, testid("org-finder")), "Sign in to an organization", "/o/<organization>/login")
+	if *updateScreenshots {
+		do(t, uctx, "size the viewport", chromedp.EmulateViewport(1200, 700))
+		writeScreenshot(t, get(t, uctx, "screenshot", chromedp.CaptureScreenshot()), "login.png")
+		do(t, uctx, "reset the viewport", chromedp.ResetViewport())
+	}
 
 	// Naming a wrong organization says so, and keeps what was typed.
 	do(t, uctx, "name an unknown organization",

@@ -49,13 +49,15 @@ func envPagePath(c echo.Context, id int64) string {
 
 // hostConnect is the "Connect this host" section of a host environment's
 // page, for those who manage it: on creation with a generated token, and
-// afterwards while the host has never answered.
+// afterwards until agentd has answered once.
 func (s *Server) hostConnect(c echo.Context, e envs.Environment, row views.EnvRow) *views.HostConnect {
 	if e.Kind != envs.KindHost || !row.CanManage {
 		return nil
 	}
 	tok := s.takeReveal(c, envPagePath(c, e.ID))
-	if tok == "" && e.HealthStatus != envs.HealthUnknown {
+	// Until agentd first answers (it reports its version), the commands
+	// stay, with a placeholder once the token has been shown.
+	if tok == "" && e.AgentdVersion != "" {
 		return nil
 	}
 	hc := &views.HostConnect{Token: tok, URL: e.URL, Listen: "0.0.0.0:49984",
