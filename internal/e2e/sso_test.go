@@ -175,7 +175,7 @@ func TestBrowserSSOSignIn(t *testing.T) {
 		t.Fatalf("after SSO the browser is at %s, want /o/acme/", loc)
 	}
 	page := get(t, ctx, "home page", chromedp.Text(css(`main`)))
-	mustContain(t, "home page roles", page, "member", "department Research", "auditor")
+	mustContain(t, "home page roles", page, "Member (Research)", "Auditor (whole organization)")
 	if !strings.Contains(get(t, ctx, "header", chromedp.Text(css(`body`))), "alice@acme.test") {
 		t.Error("the signed-in user is not shown as alice@acme.test")
 	}
