@@ -65,21 +65,21 @@ func Markdown(src string) string {
 			b.WriteString("</table>\n")
 		case strings.HasPrefix(trim, "- ") || strings.HasPrefix(trim, "* "):
 			flush()
-			b.WriteString("<ul>\n")
-			for ; i < len(lines); i++ {
+			b.WriteString("<ul>\n<li>" + inline(trim[2:]))
+		items:
+			for i++; i < len(lines); i++ {
 				t := strings.TrimSpace(lines[i])
-				if strings.HasPrefix(t, "- ") || strings.HasPrefix(t, "* ") {
-					b.WriteString("<li>" + inline(t[2:]))
-				} else if t != "" && strings.HasPrefix(lines[i], " ") {
+				switch {
+				case strings.HasPrefix(t, "- ") || strings.HasPrefix(t, "* "):
+					b.WriteString("</li>\n<li>" + inline(t[2:]))
+				case t != "" && strings.HasPrefix(lines[i], " "):
 					b.WriteString(" " + inline(t)) // a continued item
-					continue
-				} else {
-					break
+				default:
+					break items
 				}
-				b.WriteString("</li>\n")
 			}
 			i--
-			b.WriteString("</ul>\n")
+			b.WriteString("</li>\n</ul>\n")
 		default:
 			para = append(para, trim)
 		}
