@@ -146,8 +146,15 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			return fail(err)
 		}
 		cid = out.CommandID
-	} else if _, err := commandOf(ctx, org, at.SessionID, cid); err != nil {
-		return fail(err)
+	} else {
+		// Continuing a command is using the session: authorized before
+		// anything, even whether the command exists, is said.
+		if _, err := resolve(ctx, org, a, at.SessionID, ActStdin, nil); err != nil {
+			return fail(err)
+		}
+		if _, err := commandOf(ctx, org, at.SessionID, cid); err != nil {
+			return fail(err)
+		}
 	}
 	if err := send(ServerMessage{Type: "attached", CommandID: cid, ReadOnly: at.Watch}); err != nil {
 		return err

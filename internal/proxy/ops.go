@@ -262,7 +262,7 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 	var t sessions.Target
 	var c recordings.Command
 	var err error
-	if len(data) == 0 {
+	if len(data) == 0 && !eof {
 		if t, c, err = g.running(ctx, org, a, sessionID, commandID, ActStdin); err != nil {
 			return err
 		}
@@ -271,8 +271,8 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 			return err
 		}
 		// One commit, which also checks the command is this session's and
-		// still running.
-		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, g.now()); err != nil {
+		// still running; closing stdin is recorded too.
+		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, eof, g.now()); err != nil {
 			return durable(err)
 		}
 	}

@@ -35,10 +35,12 @@ const (
 	// StreamGap marks output agentd dropped before it was recorded (its
 	// ring overflowed); Data holds the number of bytes lost, in decimal.
 	StreamGap = "gap"
+	// StreamEOF marks stdin closed by the client (Ctrl-D on a TTY).
+	StreamEOF = "eof"
 )
 
-var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5}
-var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap}
+var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6}
+var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF}
 
 // Chunk is one piece of recorded terminal traffic.
 type Chunk struct {

@@ -85,21 +85,22 @@ func TestRecordAndVerify(t *testing.T) {
 			}
 		})
 		t.Run("stdin is recorded, or only its size", func(t *testing.T) {
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), at); err != nil {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), false, at); err != nil {
 				t.Fatal(err)
 			}
 			// The org chose to keep only sizes for this command.
 			if err := db.Exec("UPDATE commands SET stdin_content = ? WHERE id = ?", false, c.ID).Error; err != nil {
 				t.Fatal(err)
 			}
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("secret"), at); err != nil {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("secret"), true, at); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID+1, c.ID, []byte("x"), at); !errors.Is(err, apperr.ErrNotFound) {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID+1, c.ID, []byte("x"), false, at); !errors.Is(err, apperr.ErrNotFound) {
 				t.Errorf("stdin to a command of another session = %v", err)
 			}
 			in, err := recordings.Read(ctx, db, c.ID, recordings.KindIn)
-			if err != nil || len(in) != 2 || string(in[0].Data) != "typed" || len(in[1].Data) != 0 {
+			// The second write closed stdin: its end is recorded too.
+			if err != nil || len(in) != 3 || string(in[0].Data) != "typed" || len(in[1].Data) != 0 || in[2].Stream != recordings.StreamEOF {
 				t.Fatalf("input %+v, %v", in, err)
 			}
 		})

@@ -253,11 +253,12 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 	return tx.Model(&Command{}).Where("id = ?", c.ID).Updates(updates).Error
 }
 
-// AppendInput stores one stdin write for command id of session sessionID
-// before it is forwarded, and returns the command. With the command's
+// AppendInput stores one stdin write (data, and eof when the client closes
+// stdin) for command id of session sessionID before it is forwarded, and
+// returns the command. With the command's
 // StdinContent false only the size is kept (the org's setting). A command
 // of another session is not found; one that ended is a conflict.
-func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, at time.Time) (Command, error) {
+func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, eof bool, at time.Time) (Command, error) {
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
@@ -272,28 +273,41 @@ func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []b
 		if c.Ended() {
 			return apperr.New(apperr.ErrConflict, "command_ended", "Command %d has ended (%s).", c.ID, c.State)
 		}
-		ch := Chunk{Seq: uint64(c.InSeq) + 1, Stream: StreamStdin, At: at, Data: data}
-		if !c.StdinContent {
-			ch.Data = nil
+		var chunks []Chunk
+		seq := uint64(c.InSeq)
+		if len(data) > 0 {
+			seq++
+			ch := Chunk{Seq: seq, Stream: StreamStdin, At: at, Data: data}
+			if !c.StdinContent {
+				ch.Data = nil
+			}
+			chunks = append(chunks, ch)
 		}
-		body, head, _, err := encodeFrame(c.InHash, []Chunk{ch})
+		if eof {
+			seq++
+			chunks = append(chunks, Chunk{Seq: seq, Stream: StreamEOF, At: at})
+		}
+		if len(chunks) == 0 {
+			return nil
+		}
+		body, head, raw, err := encodeFrame(c.InHash, chunks)
 		if err != nil {
 			return err
 		}
-		f := frame{CommandID: id, Kind: KindIn, FirstSeq: int64(ch.Seq), LastSeq: int64(ch.Seq), StartedAt: at.UTC(),
-			RawBytes: len(ch.Data), Body: body, PrevHash: c.InHash, Hash: head}
+		f := frame{CommandID: id, Kind: KindIn, FirstSeq: int64(chunks[0].Seq), LastSeq: int64(seq), StartedAt: at.UTC(),
+			RawBytes: raw, Body: body, PrevHash: c.InHash, Hash: head}
 		if err := tx.Create(&f).Error; err != nil {
 			return fmt.Errorf("store input frame: %w", err)
 		}
 		res := tx.Model(&Command{}).Where("id = ? AND in_seq = ?", id, c.InSeq).
-			Updates(map[string]any{"in_seq": ch.Seq, "in_hash": head, "in_bytes": c.InBytes + int64(len(data))})
+			Updates(map[string]any{"in_seq": seq, "in_hash": head, "in_bytes": c.InBytes + int64(len(data))})
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("record stdin of command %d: raced with another writer", id)
 		}
-		c.InSeq, c.InHash, c.InBytes = int64(ch.Seq), head, c.InBytes+int64(len(data))
+		c.InSeq, c.InHash, c.InBytes = int64(seq), head, c.InBytes+int64(len(data))
 		return nil
 	})
 	return c, err

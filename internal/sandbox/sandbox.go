@@ -218,3 +218,29 @@ func (a Addressing) PortURL(sandboxID, domain string, port int) string {
 
 // AgentdURL is the base URL of agentd inside sb.
 func (a Addressing) AgentdURL(sb Sandbox) string { return a.PortURL(sb.ID, sb.Domain, AgentdPort) }
+
+// SafeAddress reports whether a sandbox's id and domain are plain names,
+// safe to build an address from: letters, digits, '-' and '.' (domain),
+// no scheme, port, path or userinfo a backend could use to point the
+// console's agentd calls (and their token) elsewhere.
+func SafeAddress(sb Sandbox) bool {
+	if !plainName(sb.ID, false) {
+		return false
+	}
+	return sb.Domain == "" || plainName(sb.Domain, true)
+}
+
+func plainName(s string, dots bool) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-':
+		case r == '.' && dots:
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -77,3 +77,24 @@ func TestErrorKinds(t *testing.T) {
 		t.Error("OutcomeUnknown(nil) = true")
 	}
 }
+
+func TestSafeAddress(t *testing.T) {
+	for _, tc := range []struct {
+		id, domain string
+		ok         bool
+	}{
+		{"i5c2b8x1", "e2b.app", true},
+		{"sbx-01", "", true},
+		{"sbx", "cube.app", true},
+		{"", "e2b.app", false},
+		{"evil.example#", "e2b.app", false},
+		{"sbx", "evil.example:8080", false},
+		{"sbx", "user@evil.example", false},
+		{"sbx/../x", "e2b.app", false},
+		{"sbx", "evil.example/x", false},
+	} {
+		if got := sandbox.SafeAddress(sandbox.Sandbox{ID: tc.id, Domain: tc.domain}); got != tc.ok {
+			t.Errorf("SafeAddress(%q, %q) = %v, want %v", tc.id, tc.domain, got, tc.ok)
+		}
+	}
+}

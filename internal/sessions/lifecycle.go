@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"strings"
 	"time"
@@ -360,6 +361,15 @@ func (s *Service) releaseClaim(id int64, token string) {
 // when the claim was lost meanwhile (the session was closed, or a stalled
 // creator's lease taken over) the sandbox is killed, never left behind.
 func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, token string, sb sandbox.Sandbox, adopted bool, b sandbox.Backend) (Session, error) {
+	if !sandbox.SafeAddress(sb) {
+		// The agentd URL (and so the injected token) is built from these:
+		// a backend may not steer it elsewhere with a crafted id or domain.
+		if err := b.Kill(context.WithoutCancel(ctx), sb.ID); err != nil {
+			slog.Default().Warn("kill a sandbox with an unusable address", "org", s.Org, "session", sess.ID, "error", err)
+		}
+		s.releaseClaim(sess.ID, token)
+		return sess, apperr.New(apperr.ErrUpstream, "backend_bad_sandbox", "The sandbox backend answered a sandbox id or domain that is not a plain name; the sandbox was not used.")
+	}
 	now := s.now()
 	reason := "sandbox created on first use"
 	if adopted {
