@@ -51,10 +51,6 @@ type User struct {
 // TableName binds User to its table.
 func (User) TableName() string { return "users" }
 
-func notFound(what string, id any) error {
-	return apperr.New(apperr.ErrNotFound, what+"_not_found", "No %s with id %v exists.", strings.ReplaceAll(what, "_", " "), id)
-}
-
 // CreateUser adds an account with a one-time password that must be changed
 // at first sign-in; the password is returned once and never stored.
 func (d *Directory) CreateUser(ctx context.Context, email, name string) (User, string, error) {
