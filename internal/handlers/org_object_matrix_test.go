@@ -51,7 +51,8 @@ func objectRouteKind(method, path string) (kind string, ok bool) {
 			return "list", true
 		}
 		return "create", true
-	case method == http.MethodGet && !strings.HasSuffix(rest, "/backend-templates"):
+	// A host's connection check (GET …/connection) probes it: managers only.
+	case method == http.MethodGet && !strings.HasSuffix(rest, "/backend-templates") && !strings.HasSuffix(rest, "/connection"):
 		return "read", true
 	}
 	return "manage", true
