@@ -234,7 +234,7 @@ func TestTokenUnreadableToCommands(t *testing.T) {
 			tokenFile := filepath.Join(t.TempDir(), "token")
 			args := tt.args
 			if tt.tokenDir {
-				if err := os.WriteFile(tokenFile, []byte("file-token-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
+				if err := os.WriteFile(tokenFile, []byte("file-token-0123456789-"+strconv.Itoa(os.Getpid())+"\n"), 0o600); err != nil {
 					t.Fatal(err)
 				}
 				args = append(args, "--token-file", tokenFile)
@@ -243,7 +243,7 @@ func TestTokenUnreadableToCommands(t *testing.T) {
 			client := d.client
 			secret := d.token
 			if tt.tokenDir {
-				secret = "file-token-" + strconv.Itoa(os.Getpid())
+				secret = "file-token-0123456789-" + strconv.Itoa(os.Getpid())
 				client = agentd.NewClient("http://"+d.addr, secret, nil)
 			}
 			res, err := client.Run(ctxFor(t), agentd.CreateSessionRequest{Command: fmt.Sprintf(probe, tokenFile), WaitMS: 10000})

@@ -90,7 +90,7 @@ func BenchmarkIdleSessionMemory(b *testing.B) {
 			b.Fatal(err)
 		}
 		url := benchHTTPServer(b, srv)
-		c := agentd.NewClient(url, "t", nil)
+		c := agentd.NewClient(url, "test-token-0123456789", nil)
 		ctx := context.Background()
 		if _, err := c.Health(ctx); err != nil {
 			b.Fatal(err)

@@ -383,7 +383,7 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 		t.Fatal(err)
 	}
 	ts := newHTTPServer(t, srv)
-	c := agentd.NewClient(ts, "t", nil)
+	c := agentd.NewClient(ts, "test-token-0123456789", nil)
 	pidFile := filepath.Join(t.TempDir(), "pid")
 	resp, err := c.CreateSession(testCtx(t), agentd.CreateSessionRequest{
 		Command: fmt.Sprintf("sleep 1000 & echo $! > %s; echo started; wait", pidFile),
