@@ -23,7 +23,7 @@ func TestSessionPidsLimit(t *testing.T) {
 		t.Logf("pids controller not available to agentd here, so the limit is refused: %v", err)
 		return
 	}
-	c := agentd.NewClient(newHTTPServer(t, srv), "t", nil)
+	c := agentd.NewClient(newHTTPServer(t, srv), "test-token-0123456789", nil)
 	res, err := c.Run(testCtx(t), agentd.CreateSessionRequest{
 		Command: "n=0; for i in $(seq 20); do sleep 5 & n=$((n+1)); done 2>/dev/null; jobs -p | wc -l",
 		WaitMS:  10000,
