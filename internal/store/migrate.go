@@ -132,7 +132,19 @@ func Migrate(ctx context.Context, db *gorm.DB, set Set) (int, error) {
 		if done[m.Version] {
 			continue
 		}
+		applied := false
 		err := conn.Transaction(func(tx *gorm.DB) error {
+			// Check again under the transaction's write lock: on SQLite
+			// another connection (a second open of the same new file) may
+			// have applied the step since the list above was read.
+			var n int64
+			if err := tx.Raw("SELECT count(*) FROM schema_migrations WHERE version = ?", m.Version).Scan(&n).Error; err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			applied = true
 			for _, stmt := range splitStatements(m.SQL) {
 				if err := tx.Exec(stmt).Error; err != nil {
 					return fmt.Errorf("%w\nin statement: %s", err, firstLine(stmt))
@@ -144,7 +156,9 @@ func Migrate(ctx context.Context, db *gorm.DB, set Set) (int, error) {
 		if err != nil {
 			return n, fmt.Errorf("migration %s/%04d %s: %w", set, m.Version, m.Name, err)
 		}
-		n++
+		if applied {
+			n++
+		}
 	}
 	return n, nil
 }
