@@ -150,6 +150,16 @@ func TestStaleClusterReplaced(t *testing.T) {
 	// Nothing else removes the orphan if the test fails before replacing it.
 	t.Cleanup(func() { cleanupStale(st) })
 	waitExited(t, st.Reaper)
+	// The kernel drops the reaper's flock once every copy of its file
+	// descriptor is closed, which may lag the process's exit a little (a
+	// child forked around the kill holds a copy until it execs): wait for
+	// the cluster to read as dead, as a later test run would find it.
+	for deadline := time.Now().Add(10 * time.Second); clusterAlive(st); {
+		if time.Now().After(deadline) {
+			t.Fatal("the dead reaper's cluster still reads as alive after 10 s")
+		}
+		time.Sleep(reapInterval)
+	}
 
 	fresh, err := acquireCluster(clusterConfig{LockPath: lockFile})
 	if err != nil {
