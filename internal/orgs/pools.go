@@ -3,6 +3,8 @@ package orgs
 import (
 	"context"
 	"fmt"
+	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -278,7 +280,15 @@ func (s *Service) openRow(ctx context.Context, r orgRow) (*gorm.DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db, err := store.Open(ctx, t.dsn, store.Options{})
+	dsn := t.dsn
+	if t.dialect == store.SQLite {
+		// Opening an org never creates its file: an open that read the row
+		// just before a deletion must fail, not leave an empty database
+		// behind that blocks creating the slug again. Provisioning creates
+		// the file itself.
+		dsn = "file:" + strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(filepath.ToSlash(t.dsn)) + "?mode=rw"
+	}
+	db, err := store.Open(ctx, dsn, store.Options{})
 	if err != nil {
 		return nil, orgDBErr(r.Slug, fmt.Errorf("open org %s database: %w", r.Slug, err))
 	}
