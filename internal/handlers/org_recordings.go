@@ -39,7 +39,7 @@ func (s *Server) recordedCommand(c echo.Context) (recordings.Command, error) {
 	if err != nil {
 		return recordings.Command{}, err
 	}
-	if _, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), recordingsFilter(sid)); err != nil {
+	if err := s.Gateway.AuthorizeRead(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid); err != nil {
 		return recordings.Command{}, err
 	}
 	cmd, err := recordings.Get(c.Request().Context(), tenantOf(c).DB, cid)

@@ -318,10 +318,6 @@ func auditTargetSettings() audit.Target {
 	return audit.Target{Type: "settings", ID: "recordings", Name: "recording settings"}
 }
 
-func recordingsFilter(sessionID int64) recordings.Filter {
-	return recordings.Filter{SessionID: sessionID, Limit: 1}
-}
-
 // commandRows is a session's latest commands for its page.
 func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRow, error) {
 	cmds, err := recordings.List(c.Request().Context(), tenantOf(c).DB, recordings.Filter{SessionID: sessionID, Limit: 50})

@@ -134,7 +134,7 @@ func (s *Server) pageWatch(c echo.Context) error {
 		return err
 	}
 	// The same read the bridge will make, so a refusal shows as a page.
-	if _, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), recordingsFilter(sid)); err != nil {
+	if err := s.Gateway.AuthorizeRead(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid); err != nil {
 		return err
 	}
 	terminalCSP(c)

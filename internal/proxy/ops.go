@@ -338,6 +338,13 @@ func (g *Gateway) Kill(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	return toOutput(c, resp), nil
 }
 
+// AuthorizeRead checks that a may read session sessionID's recorded
+// commands (their history, output and replay), live or ended.
+func (g *Gateway) AuthorizeRead(ctx context.Context, org Org, a *authz.Actor, sessionID int64) error {
+	_, _, err := resolveRecorded(ctx, org, a, sessionID)
+	return err
+}
+
 // Commands lists a session's commands, newest first.
 func (g *Gateway) Commands(ctx context.Context, org Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error) {
 	if _, _, err := resolveRecorded(ctx, org, a, f.SessionID); err != nil {
