@@ -183,13 +183,29 @@ func (p *execProcess) Kill() error {
 		return nil
 	default:
 	}
-	killTree(p.PID())
+	killed := killTree(p.PID())
+	deadline := time.After(10 * time.Second)
 	select {
 	case <-p.exited:
-		return nil
-	case <-time.After(10 * time.Second):
+	case <-deadline:
 		return fmt.Errorf("e2bfake: agentd %d did not exit after SIGKILL", p.PID())
 	}
+	// A real backend answers DELETE once the VM is gone, so the fake waits
+	// for every process it killed too: a SIGKILLed child can linger a moment
+	// in state D while the kernel tears it down.
+	for _, pid := range killed {
+		for {
+			if s := ProcState(pid); s == 0 || s == 'Z' || s == 'X' {
+				break
+			}
+			select {
+			case <-deadline:
+				return fmt.Errorf("e2bfake: process %d of agentd %d did not exit after SIGKILL", pid, p.PID())
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}
+	return nil
 }
 
 // procStat is the part of /proc/<pid>/stat the fake needs.
@@ -312,12 +328,15 @@ func contTree(root int) error {
 }
 
 // killTree freezes the tree first, so nothing forks while it is killed,
-// then SIGKILLs every member and root's process group.
-func killTree(root int) {
+// then SIGKILLs every member and root's process group. It returns the
+// descendants it killed.
+func killTree(root int) []int {
 	_ = stopTree(root)
-	for _, pid := range descendants(root) {
+	killed := descendants(root)
+	for _, pid := range killed {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = syscall.Kill(-root, syscall.SIGKILL)
 	_ = syscall.Kill(root, syscall.SIGKILL)
+	return killed
 }
