@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http/httptest"
 	"os"
 	"os/exec"
+	"strconv"
 	"testing"
 	"time"
 
@@ -154,6 +156,29 @@ func text(t *testing.T, ctx context.Context, sel chromedp.CSS) string {
 	t.Helper()
 	do(t, ctx, "wait for "+string(sel), chromedp.WaitVisible(sel))
 	return get(t, ctx, "read "+string(sel), chromedp.Text(sel))
+}
+
+// waitText waits until the element's trimmed text is want. Unlike
+// WaitVisible it does not stop at the page a click is leaving, and it
+// retries while that page goes away.
+func waitText(sel chromedp.CSS, want string) chromedp.Action[chromedp.Void] {
+	js := `document.querySelector(` + strconv.Quote(string(sel)) + `)?.textContent.trim() ?? ""`
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		last := ""
+		for {
+			if got, err := chromedp.Evaluate[string](js)(ctx, tg); err == nil {
+				if got == want {
+					return chromedp.Void{}, nil
+				}
+				last = got
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("%s never read %q (last %q): %w", sel, want, last, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // signIn fills and submits the login form.

@@ -96,7 +96,9 @@ func TestBrowserSession(t *testing.T) {
 		mustContain(t, "backend state", text(t, ctx, testid("session-backend-state")), "running")
 	})
 	t.Run("close it: the sandbox is gone, the record stays", func(t *testing.T) {
-		do(t, ctx, "close, confirmed", chromedp.Click(testid("session-close-open")), chromedp.Click(testid("session-close")), chromedp.WaitVisible(testid("session-state")))
+		do(t, ctx, "close, confirmed", chromedp.Click(testid("session-close-open")), chromedp.Click(testid("session-close")),
+			// The old page has a state too: wait for the one after the close.
+			waitText(testid("session-state"), "closed"))
 		if st := text(t, ctx, testid("session-state")); st != "closed" {
 			t.Errorf("state %q, want closed", st)
 		}
