@@ -24,8 +24,9 @@ const ChunksMediaType = "application/x-agentd-chunks"
 
 const frameHeaderLen = 8 + 1 + 4
 
-// wantsBinary reports whether the request accepts ChunksMediaType.
-func wantsBinary(r *http.Request) bool {
+// WantsChunks reports whether the request accepts ChunksMediaType. The
+// console's gateway answers its output polls in the same form.
+func WantsChunks(r *http.Request) bool {
 	for _, v := range r.Header.Values("Accept") {
 		for len(v) > 0 {
 			var part string
@@ -62,13 +63,22 @@ func streamNumber(name string) uint8 {
 func writeBinary(w http.ResponseWriter, resp SessionResponse) {
 	chunks := resp.Chunks
 	resp.Chunks = []Chunk{}
-	head, err := json.Marshal(resp)
-	if err != nil {
+	if err := WriteChunks(w, resp, chunks); err != nil {
 		writeError(w, err)
-		return
 	}
-	head = append(head, '\n')
-	size := len(head)
+}
+
+// WriteChunks answers 200 in ChunksMediaType: head (whose own chunk list
+// the caller left empty) as the JSON header line, then chunks as frames.
+// It returns an error only when head cannot be encoded, before anything
+// was written.
+func WriteChunks(w http.ResponseWriter, head any, chunks []Chunk) error {
+	line, err := json.Marshal(head)
+	if err != nil {
+		return fmt.Errorf("agentd: encode chunks header: %w", err)
+	}
+	line = append(line, '\n')
+	size := len(line)
 	for _, c := range chunks {
 		size += frameHeaderLen + len(c.Data)
 	}
@@ -76,8 +86,8 @@ func writeBinary(w http.ResponseWriter, resp SessionResponse) {
 	h.Set("Content-Type", ChunksMediaType)
 	h.Set("Content-Length", strconv.Itoa(size))
 	w.WriteHeader(http.StatusOK)
-	if _, err := w.Write(head); err != nil {
-		return
+	if _, err := w.Write(line); err != nil {
+		return nil
 	}
 	var frame [frameHeaderLen]byte
 	for _, c := range chunks {
@@ -85,27 +95,38 @@ func writeBinary(w http.ResponseWriter, resp SessionResponse) {
 		frame[8] = streamNumber(c.Stream)
 		binary.BigEndian.PutUint32(frame[9:13], uint32(len(c.Data)))
 		if _, err := w.Write(frame[:]); err != nil {
-			return
+			return nil
 		}
 		if _, err := w.Write(c.Data); err != nil {
-			return
+			return nil
 		}
 	}
+	return nil
 }
 
 // maxBinaryBody bounds what the client accepts in one binary response.
 const maxBinaryBody = 1 << 30
 
-// readBinary decodes a ChunksMediaType body. All chunk data shares one
-// allocation.
+// readBinary decodes a ChunksMediaType poll answer.
 func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
+	var resp SessionResponse
+	chunks, err := ReadChunks(body, contentLength, &resp)
+	if err != nil {
+		return nil, err
+	}
+	resp.Chunks = chunks
+	return &resp, nil
+}
+
+// ReadChunks decodes a ChunksMediaType body: its header line into head and
+// its frames as the returned chunks. All chunk data shares one allocation.
+func ReadChunks(body io.Reader, contentLength int64, head any) ([]Chunk, error) {
 	br := bufio.NewReaderSize(body, 64<<10)
 	line, err := br.ReadSlice('\n')
 	if err != nil {
 		return nil, fmt.Errorf("agentd: binary response header: %w", err)
 	}
-	var resp SessionResponse
-	if err := json.Unmarshal(line, &resp); err != nil {
+	if err := json.Unmarshal(line, head); err != nil {
 		return nil, fmt.Errorf("agentd: binary response header: %w", err)
 	}
 	var rest []byte
@@ -121,7 +142,7 @@ func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
 	} else if rest, err = io.ReadAll(io.LimitReader(br, maxBinaryBody)); err != nil {
 		return nil, fmt.Errorf("agentd: binary response: %w", err)
 	}
-	resp.Chunks = resp.Chunks[:0]
+	chunks := []Chunk{}
 	for len(rest) > 0 {
 		if len(rest) < frameHeaderLen {
 			return nil, errors.New("agentd: binary response ends inside a frame")
@@ -133,8 +154,8 @@ func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
 		if n > len(rest) {
 			return nil, errors.New("agentd: binary response ends inside a frame")
 		}
-		resp.Chunks = append(resp.Chunks, Chunk{ID: id, Stream: stream, Data: rest[:n:n]})
+		chunks = append(chunks, Chunk{ID: id, Stream: stream, Data: rest[:n:n]})
 		rest = rest[n:]
 	}
-	return &resp, nil
+	return chunks, nil
 }

@@ -212,7 +212,7 @@ func (s *Server) handlePollSession(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
-	if wantsBinary(r) {
+	if WantsChunks(r) {
 		writeBinary(w, resp)
 		return nil
 	}

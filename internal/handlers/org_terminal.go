@@ -171,6 +171,14 @@ func (s *Server) apiOutput(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	if agentd.WantsChunks(c.Request()) {
+		// agentd's binary framing: bulk output without base64 and JSON
+		// string scanning, for clients that ask for it as they would ask
+		// agentd.
+		chunks := out.Chunks
+		out.Chunks = []agentd.Chunk{}
+		return agentd.WriteChunks(c.Response(), out, chunks)
+	}
 	return c.JSON(http.StatusOK, out)
 }
 

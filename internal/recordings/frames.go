@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 )
 
@@ -70,9 +71,11 @@ func chainHash(prev string, c Chunk) string {
 // encodeFrame packs chunks (with increasing seq) into a compressed body and
 // returns it with the chain head after them and their data size.
 func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int, err error) {
-	var plain bytes.Buffer
-	var tmp [binary.MaxVarintLen64]byte
-	put := func(v uint64) { plain.Write(tmp[:binary.PutUvarint(tmp[:], v)]) }
+	size := 0
+	for _, c := range chunks {
+		size += 3*binary.MaxVarintLen64 + 1 + len(c.Data)
+	}
+	plain := make([]byte, 0, size)
 	head = prev
 	for _, c := range chunks {
 		code, ok := streamCodes[c.Stream]
@@ -80,22 +83,29 @@ func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int
 			return nil, "", 0, fmt.Errorf("recording: unknown stream %q", c.Stream)
 		}
 		c.At = c.At.UTC().Truncate(time.Microsecond)
-		put(c.Seq)
-		plain.WriteByte(code)
-		put(uint64(c.At.UnixMicro()))
-		put(uint64(len(c.Data)))
-		plain.Write(c.Data)
+		plain = binary.AppendUvarint(plain, c.Seq)
+		plain = append(plain, code)
+		plain = binary.AppendUvarint(plain, uint64(c.At.UnixMicro()))
+		plain = binary.AppendUvarint(plain, uint64(len(c.Data)))
+		plain = append(plain, c.Data...)
 		raw += len(c.Data)
 		head = chainHash(head, c)
 	}
 	var out bytes.Buffer
 	// BestSpeed: terminal output is repetitive, so even the fastest level
 	// shrinks it several times, and the follower keeps up with agentd.
-	w, err := flate.NewWriter(&out, flate.BestSpeed)
-	if err != nil {
-		return nil, "", 0, err
+	// A flate writer allocates over half a megabyte of tables; at bulk
+	// output rates making one per frame cost more than compressing.
+	w, _ := flateWriters.Get().(*flate.Writer)
+	if w == nil {
+		if w, err = flate.NewWriter(&out, flate.BestSpeed); err != nil {
+			return nil, "", 0, err
+		}
+	} else {
+		w.Reset(&out)
 	}
-	if _, err := w.Write(plain.Bytes()); err != nil {
+	defer flateWriters.Put(w)
+	if _, err := w.Write(plain); err != nil {
 		return nil, "", 0, err
 	}
 	if err := w.Close(); err != nil {
@@ -103,6 +113,10 @@ func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int
 	}
 	return out.Bytes(), head, raw, nil
 }
+
+// flateWriters keeps compressors between frames (see encodeFrame). It is a
+// cache of scratch state, not shared data: every use resets its writer.
+var flateWriters sync.Pool
 
 var errCorrupt = errors.New("recording frame is corrupt")
 

@@ -81,10 +81,8 @@ func (g GatewayPath) Exec(ctx context.Context, req agentd.CreateSessionRequest) 
 
 // Poll implements Path.
 func (g GatewayPath) Poll(ctx context.Context, id string, cursor uint64, wait time.Duration) (output, error) {
-	var out output
 	q := url.Values{"cursor": {strconv.FormatUint(cursor, 10)}, "wait_ms": {strconv.FormatInt(wait.Milliseconds(), 10)}}
-	err := g.S.call(ctx, http.MethodGet, g.S.sessionPath("/commands/%s/output?%s", id, q.Encode()), g.S.Key, nil, &out)
-	return out, err
+	return g.S.pollChunks(ctx, g.S.sessionPath("/commands/%s/output?%s", id, q.Encode()))
 }
 
 // Stdin implements Path.

@@ -10,6 +10,7 @@ import (
 	"runtime/pprof"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
@@ -91,7 +92,7 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	if r.ExecDirect, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, direct) }); err != nil {
 		return r, err
 	}
-	stopCPU, err := s.cpuProfile()
+	stopCPU, err := s.cpuProfile("")
 	if err != nil {
 		return r, err
 	}
@@ -128,10 +129,18 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 		if o.Direct, err = ReadAll(ctx, directLossless{direct}, kind.cmd); err != nil {
 			return r, err
 		}
-		if o.Gateway, err = ReadAll(ctx, gw, kind.cmd); err != nil {
+		stopCPU, err := s.cpuProfile(".output-" + strings.ReplaceAll(kind.name, " ", "-"))
+		if err != nil {
 			return r, err
 		}
-		if o.Recording, err = s.recording(ctx, o.Gateway); err != nil {
+		o.Gateway, err = ReadAll(ctx, gw, kind.cmd)
+		if err != nil {
+			stopCPU()
+			return r, err
+		}
+		o.Recording, err = s.recording(ctx, o.Gateway)
+		stopCPU()
+		if err != nil {
 			return r, err
 		}
 		r.Outputs = append(r.Outputs, o)
@@ -184,12 +193,13 @@ func timeN(ctx context.Context, n int, f func() (time.Duration, error)) ([]time.
 }
 
 // cpuProfile starts a CPU profile of this process (the console, and the
-// benchmark's client) into s.CPUProfile when set; call the result to stop.
-func (s *Stack) cpuProfile() (func(), error) {
+// benchmark's client) into s.CPUProfile plus suffix when set; call the
+// result to stop.
+func (s *Stack) cpuProfile(suffix string) (func(), error) {
 	if s.CPUProfile == "" {
 		return func() {}, nil
 	}
-	f, err := os.Create(s.CPUProfile)
+	f, err := os.Create(s.CPUProfile + suffix)
 	if err != nil {
 		return nil, fmt.Errorf("cpu profile: %w", err)
 	}

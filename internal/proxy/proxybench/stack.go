@@ -279,34 +279,11 @@ func (s *Stack) sessionPath(format string, args ...any) string {
 
 // call sends one JSON request and decodes a 2xx answer into out.
 func (s *Stack) call(ctx context.Context, method, path, token string, in, out any) error {
-	var body io.Reader
-	if in != nil {
-		b, err := json.Marshal(in)
-		if err != nil {
-			return err
-		}
-		body = bytes.NewReader(b)
-	}
-	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
+	resp, err := s.send(ctx, method, path, token, in, "application/json")
 	if err != nil {
 		return err
 	}
-	if in != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	req.Header.Set("Accept", "application/json")
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := s.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("%s %s: %w", method, path, err)
-	}
 	defer resp.Body.Close()
-	if resp.StatusCode/100 != 2 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: string(b)}
-	}
 	if out == nil {
 		_, err = io.Copy(io.Discard, resp.Body)
 		return err
@@ -315,6 +292,55 @@ func (s *Stack) call(ctx context.Context, method, path, token string, in, out an
 		return fmt.Errorf("%s %s: decode: %w", method, path, err)
 	}
 	return nil
+}
+
+// pollChunks long-polls a gateway output path in agentd's binary framing,
+// as a client that moves bulk output would.
+func (s *Stack) pollChunks(ctx context.Context, path string) (output, error) {
+	var out output
+	resp, err := s.send(ctx, http.MethodGet, path, s.Key, nil, agentd.ChunksMediaType)
+	if err != nil {
+		return out, err
+	}
+	defer resp.Body.Close()
+	if ct := resp.Header.Get("Content-Type"); ct != agentd.ChunksMediaType {
+		return out, fmt.Errorf("GET %s: answered %q, not %s", path, ct, agentd.ChunksMediaType)
+	}
+	out.Chunks, err = agentd.ReadChunks(resp.Body, resp.ContentLength, &out)
+	return out, err
+}
+
+// send makes one request of the console and returns its 2xx answer.
+func (s *Stack) send(ctx context.Context, method, path, token string, in any, accept string) (*http.Response, error) {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return nil, err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, s.URL+path, body)
+	if err != nil {
+		return nil, err
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", accept)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := s.HTTP.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s %s: %w", method, path, err)
+	}
+	if resp.StatusCode/100 != 2 {
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+		return nil, &StatusError{Method: method, Path: path, Status: resp.StatusCode, Body: string(b)}
+	}
+	return resp, nil
 }
 
 // StatusError is a non-2xx answer of the console.

@@ -1,0 +1,111 @@
+package handlers_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"testing"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// TestOutputInAgentdFraming asks the output long-poll for agentd's binary
+// framing and checks it carries exactly what the JSON answer does, both
+// while the command runs (from agentd) and after it ended (from the
+// recording), including bytes that are not UTF-8.
+func TestOutputInAgentdFraming(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		member := f.tokens["member"]
+		if k, ok := f.keys["member"]; ok {
+			member = k
+		}
+		poll := func(cid int64, cursor uint64, accept string) response {
+			t.Helper()
+			r := f.e.do(request{method: http.MethodGet, token: member, header: http.Header{"Accept": {accept}},
+				path: "/api/v1/orgs/acme" + f.sessionPath("/commands/%d/output?cursor=%d&wait_ms=2000", cid, cursor)})
+			wantStatus(t, "poll "+accept, r, http.StatusOK)
+			return r
+		}
+		decodeBinary := func(r response) proxy.Output {
+			t.Helper()
+			if ct := r.header.Get("Content-Type"); ct != agentd.ChunksMediaType {
+				t.Fatalf("Content-Type %q, want %s", ct, agentd.ChunksMediaType)
+			}
+			var o proxy.Output
+			chunks, err := agentd.ReadChunks(bytes.NewReader(r.body), int64(len(r.body)), &o)
+			if err != nil {
+				t.Fatalf("decode the binary answer: %v", err)
+			}
+			o.Chunks = chunks
+			return o
+		}
+		decodeJSON := func(r response) proxy.Output {
+			t.Helper()
+			var o proxy.Output
+			if err := json.Unmarshal(r.body, &o); err != nil {
+				t.Fatalf("decode the JSON answer: %v", err)
+			}
+			return o
+		}
+		same := func(what string, bin, js proxy.Output) {
+			t.Helper()
+			if bin.CommandID != js.CommandID || bin.State != js.State || bin.NextCursor != js.NextCursor || bin.More != js.More || len(bin.Chunks) != len(js.Chunks) {
+				t.Fatalf("%s: binary %+v differs from JSON %+v", what, bin, js)
+			}
+			for i := range bin.Chunks {
+				b, j := bin.Chunks[i], js.Chunks[i]
+				if b.ID != j.ID || b.Stream != j.Stream || !bytes.Equal(b.Data, j.Data) {
+					t.Errorf("%s: chunk %d: binary %d %s %q, JSON %d %s %q", what, i, b.ID, b.Stream, b.Data, j.ID, j.Stream, j.Data)
+				}
+			}
+		}
+
+		// Output on both streams, some of it not UTF-8, then a pause so the
+		// first polls are answered by agentd while the command runs.
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
+			"command": `printf 'one\000\377\n'; printf 'err\n' >&2; sleep 1; printf 'two\n'`, "wait_ms": 0})
+		wantStatus(t, "exec", r, http.StatusCreated)
+		var started proxy.Output
+		r.decode(t, &started)
+		cid := started.CommandID
+
+		var live proxy.Output
+		for live.State == "" || (len(live.Chunks) < 2 && live.State == agentd.StateRunning) {
+			live = decodeBinary(poll(cid, 0, agentd.ChunksMediaType))
+		}
+		if live.State == agentd.StateRunning {
+			same("while running", live, decodeJSON(poll(cid, 0, "application/json")))
+		}
+
+		got := map[string]*bytes.Buffer{}
+		end := f.drain(t, "member", cid, 0, got)
+		if end.State != agentd.StateExited {
+			t.Fatalf("command ended %s", end.State)
+		}
+		recorded := decodeBinary(poll(cid, 0, agentd.ChunksMediaType))
+		same("after the end", recorded, decodeJSON(poll(cid, 0, "application/json")))
+		var stdout, stderr bytes.Buffer
+		for _, c := range recorded.Chunks {
+			map[string]*bytes.Buffer{agentd.StreamStdout: &stdout, agentd.StreamStderr: &stderr}[c.Stream].Write(c.Data)
+		}
+		if want := "one\x00\xff\ntwo\n"; stdout.String() != want || stderr.String() != "err\n" {
+			t.Errorf("binary answer from the recording: stdout %q stderr %q, want %q and %q", stdout.String(), stderr.String(), want, "err\n")
+		}
+		if fmt.Sprint(got["stdout"]) != stdout.String() {
+			t.Errorf("JSON drain read %q, binary %q", got["stdout"], stdout.String())
+		}
+
+		// Errors stay JSON whatever the client accepts.
+		r = f.e.do(request{method: http.MethodGet, token: member, header: http.Header{"Accept": {agentd.ChunksMediaType}},
+			path: "/api/v1/orgs/acme" + f.sessionPath("/commands/%d/output?cursor=x", cid)})
+		if r.status != http.StatusBadRequest || r.envelope(t).Error.Code == "" {
+			t.Errorf("bad cursor with the binary Accept: status %d %s", r.status, r.body)
+		}
+	})
+}
