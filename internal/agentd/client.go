@@ -78,22 +78,32 @@ func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*
 
 // Poll returns the output after cursor, waiting up to wait for some.
 func (c *Client) Poll(ctx context.Context, id string, cursor uint64, wait time.Duration) (*SessionResponse, error) {
-	return c.poll(ctx, id, cursor, wait, true)
+	return c.poll(ctx, id, cursor, wait, acking(cursor))
 }
 
 // Peek is Poll for a reader that must not release output a blocking
 // session holds back (overflow "block"): only acknowledging polls, such as
 // a recorder's, let agentd drop what they have read.
 func (c *Client) Peek(ctx context.Context, id string, cursor uint64, wait time.Duration) (*SessionResponse, error) {
-	return c.poll(ctx, id, cursor, wait, false)
+	return c.poll(ctx, id, cursor, wait, release{})
 }
 
-func (c *Client) poll(ctx context.Context, id string, cursor uint64, wait time.Duration, ack bool) (*SessionResponse, error) {
+// ReadAhead is Poll for a recorder that reads the next output while it is
+// still storing what it read before: it releases only the chunks up to
+// ackTo (at most cursor), what it has stored.
+func (c *Client) ReadAhead(ctx context.Context, id string, cursor, ackTo uint64, wait time.Duration) (*SessionResponse, error) {
+	return c.poll(ctx, id, cursor, wait, release{ack: true, to: ackTo})
+}
+
+func (c *Client) poll(ctx context.Context, id string, cursor uint64, wait time.Duration, rel release) (*SessionResponse, error) {
 	q := url.Values{}
 	q.Set("cursor", strconv.FormatUint(cursor, 10))
 	q.Set("wait_ms", strconv.FormatInt(wait.Milliseconds(), 10))
-	if !ack {
+	switch {
+	case !rel.ack:
 		q.Set("ack", "false")
+	case rel.to != cursor:
+		q.Set("ack_to", strconv.FormatUint(rel.to, 10))
 	}
 	// The binary form saves base64 and JSON scanning on bulk output.
 	httpResp, err := c.send(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(id)+"?"+q.Encode(), nil, ChunksMediaType)

@@ -34,7 +34,7 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) err
 		}
 		wait.Stop()
 	}
-	resp, err := sess.snapshot(0, false)
+	resp, err := sess.snapshot(0, release{})
 	if err != nil {
 		return err
 	}
@@ -200,15 +200,30 @@ func (s *Server) handlePollSession(w http.ResponseWriter, r *http.Request) error
 		return err
 	}
 	wait := min(time.Duration(min(waitMS, uint64(maxWait.Milliseconds())))*time.Millisecond, maxWait)
-	ack := true
+	rel := acking(cursor)
 	switch q.Get("ack") {
 	case "", "1", "true":
 	case "0", "false":
-		ack = false
+		rel = release{}
 	default:
 		return newError(CodeBadRequest, "The ack parameter must be true or false.")
 	}
-	resp, err := sess.poll(cursor, wait, s.closing, r.Context().Done(), ack)
+	if v := q.Get("ack_to"); v != "" {
+		// A recorder reads ahead of what it has stored: it acknowledges
+		// only that much, and the rest stays held for it.
+		to, err := queryUint(v, "ack_to")
+		if err != nil {
+			return err
+		}
+		switch {
+		case !rel.ack:
+			return newError(CodeBadRequest, "ack_to acknowledges output; it cannot be combined with ack=false.")
+		case to > cursor:
+			return newError(CodeBadRequest, "The ack_to %d is past the cursor %d: only output already read can be acknowledged.", to, cursor)
+		}
+		rel.to = to
+	}
+	resp, err := sess.poll(cursor, wait, s.closing, r.Context().Done(), rel)
 	if err != nil {
 		return err
 	}

@@ -273,19 +273,30 @@ func (s *session) endProcesses() {
 	})
 }
 
-// snapshot reads the session under its lock. In blocking mode reading past
-// cursor frees the chunks up to it.
-func (s *session) snapshot(cursor uint64, ack bool) (SessionResponse, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.snapshotLocked(cursor, ack)
+// release is what a poll lets go of in blocking mode: nothing (a watcher),
+// or the chunks up to to (a recorder; usually its cursor, or less when it
+// reads ahead of what it has stored).
+type release struct {
+	ack bool
+	to  uint64
 }
 
-func (s *session) snapshotLocked(cursor uint64, ack bool) (SessionResponse, error) {
+// acking releases the chunks up to cursor, as a plain poll does.
+func acking(cursor uint64) release { return release{ack: true, to: cursor} }
+
+// snapshot reads the session under its lock, first releasing what rel
+// acknowledges.
+func (s *session) snapshot(cursor uint64, rel release) (SessionResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.snapshotLocked(cursor, rel)
+}
+
+func (s *session) snapshotLocked(cursor uint64, rel release) (SessionResponse, error) {
 	if cursor > s.ring.lastID {
 		return SessionResponse{}, newError(CodeBadRequest, "The cursor %d is ahead of the newest chunk %d.", cursor, s.ring.lastID)
 	}
-	if ack && s.ring.ack(cursor) {
+	if rel.ack && s.ring.ack(rel.to) {
 		s.room.Broadcast()
 	}
 	resp := SessionResponse{
@@ -305,22 +316,22 @@ func (s *session) snapshotLocked(cursor uint64, ack bool) (SessionResponse, erro
 }
 
 // poll returns the chunks after cursor as soon as there are any or the state
-// is final, or when wait elapses, or when stop or cancel fire. With ack
-// false the poll only reads: in blocking mode it releases no held output
-// (a watcher must not let output go that the recorder has not read).
-func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan struct{}, ack bool) (SessionResponse, error) {
+// is final, or when wait elapses, or when stop or cancel fire. In blocking
+// mode it releases what rel acknowledges: a watcher releases nothing (it
+// must not let output go that the recorder has not stored).
+func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan struct{}, rel release) (SessionResponse, error) {
 	var timer *time.Timer
 	for {
 		s.mu.Lock()
 		if cursor > s.ring.lastID {
 			s.mu.Unlock()
-			return s.snapshot(cursor, ack)
+			return s.snapshot(cursor, rel)
 		}
-		if ack && s.ring.ack(cursor) { // the producer may be waiting for room
+		if rel.ack && s.ring.ack(rel.to) { // the producer may be waiting for room
 			s.room.Broadcast()
 		}
 		if s.ring.lastID > cursor || s.state != StateRunning || wait <= 0 {
-			resp, err := s.snapshotLocked(cursor, ack)
+			resp, err := s.snapshotLocked(cursor, rel)
 			s.mu.Unlock()
 			return resp, err
 		}
@@ -337,11 +348,11 @@ func (s *session) poll(cursor uint64, wait time.Duration, stop, cancel <-chan st
 		select {
 		case <-changed:
 		case <-timer.C:
-			return s.snapshot(cursor, ack)
+			return s.snapshot(cursor, rel)
 		case <-stop:
-			return s.snapshot(cursor, ack)
+			return s.snapshot(cursor, rel)
 		case <-cancel:
-			return s.snapshot(cursor, ack)
+			return s.snapshot(cursor, rel)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"testing"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
@@ -106,6 +107,47 @@ func TestOutputInAgentdFraming(t *testing.T) {
 			path: "/api/v1/orgs/acme" + f.sessionPath("/commands/%d/output?cursor=x", cid)})
 		if r.status != http.StatusBadRequest || r.envelope(t).Error.Code == "" {
 			t.Errorf("bad cursor with the binary Accept: status %d %s", r.status, r.body)
+		}
+	})
+}
+
+// TestRecordingDrainsASmallAgentdBuffer: the follower reads agentd's next
+// batch while it stores the one before, acknowledging only what it stored.
+// With an agentd buffer far smaller than the output, and no client
+// reading, that read-ahead finds the buffer full of unacknowledged output;
+// it must not wait for more (agentd waits for the follower) but go on, so
+// the whole output is recorded.
+func TestRecordingDrainsASmallAgentdBuffer(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		token := "small-ring-token-" + randomHex(8)
+		srv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir(), RingBytes: 64 << 10, PollBytes: 64 << 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts := httptest.NewServer(srv.Handler())
+		t.Cleanup(func() {
+			srv.Close()
+			ts.Close()
+		})
+		_, f.session = f.hostSession(t, "small-ring", ts.URL, token)
+
+		const size = 4 << 20
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
+			"command": fmt.Sprintf(`head -c %d /dev/zero | tr '\000' a`, size), "wait_ms": 0})
+		wantStatus(t, "exec", r, http.StatusCreated)
+		var started proxy.Output
+		r.decode(t, &started)
+		// Nobody polls: the follower alone drains agentd.
+		c := waitCommandEnded(t, f, started.CommandID)
+		if c.State != agentd.StateExited || c.Output != size {
+			t.Fatalf("recorded %s with %d output bytes, want exited with %d", c.State, c.Output, size)
+		}
+		got := map[string]*bytes.Buffer{}
+		f.drain(t, "member", started.CommandID, 0, got)
+		if got["stdout"] == nil || got["stdout"].Len() != size || bytes.Count(got["stdout"].Bytes(), []byte("a")) != size {
+			t.Errorf("the recording does not hold the %d bytes of output", size)
 		}
 	})
 }

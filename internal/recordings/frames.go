@@ -71,26 +71,6 @@ func chainHash(prev string, c Chunk) string {
 // encodeFrame packs chunks (with increasing seq) into a compressed body and
 // returns it with the chain head after them and their data size.
 func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int, err error) {
-	size := 0
-	for _, c := range chunks {
-		size += 3*binary.MaxVarintLen64 + 1 + len(c.Data)
-	}
-	plain := make([]byte, 0, size)
-	head = prev
-	for _, c := range chunks {
-		code, ok := streamCodes[c.Stream]
-		if !ok {
-			return nil, "", 0, fmt.Errorf("recording: unknown stream %q", c.Stream)
-		}
-		c.At = c.At.UTC().Truncate(time.Microsecond)
-		plain = binary.AppendUvarint(plain, c.Seq)
-		plain = append(plain, code)
-		plain = binary.AppendUvarint(plain, uint64(c.At.UnixMicro()))
-		plain = binary.AppendUvarint(plain, uint64(len(c.Data)))
-		plain = append(plain, c.Data...)
-		raw += len(c.Data)
-		head = chainHash(head, c)
-	}
 	var out bytes.Buffer
 	// BestSpeed: terminal output is repetitive, so even the fastest level
 	// shrinks it several times, and the follower keeps up with agentd.
@@ -105,8 +85,28 @@ func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int
 		w.Reset(&out)
 	}
 	defer flateWriters.Put(w)
-	if _, err := w.Write(plain); err != nil {
-		return nil, "", 0, err
+	head = prev
+	var hdr []byte
+	for _, c := range chunks {
+		code, ok := streamCodes[c.Stream]
+		if !ok {
+			return nil, "", 0, fmt.Errorf("recording: unknown stream %q", c.Stream)
+		}
+		c.At = c.At.UTC().Truncate(time.Microsecond)
+		// Each chunk: seq, stream, time (µs), length, data; written
+		// straight into the compressor, without an uncompressed copy.
+		hdr = binary.AppendUvarint(hdr[:0], c.Seq)
+		hdr = append(hdr, code)
+		hdr = binary.AppendUvarint(hdr, uint64(c.At.UnixMicro()))
+		hdr = binary.AppendUvarint(hdr, uint64(len(c.Data)))
+		if _, err := w.Write(hdr); err != nil {
+			return nil, "", 0, err
+		}
+		if _, err := w.Write(c.Data); err != nil {
+			return nil, "", 0, err
+		}
+		raw += len(c.Data)
+		head = chainHash(head, c)
 	}
 	if err := w.Close(); err != nil {
 		return nil, "", 0, err
