@@ -118,9 +118,13 @@ func bindRevoked(ctx context.Context, org Org) (context.Context, context.CancelF
 	}
 }
 
+// knownKey names a command of one org database. It holds the database
+// handle rather than the slug: an org deleted and created again under the
+// same slug has a new database whose command ids start over, and must not
+// find the old org's facts.
 type knownKey struct {
-	org string
-	id  int64
+	db *gorm.DB
+	id int64
 }
 
 type knownCommand struct {
@@ -132,16 +136,16 @@ type knownCommand struct {
 // maxKnown bounds the command cache; past it the cache starts over.
 const maxKnown = 100_000
 
-func (g *Gateway) remember(org string, c recordings.Command) {
+func (g *Gateway) remember(org Org, c recordings.Command) {
 	if g.nKnown.Add(1) > maxKnown {
 		g.known.Clear()
 		g.nKnown.Store(1)
 	}
-	g.known.Store(knownKey{org, c.ID}, knownCommand{sessionID: c.SessionID, agentdID: c.AgentdID, tty: c.TTY})
+	g.known.Store(knownKey{org.DB, c.ID}, knownCommand{sessionID: c.SessionID, agentdID: c.AgentdID, tty: c.TTY})
 }
 
-func (g *Gateway) recall(org string, id int64) (knownCommand, bool) {
-	v, ok := g.known.Load(knownKey{org, id})
+func (g *Gateway) recall(org Org, id int64) (knownCommand, bool) {
+	v, ok := g.known.Load(knownKey{org.DB, id})
 	if !ok {
 		return knownCommand{}, false
 	}

@@ -144,7 +144,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	}
 	// From here the command may be running whatever agentd answered: the
 	// follower finds out and records it, starting from agentd's answer.
-	g.remember(org.Slug, cmd)
+	g.remember(org, cmd)
 	if err != nil {
 		g.Followers.Follow(org.Slug, cmd.ID)
 		return Output{}, g.upstream(ctx, org, t, err)
@@ -172,7 +172,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	if err != nil {
 		return Output{}, err
 	}
-	k, ok := g.recall(org.Slug, commandID)
+	k, ok := g.recall(org, commandID)
 	if !ok || !live {
 		c, err := commandOf(ctx, org, sessionID, commandID)
 		if err != nil {
@@ -185,7 +185,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		if c.Ended() || !live {
 			return g.fromRecording(ctx, org, c, cursor)
 		}
-		g.remember(org.Slug, c)
+		g.remember(org, c)
 		k = knownCommand{sessionID: c.SessionID, agentdID: c.AgentdID, tty: c.TTY}
 	}
 	if k.sessionID != sessionID {
