@@ -31,9 +31,15 @@ func WantsChunks(r *http.Request) bool {
 		for len(v) > 0 {
 			var part string
 			part, v, _ = cut(v, ',')
-			if mt, _, err := mime.ParseMediaType(part); err == nil && mt == ChunksMediaType {
-				return true
+			mt, params, err := mime.ParseMediaType(part)
+			if err != nil || mt != ChunksMediaType {
+				continue
 			}
+			// q=0 means "not acceptable".
+			if q, err := strconv.ParseFloat(params["q"], 64); err == nil && q <= 0 {
+				continue
+			}
+			return true
 		}
 	}
 	return false

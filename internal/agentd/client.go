@@ -90,7 +90,9 @@ func (c *Client) Peek(ctx context.Context, id string, cursor uint64, wait time.D
 
 // ReadAhead is Poll for a recorder that reads the next output while it is
 // still storing what it read before: it releases only the chunks up to
-// ackTo (at most cursor), what it has stored.
+// ackTo (at most cursor), what it has stored. Use it only with an agentd
+// whose earlier answers had AckTo set: an older agentd ignores ackTo and
+// releases everything up to cursor.
 func (c *Client) ReadAhead(ctx context.Context, id string, cursor, ackTo uint64, wait time.Duration) (*SessionResponse, error) {
 	return c.poll(ctx, id, cursor, wait, release{ack: true, to: ackTo})
 }
@@ -111,14 +113,16 @@ func (c *Client) poll(ctx context.Context, id string, cursor uint64, wait time.D
 		return nil, err
 	}
 	defer httpResp.Body.Close()
+	resp := &SessionResponse{}
 	if ct := httpResp.Header.Get("Content-Type"); ct != ChunksMediaType {
-		var resp SessionResponse
-		if err := json.NewDecoder(httpResp.Body).Decode(&resp); err != nil {
+		if err := json.NewDecoder(httpResp.Body).Decode(resp); err != nil {
 			return nil, fmt.Errorf("agentd: decode poll response: %w", err)
 		}
-		return &resp, nil
+	} else if resp, err = readBinary(httpResp.Body, httpResp.ContentLength); err != nil {
+		return nil, err
 	}
-	return readBinary(httpResp.Body, httpResp.ContentLength)
+	resp.AckTo = httpResp.Header.Get(HeaderAckTo) == "1"
+	return resp, nil
 }
 
 // followWait is the long-poll duration Follow asks for.

@@ -227,6 +227,7 @@ func (s *Server) handlePollSession(w http.ResponseWriter, r *http.Request) error
 	if err != nil {
 		return err
 	}
+	w.Header().Set(HeaderAckTo, "1")
 	if WantsChunks(r) {
 		writeBinary(w, resp)
 		return nil

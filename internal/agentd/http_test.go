@@ -217,3 +217,29 @@ func TestPollJSONAndBinaryAgree(t *testing.T) {
 		t.Fatalf("unexpected response %s", b)
 	}
 }
+
+func TestWantsChunks(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		accept string
+		want   bool
+	}{
+		{"", false},
+		{"application/json", false},
+		{agentd.ChunksMediaType, true},
+		{"application/json, " + agentd.ChunksMediaType, true},
+		{agentd.ChunksMediaType + ";q=0.5", true},
+		{agentd.ChunksMediaType + ";q=0", false},
+		{agentd.ChunksMediaType + "; q=0.0, application/json", false},
+		{"application/x-agentd-chunksx", false},
+	}
+	for _, tt := range tests {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		if tt.accept != "" {
+			r.Header.Set("Accept", tt.accept)
+		}
+		if got := agentd.WantsChunks(r); got != tt.want {
+			t.Errorf("Accept %q: WantsChunks = %v, want %v", tt.accept, got, tt.want)
+		}
+	}
+}

@@ -119,7 +119,15 @@ type SessionResponse struct {
 	More         bool    `json:"more"`
 	Truncated    bool    `json:"truncated"`
 	DroppedBytes uint64  `json:"dropped_bytes"`
+	// AckTo is set by the Client when the answering agentd honours the
+	// ack_to poll parameter (its HeaderAckTo); it is not part of the JSON.
+	AckTo bool `json:"-"`
 }
+
+// HeaderAckTo marks the poll answers of an agentd that honours ack_to. An
+// older agentd ignores the parameter and releases everything up to the
+// cursor, so a recorder reads ahead only after seeing this header.
+const HeaderAckTo = "Agentd-Ack-To"
 
 // StdinRequest is the body of POST /v1/sessions/{id}/stdin. Exactly one of
 // Data (base64) and Text may be set; EOF closes stdin after writing (on a TTY

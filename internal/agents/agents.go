@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
@@ -500,8 +501,37 @@ func (s *Service) update(ctx context.Context, actor *authz.Actor, before Agent, 
 
 // remove deletes an agent.
 func (s *Service) remove(ctx context.Context, a Agent) (Agent, error) {
-	if err := s.DB.WithContext(ctx).Delete(&Agent{}, a.ID).Error; err != nil {
-		return a, fmt.Errorf("delete agent: %w", err)
-	}
-	return a, nil
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Deleting an agent deletes its sessions, and with them their
+		// commands and recordings: evidence an auditor may still need.
+		// While any recording is kept (until the org's recording
+		// retention removes it) the agent stays. The sessions are locked
+		// first, so a command started meanwhile waits on them and then
+		// fails rather than vanishing unseen.
+		lock := tx.Table("sessions").Where("agent_id = ?", a.ID)
+		if store.DialectOfDB(tx) == store.Postgres {
+			lock = lock.Clauses(clause.Locking{Strength: "UPDATE"})
+		}
+		var ids []int64
+		if err := lock.Pluck("id", &ids).Error; err != nil {
+			return fmt.Errorf("lock the agent's sessions: %w", err)
+		}
+		if len(ids) > 0 {
+			var kept int64
+			if err := tx.Table("commands").Where("session_id IN (?) AND recording_removed_at IS NULL",
+				tx.Table("sessions").Select("id").Where("agent_id = ?", a.ID)).Count(&kept).Error; err != nil {
+				return fmt.Errorf("count the agent's recorded commands: %w", err)
+			}
+			if kept > 0 {
+				return apperr.New(apperr.ErrConflict, "agent_has_recordings",
+					"Agent %q cannot be deleted: its sessions hold %d recorded command(s), kept for review until the organization's recording retention removes them.",
+					a.Name, kept)
+			}
+		}
+		if err := tx.Delete(&Agent{}, a.ID).Error; err != nil {
+			return fmt.Errorf("delete agent: %w", err)
+		}
+		return nil
+	})
+	return a, err
 }

@@ -171,6 +171,8 @@ func (s *Server) apiOutput(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The answer's form follows Accept: caches must tell them apart.
+	c.Response().Header().Add("Vary", "Accept")
 	if agentd.WantsChunks(c.Request()) {
 		// agentd's binary framing: bulk output without base64 and JSON
 		// string scanning, for clients that ask for it as they would ask

@@ -6,7 +6,11 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"slices"
+	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/proxy"
@@ -35,6 +39,9 @@ func TestOutputInAgentdFraming(t *testing.T) {
 		}
 		decodeBinary := func(r response) proxy.Output {
 			t.Helper()
+			if v := r.header.Values("Vary"); !slices.Contains(v, "Accept") {
+				t.Errorf("Vary %q: a cache could mix the binary and JSON answers", v)
+			}
 			if ct := r.header.Get("Content-Type"); ct != agentd.ChunksMediaType {
 				t.Fatalf("Content-Type %q, want %s", ct, agentd.ChunksMediaType)
 			}
@@ -116,38 +123,133 @@ func TestOutputInAgentdFraming(t *testing.T) {
 // With an agentd buffer far smaller than the output, and no client
 // reading, that read-ahead finds the buffer full of unacknowledged output;
 // it must not wait for more (agentd waits for the follower) but go on, so
-// the whole output is recorded.
+// the whole output is recorded. An older agentd, which ignores ack_to and
+// would release the batch being stored, is never read ahead of.
 func TestRecordingDrainsASmallAgentdBuffer(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name  string
+		older bool // answers without agentd.HeaderAckTo, as before ack_to
+	}{
+		{"current agentd", false},
+		{"older agentd", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			storetest.Each(t, func(t *testing.T, d store.Dialect) {
+				f := newTerminalFixture(t, d)
+				token := "small-ring-token-" + randomHex(8)
+				srv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir(), RingBytes: 64 << 10, PollBytes: 64 << 10})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var readAheads atomic.Int64
+				ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.URL.Query().Has("ack_to") {
+						readAheads.Add(1)
+					}
+					if tt.older {
+						w = withoutHeader{w, agentd.HeaderAckTo}
+					}
+					srv.Handler().ServeHTTP(w, r)
+				}))
+				t.Cleanup(func() {
+					srv.Close()
+					ts.Close()
+				})
+				_, f.session = f.hostSession(t, "small-ring", ts.URL, token)
+
+				const size = 4 << 20
+				r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
+					"command": fmt.Sprintf(`head -c %d /dev/zero | tr '\000' a`, size), "wait_ms": 0})
+				wantStatus(t, "exec", r, http.StatusCreated)
+				var started proxy.Output
+				r.decode(t, &started)
+				// Nobody polls: the follower alone drains agentd.
+				c := waitCommandEnded(t, f, started.CommandID)
+				if c.State != agentd.StateExited || c.Output != size {
+					t.Fatalf("recorded %s with %d output bytes, want exited with %d", c.State, c.Output, size)
+				}
+				got := map[string]*bytes.Buffer{}
+				f.drain(t, "member", started.CommandID, 0, got)
+				if got["stdout"] == nil || got["stdout"].Len() != size || bytes.Count(got["stdout"].Bytes(), []byte("a")) != size {
+					t.Errorf("the recording does not hold the %d bytes of output", size)
+				}
+				switch n := readAheads.Load(); {
+				case tt.older && n > 0:
+					t.Errorf("an agentd that ignores ack_to was sent %d read-aheads", n)
+				case !tt.older && n == 0:
+					t.Error("the follower never read ahead")
+				}
+			})
+		})
+	}
+}
+
+// withoutHeader drops one header from the answer, as an older agentd.
+type withoutHeader struct {
+	http.ResponseWriter
+	name string
+}
+
+func (w withoutHeader) WriteHeader(code int) {
+	w.Header().Del(w.name)
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w withoutHeader) Write(b []byte) (int, error) {
+	w.Header().Del(w.name)
+	return w.ResponseWriter.Write(b)
+}
+
+// TestFollowerEndsWhenEnvironmentDeleted: a command running when its
+// environment is deleted is recorded as lost instead of its follower
+// retrying for ever. On the way, deleting the agent is refused while its
+// sessions hold recordings (deleting it would delete them).
+func TestFollowerEndsWhenEnvironmentDeleted(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newTerminalFixture(t, d)
-		token := "small-ring-token-" + randomHex(8)
-		srv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir(), RingBytes: 64 << 10, PollBytes: 64 << 10})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ts := httptest.NewServer(srv.Handler())
-		t.Cleanup(func() {
-			srv.Close()
-			ts.Close()
-		})
-		_, f.session = f.hostSession(t, "small-ring", ts.URL, token)
-
-		const size = 4 << 20
-		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
-			"command": fmt.Sprintf(`head -c %d /dev/zero | tr '\000' a`, size), "wait_ms": 0})
+		admin := f.tokens["entered-admin"]
+		// The follower notices between its long-polls of agentd; shorten
+		// them (no follower runs yet).
+		f.e.c.Gateway.Followers.Wait = time.Second
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "sleep 60", "wait_ms": 0})
 		wantStatus(t, "exec", r, http.StatusCreated)
 		var started proxy.Output
 		r.decode(t, &started)
-		// Nobody polls: the follower alone drains agentd.
+
+		agentPath := fmt.Sprintf("/api/v1/orgs/acme/agents/%d", f.agentID)
+		r = f.e.json(http.MethodDelete, agentPath, admin, nil)
+		if r.status != http.StatusConflict || r.envelope(t).Error.Code != "agent_has_recordings" || !strings.Contains(string(r.body), "recording retention") {
+			t.Fatalf("delete an agent whose session holds a recording: status %d %s; want 409 agent_has_recordings", r.status, r.body)
+		}
+
+		// Move the agent to another environment, then delete the first.
+		var ag struct {
+			EnvironmentIDs []int64 `json:"environment_ids"`
+		}
+		f.e.json(http.MethodGet, agentPath, admin, nil).decode(t, &ag)
+		r = f.e.json(http.MethodPost, "/api/v1/orgs/acme/environments", admin, map[string]any{"name": "other-host", "kind": "host",
+			"department_id": f.dept1, "url": f.agentd.url, "os": "linux", "deployment": "bare-metal", "agentd_token": f.agentd.token})
+		wantStatus(t, "create another host", r, http.StatusCreated)
+		var other struct{ ID int64 }
+		r.decode(t, &other)
+		r = f.e.json(http.MethodPatch, agentPath, admin, map[string]any{"environment_ids": []int64{other.ID}, "default_environment_id": other.ID})
+		wantStatus(t, "move the agent", r, http.StatusOK)
+		r = f.e.json(http.MethodDelete, fmt.Sprintf("/api/v1/orgs/acme/environments/%d", ag.EnvironmentIDs[0]), admin, nil)
+		if r.status/100 != 2 {
+			t.Fatalf("delete the session's environment: status %d %s", r.status, r.body)
+		}
+
+		// Its history stays readable, and the follower records the end.
 		c := waitCommandEnded(t, f, started.CommandID)
-		if c.State != agentd.StateExited || c.Output != size {
-			t.Fatalf("recorded %s with %d output bytes, want exited with %d", c.State, c.Output, size)
+		if c.State != "lost" {
+			t.Errorf("command recorded as %s, want lost", c.State)
 		}
-		got := map[string]*bytes.Buffer{}
-		f.drain(t, "member", started.CommandID, 0, got)
-		if got["stdout"] == nil || got["stdout"].Len() != size || bytes.Count(got["stdout"].Bytes(), []byte("a")) != size {
-			t.Errorf("the recording does not hold the %d bytes of output", size)
-		}
+		waitFollowersIdle(t, f.e)
+		r = f.call(http.MethodGet, f.sessionPath("/commands/%d/output?cursor=0", started.CommandID), "member", nil)
+		wantStatus(t, "read the output of a session whose environment is gone", r, http.StatusOK)
 	})
 }

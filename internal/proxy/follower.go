@@ -184,11 +184,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	// ahead is agentd's next batch, read while the one before was stored.
 	var c *recordings.Command
 	var ahead *aheadRead
-	defer func() {
-		if ahead != nil {
-			<-ahead.done // a read in flight ends with ctx
-		}
-	}()
+	defer func() { ahead.drop() }()
 	if known != nil && known.first != nil {
 		// The starter holds the lease already and has agentd's first
 		// answer: record it as it is.
@@ -239,6 +235,9 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			if final(err) {
 				return f.finish(ctx, org, *c, recordings.End{State: recordings.StateLost, Reason: "its session ended: " + err.Error(), At: f.now()})
 			}
+			// Read the command again next time: another replica may
+			// have ended it meanwhile.
+			c = nil
 			if !retry() {
 				return ctx.Err()
 			}
@@ -286,10 +285,13 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// final reports a session that will not come back (closed or lost).
+// final reports a session that will not come back: closed, lost, or its
+// environment deleted (the session then has nowhere to run; following on
+// would retry for ever).
 func final(err error) bool {
 	var ae *apperr.Error
-	return errors.As(err, &ae) && (ae.Code == "session_"+sessions.StateClosed || ae.Code == "session_"+sessions.StateLost)
+	return errors.As(err, &ae) && (ae.Code == "session_"+sessions.StateClosed || ae.Code == "session_"+sessions.StateLost ||
+		ae.Code == sessions.CodeEnvironmentGone)
 }
 
 func isTransport(err error) bool {
@@ -308,20 +310,29 @@ type stepResult struct {
 // it is being stored; it acknowledges only what was stored before that.
 type aheadRead struct {
 	cursor uint64 // it reads after this chunk: the last of the batch being stored
+	cancel context.CancelFunc
 	done   chan struct{}
 	resp   *agentd.SessionResponse
 	err    error
+}
+
+// drop abandons a read ahead whose answer will not be used, and waits for
+// it to end (a nil one is nothing to drop).
+func (a *aheadRead) drop() {
+	if a != nil {
+		a.cancel()
+		<-a.done
+	}
 }
 
 // readAhead starts reading the batch after cursor without waiting for
 // output: a long wait here could hold the follower while agentd, its
 // buffer full of output not yet acknowledged, waits for the follower.
 func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64) *aheadRead {
-	a := &aheadRead{cursor: cursor, done: make(chan struct{})}
+	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	a := &aheadRead{cursor: cursor, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
 		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, 0)
 	}()
 	return a
@@ -338,6 +349,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	var err error
 	if ahead != nil {
 		<-ahead.done
+		ahead.cancel()
 		resp, err = ahead.resp, ahead.err
 		if err != nil || ahead.cursor != uint64(c.LastChunk) || (len(resp.Chunks) == 0 && resp.State == agentd.StateRunning && !resp.More) {
 			// Failed, stale, or nothing yet: read again, acknowledging
@@ -364,12 +376,14 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		return stepResult{}, nil, err
 	}
 	var next *aheadRead
-	if len(resp.Chunks) > 0 && (resp.State == agentd.StateRunning || resp.More) {
+	// Only an agentd that said it honours ack_to is read ahead of: an
+	// older one would release the batch being stored.
+	if resp.AckTo && len(resp.Chunks) > 0 && (resp.State == agentd.StateRunning || resp.More) {
 		next = f.readAhead(ctx, cl, c.AgentdID, resp.NextCursor, uint64(c.LastChunk))
 	}
 	stored, err := f.record(ctx, org, c, resp)
-	if err != nil && next != nil {
-		<-next.done
+	if err != nil {
+		next.drop()
 		next = nil
 	}
 	return stored, next, err

@@ -84,7 +84,10 @@ func encodeFrame(prev string, chunks []Chunk) (body []byte, head string, raw int
 	} else {
 		w.Reset(&out)
 	}
-	defer flateWriters.Put(w)
+	defer func() {
+		w.Reset(io.Discard) // let go of this frame's buffer
+		flateWriters.Put(w)
+	}()
 	head = prev
 	var hdr []byte
 	for _, c := range chunks {

@@ -113,6 +113,19 @@ func TestRecordAndVerify(t *testing.T) {
 		if ended.InBytes != int64(len("typed")+len("secret")) || ended.OutBytes != int64(len("line 1\n")*5) {
 			t.Errorf("byte counts out %d in %d", ended.OutBytes, ended.InBytes)
 		}
+		t.Run("nothing is appended after the end", func(t *testing.T) {
+			// A follower that lost the race to another replica recording
+			// the end (as any owner: the end cleared the lease).
+			for _, owner := range []string{"me", "other"} {
+				if _, err := recordings.AppendOutput(ctx, db, c.ID, owner, batch(6, 7), lease); err != nil {
+					t.Fatalf("append by %s after the end: %v", owner, err)
+				}
+			}
+			got, err := recordings.Read(ctx, db, c.ID, recordings.KindOut)
+			if err != nil || len(got) != 5 {
+				t.Fatalf("after the end the recording has %d chunks (%v), want 5", len(got), err)
+			}
+		})
 		t.Run("the audit log proves the recording", func(t *testing.T) {
 			res, err := recordings.VerifyAll(ctx, db, log)
 			if err != nil || !res.OK || res.Checked != 1 {

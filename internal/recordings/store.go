@@ -166,7 +166,10 @@ func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out 
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
-		if c, err = lockOwned(tx, id, owner); err != nil {
+		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
+			// An ended command's end event carries its final chain head:
+			// nothing may follow it (a follower that lost a race with
+			// another replica recording the end finds it ended).
 			return err
 		}
 		return appendOutputTx(tx, &c, out, map[string]any{"lease_until": leaseUntil.UTC()})

@@ -146,11 +146,15 @@ func finalError(sess Session) error {
 	return apperr.New(apperr.ErrConflict, "session_"+sess.State, "Session %d is %s (%s); start a new session.", sess.ID, sess.State, sess.Reason)
 }
 
+// CodeEnvironmentGone is the error code of a session whose environment was
+// deleted: nothing can run in it any more.
+const CodeEnvironmentGone = "session_environment_gone"
+
 // config reads the session's environment and agent as the session's
 // configuration grants them.
 func (s *Service) config(ctx context.Context, sess Session) (envs.Environment, agents.Agent, error) {
 	if sess.EnvironmentID == nil {
-		return envs.Environment{}, agents.Agent{}, apperr.New(apperr.ErrConflict, "session_environment_gone",
+		return envs.Environment{}, agents.Agent{}, apperr.New(apperr.ErrConflict, CodeEnvironmentGone,
 			"The environment of session %d was deleted.", sess.ID)
 	}
 	env, err := s.Envs.Get(ctx, systemReader(), *sess.EnvironmentID)

@@ -2,6 +2,7 @@ package sessions
 
 import (
 	"context"
+	"errors"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -28,6 +29,12 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 		return Target{Session: sess}, finalError(sess)
 	}
 	env, ag, err := s.config(ctx, sess)
+	var ae *apperr.Error
+	if errors.As(err, &ae) && ae.Code == CodeEnvironmentGone {
+		// Nothing runs here any more, but what ran stays readable: the
+		// session is returned with the error, as for a final one.
+		return Target{Session: sess}, err
+	}
 	if err != nil {
 		return Target{}, err
 	}
