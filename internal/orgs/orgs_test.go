@@ -3,9 +3,12 @@ package orgs_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -259,5 +262,50 @@ func TestAttachExistingPostgresDatabase(t *testing.T) {
 	}
 	if storetest.PostgresDatabaseExists(t, name) {
 		t.Fatal("deleting the org left the attached database")
+	}
+}
+
+// TestConcurrentOpensOfOnePool: opens served from the cached org row and
+// opens that re-read it (its cache lapsed) run at once on one pool; under
+// -race this caught the cached path reading the row after unlocking while
+// a re-read replaced it.
+func TestConcurrentOpensOfOnePool(t *testing.T) {
+	t.Parallel()
+	box, _ := sealed.New([]byte(strings.Repeat("m", 32)))
+	var tick atomic.Int64
+	start := time.Now()
+	// Every call moves the clock 20 ms: the row cache (1 s) lapses every
+	// dozen opens, so both paths run.
+	clock := func() time.Time { return start.Add(time.Duration(tick.Add(1)) * 20 * time.Millisecond) }
+	svc := orgs.New(orgs.Config{Catalog: storetest.Open(t, store.SQLite, store.CatalogSet), Box: box,
+		DataDir: t.TempDir(), IdleClose: time.Hour, Now: clock})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	if _, err := svc.Create(ctx, orgs.CreateInput{Slug: "busy", Name: "Busy"}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 8)
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range 400 {
+				h, err := svc.Open(ctx, "busy")
+				if err != nil {
+					errs <- err
+					return
+				}
+				if h.Org.Slug != "busy" {
+					errs <- fmt.Errorf("handle for %q", h.Org.Slug)
+				}
+				h.Release()
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
 	}
 }

@@ -152,8 +152,10 @@ func (s *Service) Open(ctx context.Context, slug string) (*Handle, error) {
 		if p := s.pools[slug]; p != nil && !p.revoked && s.cfg.Now().Sub(p.checked) < rowTTL {
 			p.refs++
 			p.lastUsed = s.cfg.Now()
+			// Read p.org under the lock: hold refreshes it.
+			h := &Handle{Org: p.org, DB: p.db, s: s, p: p}
 			s.mu.Unlock()
-			return &Handle{Org: p.org, DB: p.db, s: s, p: p}, nil
+			return h, nil
 		}
 		s.mu.Unlock()
 		r, err := s.getRow(ctx, slug)
