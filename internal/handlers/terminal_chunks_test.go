@@ -74,22 +74,25 @@ func TestOutputInAgentdFraming(t *testing.T) {
 			}
 		}
 
-		// Output on both streams, some of it not UTF-8, then a pause so the
-		// first polls are answered by agentd while the command runs.
+		// Output on both streams, some of it not UTF-8, then the command
+		// waits for a line of stdin, so the first polls are answered by
+		// agentd while it runs.
 		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
-			"command": `printf 'one\000\377\n'; printf 'err\n' >&2; sleep 1; printf 'two\n'`, "wait_ms": 0})
+			"command": `printf 'one\000\377\n'; printf 'err\n' >&2; read line; printf 'two\n'`, "stdin": true, "wait_ms": 0})
 		wantStatus(t, "exec", r, http.StatusCreated)
 		var started proxy.Output
 		r.decode(t, &started)
 		cid := started.CommandID
 
 		var live proxy.Output
-		for live.State == "" || (len(live.Chunks) < 2 && live.State == agentd.StateRunning) {
+		for deadline := time.Now().Add(20 * time.Second); len(live.Chunks) < 2; {
 			live = decodeBinary(poll(cid, 0, agentd.ChunksMediaType))
+			if live.State != agentd.StateRunning || time.Now().After(deadline) {
+				t.Fatalf("waiting for the first output: %+v", live)
+			}
 		}
-		if live.State == agentd.StateRunning {
-			same("while running", live, decodeJSON(poll(cid, 0, "application/json")))
-		}
+		same("while running", live, decodeJSON(poll(cid, 0, "application/json")))
+		wantStatus(t, "let it finish", f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", cid), "member", map[string]any{"text": "go\n"}), http.StatusNoContent)
 
 		got := map[string]*bytes.Buffer{}
 		end := f.drain(t, "member", cid, 0, got)

@@ -211,9 +211,8 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		}
 	}
 	for ctx.Err() == nil {
-		if c != nil {
-			// Carried over from the last write: no read needed.
-		} else if got, err := recordings.Get(ctx, org.DB, id); err != nil {
+		if c == nil { // else carried over from the last write
+			got, err := recordings.Get(ctx, org.DB, id)
 			if store.IsUnavailable(err) {
 				// The database is away (an outage): the command keeps
 				// running and agentd keeps its output; follow on when
@@ -223,8 +222,9 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 				}
 				continue
 			}
-			return err
-		} else {
+			if err != nil {
+				return err
+			}
 			c = &got
 		}
 		if c.Ended() {
