@@ -128,7 +128,9 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		if sess, err = s.ensureSandbox(ctx, a, sess, env, ag); err != nil {
 			return Target{}, err
 		}
-		t.AgentdURL = addressing(env).AgentdURL(sandbox.Sandbox{ID: sess.SandboxID, Domain: sess.SandboxDomain})
+		if t.AgentdURL, err = sandboxAgentdURL(env, sess); err != nil {
+			return Target{}, err
+		}
 	} else {
 		if sess.State == StatePending {
 			if sess, err = s.makeHostWorkspace(ctx, a, sess, env); err != nil {
@@ -163,6 +165,22 @@ func (s *Service) config(ctx context.Context, sess Session) (envs.Environment, a
 	}
 	ag, err := s.Agents.Get(ctx, systemReader(), sess.AgentID)
 	return env, ag, err
+}
+
+// sandboxAgentdURL is where agentd answers in the session's sandbox. The
+// URL, and with it the injected agentd token, is built from what the
+// backend answered (on create or on resume): an id or domain that is not a
+// plain name could steer it elsewhere, and is refused.
+func sandboxAgentdURL(env envs.Environment, sess Session) (string, error) {
+	sb := sandbox.Sandbox{ID: sess.SandboxID, Domain: sess.SandboxDomain}
+	if !sandbox.SafeAddress(sb) {
+		return "", errBadSandboxAddress()
+	}
+	return addressing(env).AgentdURL(sb), nil
+}
+
+func errBadSandboxAddress() error {
+	return apperr.New(apperr.ErrUpstream, "backend_bad_sandbox", "The sandbox backend answered a sandbox id or domain that is not a plain name; the sandbox was not used.")
 }
 
 func addressing(e envs.Environment) sandbox.Addressing {
@@ -204,6 +222,9 @@ func (s *Service) connect(ctx context.Context, actor audit.Actor, sess Session, 
 	}
 	if err != nil {
 		return sess, backendError("resume the session's sandbox", err)
+	}
+	if sb.Domain != "" && !sandbox.SafeAddress(sandbox.Sandbox{ID: sess.SandboxID, Domain: sb.Domain}) {
+		return sess, errBadSandboxAddress() // not stored: see sandboxAgentdURL
 	}
 	now := s.now()
 	seen := map[string]any{"backend_state": string(sandbox.StateRunning), "backend_seen_at": now, "last_used_at": now}
@@ -366,13 +387,12 @@ func (s *Service) releaseClaim(id int64, token string) {
 // creator's lease taken over) the sandbox is killed, never left behind.
 func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, token string, sb sandbox.Sandbox, adopted bool, b sandbox.Backend) (Session, error) {
 	if !sandbox.SafeAddress(sb) {
-		// The agentd URL (and so the injected token) is built from these:
-		// a backend may not steer it elsewhere with a crafted id or domain.
+		// Never used (see sandboxAgentdURL): kill it rather than leave it.
 		if err := b.Kill(context.WithoutCancel(ctx), sb.ID); err != nil {
 			slog.Default().Warn("kill a sandbox with an unusable address", "org", s.Org, "session", sess.ID, "error", err)
 		}
 		s.releaseClaim(sess.ID, token)
-		return sess, apperr.New(apperr.ErrUpstream, "backend_bad_sandbox", "The sandbox backend answered a sandbox id or domain that is not a plain name; the sandbox was not used.")
+		return sess, errBadSandboxAddress()
 	}
 	now := s.now()
 	reason := "sandbox created on first use"

@@ -7,7 +7,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/sandbox"
 )
 
 // Locate says where a session a may see runs, without changing it: no
@@ -47,7 +46,9 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 		if sess.SandboxID == "" {
 			return t, apperr.New(apperr.ErrConflict, "session_"+sess.State, "Session %d has no sandbox yet: nothing ran in it.", sess.ID)
 		}
-		t.AgentdURL = addressing(env).AgentdURL(sandbox.Sandbox{ID: sess.SandboxID, Domain: sess.SandboxDomain})
+		if t.AgentdURL, err = sandboxAgentdURL(env, sess); err != nil {
+			return Target{}, err
+		}
 	}
 	return t, nil
 }
