@@ -449,7 +449,7 @@ func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *v
 	} else if d.Form, err = s.agentForm(c, a); err != nil {
 		return err
 	}
-	if d.Sessions, err = s.agentSessions(c, a); err != nil {
+	if d.Sessions, err = s.agentSessions(c, a, byID); err != nil {
 		return err
 	}
 	return render(c, status, views.AgentDetail(s.orgPage(c, a.Name), d))

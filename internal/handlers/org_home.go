@@ -46,7 +46,7 @@ func (s *Server) orgGlance(c echo.Context) (views.OrgGlance, error) {
 	if err != nil {
 		return g, err
 	}
-	if g.Sessions, err = s.sessionRows(c, page.Items); err != nil {
+	if g.Sessions, err = s.sessionRows(c, page.Items, nil); err != nil {
 		return g, err
 	}
 	if g.CanAudit, err = actor.Allowed(ctx, rbac.DomainOrg, "audit", "read"); err != nil {

@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/views"
@@ -160,32 +162,26 @@ func (s *Server) apiGetSession(c echo.Context) error {
 	return c.JSON(http.StatusOK, toSessionJSON(x))
 }
 
+// sessionOp is a lifecycle operation of the sessions service, such as
+// (*sessions.Service).Pause.
+type sessionOp func(*sessions.Service, context.Context, *authz.Actor, int64) (sessions.Session, error)
+
 // runSessionOp runs a lifecycle operation on the :id session. Each one
 // writes its state change and audit record in one transaction of its own,
 // after the backend call: a backend call never runs inside a database
 // transaction (on SQLite it would hold every writer back).
-func (s *Server) runSessionOp(c echo.Context, name string) (sessions.Session, error) {
+func (s *Server) runSessionOp(c echo.Context, op sessionOp) (sessions.Session, error) {
 	id, err := idParam(c, "id")
 	if err != nil {
 		return sessions.Session{}, err
 	}
-	ctx, actor, svc := c.Request().Context(), actorOf(c), s.sessionService(c)
-	switch name {
-	case "start":
-		return svc.Start(ctx, actor, id)
-	case "pause":
-		return svc.Pause(ctx, actor, id)
-	case "resume":
-		return svc.Resume(ctx, actor, id)
-	default:
-		return svc.Close(ctx, actor, id)
-	}
+	return op(s.sessionService(c), c.Request().Context(), actorOf(c), id)
 }
 
 // apiSessionOp answers a lifecycle operation with the session afterwards.
-func (s *Server) apiSessionOp(name string) echo.HandlerFunc {
+func (s *Server) apiSessionOp(op sessionOp) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		x, err := s.runSessionOp(c, name)
+		x, err := s.runSessionOp(c, op)
 		if err != nil {
 			return err
 		}
@@ -195,10 +191,15 @@ func (s *Server) apiSessionOp(name string) echo.HandlerFunc {
 
 // Session pages.
 
-func (s *Server) sessionRows(c echo.Context, list []sessions.Session) ([]views.SessionRow, error) {
-	byID, err := s.visibleEnvsByID(c)
-	if err != nil {
-		return nil, err
+// sessionRows lists sessions for a page, naming their environments from
+// byID (the environments the viewer may see, see visibleEnvsByID); a
+// nil byID is read here.
+func (s *Server) sessionRows(c echo.Context, list []sessions.Session, byID map[int64]envs.Environment) ([]views.SessionRow, error) {
+	if byID == nil {
+		var err error
+		if byID, err = s.visibleEnvsByID(c); err != nil {
+			return nil, err
+		}
 	}
 	rows := make([]views.SessionRow, len(list))
 	for i, x := range list {
@@ -228,7 +229,7 @@ func (s *Server) pageSessions(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	rows, err := s.sessionRows(c, p.Items)
+	rows, err := s.sessionRows(c, p.Items, nil)
 	if err != nil {
 		return err
 	}
@@ -346,9 +347,9 @@ func (s *Server) sessionLifecycle(c echo.Context, x sessions.Session) (string, e
 
 // pageSessionOp runs a lifecycle operation from the session's page and
 // returns to it with what happened.
-func (s *Server) pageSessionOp(name string) echo.HandlerFunc {
+func (s *Server) pageSessionOp(op sessionOp) echo.HandlerFunc {
 	return func(c echo.Context) error {
-		x, err := s.runSessionOp(c, name)
+		x, err := s.runSessionOp(c, op)
 		if fields, _, ok := formFailure(err); ok {
 			s.setFlash(c, fieldMessages(fields))
 		} else if err != nil {
@@ -362,21 +363,17 @@ func (s *Server) pageSessionOp(name string) echo.HandlerFunc {
 
 // agentSessions is the sessions section of an agent's page: the newest
 // sessions the actor may see, and a form to start one when allowed.
-func (s *Server) agentSessions(c echo.Context, a agents.Agent) (views.AgentSessionsData, error) {
+func (s *Server) agentSessions(c echo.Context, a agents.Agent, byID map[int64]envs.Environment) (views.AgentSessionsData, error) {
 	ctx, actor, svc := c.Request().Context(), actorOf(c), s.sessionService(c)
 	d := views.AgentSessionsData{Slug: tenantOf(c).Org.Slug, AgentID: a.ID}
 	p, err := svc.List(ctx, actor, sessions.ListFilter{AgentID: a.ID, Limit: 10})
 	if err != nil {
 		return d, err
 	}
-	if d.Rows, err = s.sessionRows(c, p.Items); err != nil {
+	if d.Rows, err = s.sessionRows(c, p.Items, byID); err != nil {
 		return d, err
 	}
 	if d.CanCreate, err = svc.CanCreate(ctx, actor, a); err != nil {
-		return d, err
-	}
-	byID, err := s.visibleEnvsByID(c)
-	if err != nil {
 		return d, err
 	}
 	for _, id := range a.EnvironmentIDs {
