@@ -57,7 +57,7 @@ func (s *Service) Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (
 // allows.
 func (s *Service) EnsureFor(ctx context.Context, a *authz.Actor, sessionID int64, check func(Target) error) (Target, error) {
 	k := s.key(sessionID)
-	if c, ok := s.fresh(k); ok {
+	if c, ok := s.fresh(k, true); ok {
 		if err := s.authorize(ctx, a, c.target.Session, true); err != nil {
 			return Target{}, err
 		}
@@ -87,9 +87,11 @@ func (s *Service) Start(ctx context.Context, a *authz.Actor, sessionID int64) (S
 	return t.Session, err
 }
 
-func (s *Service) fresh(k cacheKey) (*cached, bool) {
+// fresh returns the cached session while it is within its refresh
+// interval; for use (Ensure) only one the backend was asked about.
+func (s *Service) fresh(k cacheKey, use bool) (*cached, bool) {
 	c, ok := s.rt().get(k)
-	if !ok || s.now().Sub(c.checked) >= c.refresh {
+	if !ok || s.now().Sub(c.checked) >= c.refresh || (use && c.located) {
 		return nil, false
 	}
 	return c, true
@@ -102,7 +104,7 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 	g := s.rt().gate(k)
 	g.Lock()
 	defer g.Unlock()
-	if c, ok := s.fresh(k); ok {
+	if c, ok := s.fresh(k, true); ok {
 		return checked(c.target, check)
 	}
 	sess, err := s.load(ctx, sess.ID)

@@ -111,6 +111,11 @@ func TestThreeStages(t *testing.T) {
 		})
 		t.Run("use refreshes the backend timeout", func(t *testing.T) {
 			w.fake.Advance(4 * time.Minute)
+			// A read in between (an output poll) caches what it read;
+			// use must still ask the backend.
+			if _, err := svc.Locate(ctx, sys(), sess.ID); err != nil {
+				t.Fatal(err)
+			}
 			if _, err := svc.Ensure(ctx, sys(), sess.ID); err != nil {
 				t.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package sessions
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -14,7 +15,7 @@ import (
 // (a command's output, its history); a session not running answers a
 // conflict naming its state.
 func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
-	if c, ok := s.fresh(s.key(sessionID)); ok {
+	if c, ok := s.fresh(s.key(sessionID), false); ok {
 		if err := s.authorize(ctx, a, c.target.Session, false); err != nil {
 			return Target{}, err
 		}
@@ -49,6 +50,12 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 		if t.AgentdURL, err = sandboxAgentdURL(env, sess); err != nil {
 			return Target{}, err
 		}
+	}
+	if sess.State == StateRunning {
+		// Output polls and the recorder Locate on every call: keep what
+		// was read for as long as Ensure would keep its own.
+		s.rt().put(s.key(sessionID), &cached{target: t, checked: s.now(), located: true,
+			refresh: s.rt().refreshEvery(time.Duration(ag.IdleTimeoutSeconds) * time.Second)})
 	}
 	return t, nil
 }

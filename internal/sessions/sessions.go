@@ -167,6 +167,10 @@ type cached struct {
 	target  Target
 	checked time.Time
 	refresh time.Duration
+	// located marks a target Locate read from the database without asking
+	// the backend: it serves reads (output polls, the recorder), not
+	// Ensure, which must still resume or refresh the sandbox.
+	located bool
 }
 
 // NewRuntime returns a runtime with the defaults.
