@@ -66,6 +66,10 @@ func LockOnConn(ctx context.Context, conn *sql.Conn, key int64, wait time.Durati
 	if _, err := conn.ExecContext(ctx, "SELECT set_config('lock_timeout', $1, false)", fmt.Sprintf("%dms", wait.Milliseconds())); err != nil {
 		return false, fmt.Errorf("advisory lock timeout: %w", err)
 	}
+	// The setting is the connection's: put it back, or every later
+	// statement on this pooled connection would give up waiting for
+	// locks after wait too.
+	defer func() { _, _ = conn.ExecContext(context.WithoutCancel(ctx), "RESET lock_timeout") }()
 	_, err := conn.ExecContext(ctx, "SELECT pg_advisory_lock($1)", key)
 	var sqlState interface{ SQLState() string }
 	if errors.As(err, &sqlState) && sqlState.SQLState() == "55P03" { // lock_not_available
