@@ -4,6 +4,8 @@ import (
 	"context"
 	"net/http"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -38,31 +40,23 @@ func (c *Console) watchMetrics() {
 	})
 }
 
-// countByState counts the rows of table per state over every active org.
-// An org that cannot be opened is left out of the scrape.
+// countByState counts the rows of table per state over the orgs whose
+// database is open. A scrape opens none (an idle org's pool closes after
+// Config.IdleClose); an org with running commands is open, its followers hold it.
 func (c *Console) countByState(ctx context.Context, table string) (map[string]int, error) {
-	slugs, err := c.activeOrgs(ctx)
-	if err != nil {
-		return nil, err
-	}
 	out := map[string]int{}
-	for _, slug := range slugs {
-		t, err := c.Tenants.Open(ctx, slug)
-		if err != nil {
-			continue
-		}
+	err := c.Orgs.EachOpen(func(_ string, db *gorm.DB) error {
 		var rows []struct {
 			State string
 			N     int
 		}
-		err = t.DB.WithContext(ctx).Table(table).Select("state, COUNT(*) AS n").Group("state").Scan(&rows).Error
-		t.Release()
-		if err != nil {
-			return nil, err
+		if err := db.WithContext(ctx).Table(table).Select("state, COUNT(*) AS n").Group("state").Scan(&rows).Error; err != nil {
+			return err
 		}
 		for _, r := range rows {
 			out[r.State] += r.N
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }

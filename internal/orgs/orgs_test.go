@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/sealed"
@@ -307,5 +309,50 @@ func TestConcurrentOpensOfOnePool(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Error(err)
+	}
+}
+
+// TestEachOpenKeepsIdlePoolsClosing: a metrics scrape reads the open org
+// pools only, and does not count as a use that keeps them open.
+func TestEachOpenKeepsIdlePoolsClosing(t *testing.T) {
+	t.Parallel()
+	box, _ := sealed.New([]byte(strings.Repeat("m", 32)))
+	now := time.Now()
+	clock := func() time.Time { return now }
+	svc := orgs.New(orgs.Config{Catalog: storetest.Open(t, store.SQLite, store.CatalogSet), Box: box,
+		DataDir: t.TempDir(), IdleClose: time.Minute, Now: clock})
+	t.Cleanup(svc.Close)
+	ctx := context.Background()
+	for _, slug := range []string{"used", "idle"} {
+		if _, err := svc.Create(ctx, orgs.CreateInput{Slug: slug}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(2 * time.Minute)
+	svc.CloseIdle()
+	h, err := svc.Open(ctx, "used")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release()
+	var seen []string
+	scrape := func() {
+		seen = nil
+		if err := svc.EachOpen(func(slug string, db *gorm.DB) error {
+			seen = append(seen, slug)
+			return db.Exec("SELECT 1").Error
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	scrape()
+	if len(seen) != 1 || seen[0] != "used" {
+		t.Fatalf("EachOpen saw %v, want only the open pool [used]", seen)
+	}
+	now = now.Add(50 * time.Second)
+	scrape()
+	now = now.Add(20 * time.Second)
+	if n := svc.CloseIdle(); n != 1 || svc.OpenPools() != 0 {
+		t.Fatalf("a pool only scraped since its last use: CloseIdle closed %d, %d open", n, svc.OpenPools())
 	}
 }

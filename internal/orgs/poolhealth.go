@@ -4,6 +4,8 @@ import (
 	"context"
 	"database/sql"
 	"sort"
+
+	"gorm.io/gorm"
 )
 
 // held is a reference on an open pool, taken so it is not closed while a
@@ -69,4 +71,18 @@ func (s *Service) PingPools(ctx context.Context) map[string]error {
 		out[h.slug] = err
 	}
 	return out
+}
+
+// EachOpen runs fn on every open org pool, by slug order, stopping at the
+// first error. Pools are not opened for it nor marked used: a metrics
+// scrape must not keep idle pools open.
+func (s *Service) EachOpen(fn func(slug string, db *gorm.DB) error) error {
+	hs := s.holdAll()
+	defer s.releaseAll(hs)
+	for _, h := range hs {
+		if err := fn(h.slug, h.p.db); err != nil {
+			return err
+		}
+	}
+	return nil
 }
