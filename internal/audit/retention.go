@@ -203,6 +203,23 @@ func (l *Log) Archives(ctx context.Context) ([]Archive, error) {
 // ErrNoArchive is returned for an archive id that does not exist.
 var ErrNoArchive = errors.New("no such audit archive")
 
+// ArchiveInfo describes archive id, without its body.
+func (l *Log) ArchiveInfo(ctx context.Context, id int64) (Archive, error) {
+	if !l.hasRetention() {
+		return Archive{}, ErrNoArchive
+	}
+	var as []Archive
+	err := l.db.WithContext(ctx).Table(ArchiveTable).
+		Select("id, created_at, first_seq, last_seq, first_prev_hash, last_hash, events").Where("id = ?", id).Limit(1).Find(&as).Error
+	if err != nil {
+		return Archive{}, fmt.Errorf("read audit archive %d: %w", id, err)
+	}
+	if len(as) == 0 {
+		return Archive{}, ErrNoArchive
+	}
+	return as[0], nil
+}
+
 // WriteArchive writes archive id as plain JSONL to w.
 func (l *Log) WriteArchive(ctx context.Context, id int64, w io.Writer) (Archive, error) {
 	if !l.hasRetention() {

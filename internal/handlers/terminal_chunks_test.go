@@ -256,3 +256,18 @@ func TestFollowerEndsWhenEnvironmentDeleted(t *testing.T) {
 		wantStatus(t, "read the output of a session whose environment is gone", r, http.StatusOK)
 	})
 }
+
+// TestBearerCallsGetNoCSRFCookie: a call with its own credentials (every
+// agent runtime's call to the gateway) is answered without minting a CSRF
+// token and cookie it has no use for.
+func TestBearerCallsGetNoCSRFCookie(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	r := f.call(http.MethodGet, f.sessionPath("/commands"), "member", nil)
+	wantStatus(t, "history", r, http.StatusOK)
+	for _, ck := range r.header.Values("Set-Cookie") {
+		if strings.HasPrefix(ck, "gh_csrf=") {
+			t.Errorf("a bearer call was given a CSRF cookie: %s", ck)
+		}
+	}
+}
