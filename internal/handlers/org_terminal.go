@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"time"
@@ -328,9 +329,14 @@ func auditTargetSettings() audit.Target {
 	return audit.Target{Type: "settings", ID: "recordings", Name: "recording settings"}
 }
 
-// commandRows is a session's latest commands for its page.
+// commandRows is a session's latest commands for its page, read as the
+// API reads them: a viewer a rule refuses terminal reads sees none (the
+// refusal is audited like any other).
 func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRow, error) {
-	cmds, err := recordings.List(c.Request().Context(), tenantOf(c).DB, recordings.Filter{SessionID: sessionID, Limit: 50})
+	cmds, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), recordings.Filter{SessionID: sessionID, Limit: 50})
+	if errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) {
+		return nil, nil // refused, or nothing ran yet (a pending session)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
@@ -269,5 +270,31 @@ func TestBearerCallsGetNoCSRFCookie(t *testing.T) {
 		if strings.HasPrefix(ck, "gh_csrf=") {
 			t.Errorf("a bearer call was given a CSRF cookie: %s", ck)
 		}
+	}
+}
+
+// TestSessionPageHidesCommandsARuleRefuses: a rule refusing a viewer the
+// session's terminal reads hides its command history on the session page
+// too, not only in the API.
+func TestSessionPageHidesCommandsARuleRefuses(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo page-secret-4711", "wait_ms": 5000})
+	wantStatus(t, "exec", r, http.StatusCreated)
+	page := func() string {
+		t.Helper()
+		p := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", f.session),
+			cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["member"]}}})
+		wantStatus(t, "session page", p, http.StatusOK)
+		return string(p.body)
+	}
+	if !strings.Contains(page(), "page-secret-4711") {
+		t.Fatal("the session page does not list the command at all")
+	}
+	wantStatus(t, "deny rule", f.call(http.MethodPost, "/policies", "admin", rbac.Rule{Subject: fmt.Sprintf("user:%d", f.ids["member"]),
+		Domain: rbac.DeptDomain(f.dept1), Object: "sessions/*", Action: "read", Effect: "deny"}), http.StatusNoContent)
+	wantStatus(t, "history through the API", f.call(http.MethodGet, f.sessionPath("/commands"), "member", nil), http.StatusForbidden)
+	if strings.Contains(page(), "page-secret-4711") {
+		t.Error("the session page lists a command whose terminal a rule refuses the viewer")
 	}
 }
