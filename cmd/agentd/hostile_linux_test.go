@@ -111,10 +111,14 @@ func TestLeftoversCountAgainstTheCap(t *testing.T) {
 		t.Fatalf("state %s", res.State)
 	}
 	// The TERM-ignoring leftover still has its grace: the slot is taken.
-	if len(pgrep(t, "sleep 3111$")) > 0 {
-		if _, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "true"}); !errors.Is(err, agentd.ErrTooManySessions) {
-			t.Fatalf("second session while the first one's process runs: %v; want too_many_sessions", err)
-		}
+	// (It must be running: one killed at once, or never started, fails
+	// here rather than skipping the check.)
+	waitSome(t, "sleep 3111$")
+	if _, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "true"}); !errors.Is(err, agentd.ErrTooManySessions) {
+		t.Fatalf("second session while the first one's process runs: %v; want too_many_sessions", err)
+	}
+	if len(pgrep(t, "sleep 3111$")) == 0 {
+		t.Fatal("the leftover ended before the second session was refused; the check proved nothing")
 	}
 	waitNone(t, "sleep 3111$", 4*time.Second)
 	eventually(t, "active_sessions to drop to 0", func() bool {
