@@ -260,6 +260,11 @@ func TestOrgRouteMatrix(t *testing.T) {
 			res := e.do(req)
 			checked++
 			label := fmt.Sprintf("%s %s as %s", rt.Method, path, p.name)
+			// A handler failure is neither a refusal nor an answer: it must
+			// not count as "allowed".
+			if res.status == http.StatusInternalServerError {
+				t.Errorf("%s: internal server error (%.200s)", label, res.body)
+			}
 			if !p.acme {
 				if res.status >= 200 && res.status < 300 {
 					t.Errorf("%s: foreign principal got %d", label, res.status)

@@ -151,6 +151,11 @@ func TestOrgObjectMatrix(t *testing.T) {
 				}
 				res := e.do(req)
 				checked++
+				// A handler failure is not an answer: it must not count as
+				// "passes". (A 503 from an absent backend is still one.)
+				if res.status == http.StatusInternalServerError {
+					t.Errorf("%s %s as %s: internal server error (%.200s)", rt.Method, path, name, res.body)
+				}
 				expect := passes
 				switch kind {
 				case "read":
