@@ -86,24 +86,6 @@ func (t *Throttle) delayFor(failures int) time.Duration {
 	return d
 }
 
-// Fail records a failure and returns how long to delay the answer.
-func (t *Throttle) Fail(key string) time.Duration {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	now := t.now()
-	e := t.entryLocked(key, now)
-	t.countLocked(e, now)
-	t.gcLocked(now)
-	return t.delayFor(e.failures)
-}
-
-// Succeed clears key's failures.
-func (t *Throttle) Succeed(key string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.entries, key)
-}
-
 // gcLocked drops stale entries so the map cannot grow without bound under
 // a spray of addresses.
 func (t *Throttle) gcLocked(now time.Time) {

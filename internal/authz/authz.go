@@ -102,9 +102,6 @@ func System(name string) *Actor {
 	return &Actor{Principal: Principal{Kind: audit.ActorSystem, ID: "system", Name: name, Subject: "system"}, system: true}
 }
 
-// IsSystem reports whether a is the console's own actor.
-func (a *Actor) IsSystem() bool { return a.system }
-
 // Allowed asks the policy whether the actor may act on obj in dom. It
 // records nothing: use it for listings and to decide what a page offers.
 // An error is a failed check (the caller answers 500), never a denial.

@@ -204,7 +204,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		// agentd no longer knows it (its environment restarted, or it
 		// reclaimed the ended session): what was recorded is what there is.
 		g.Followers.Follow(org.Slug, commandID)
-		return g.fromRecording(ctx, org, recordings.Command{ID: commandID}, cursor)
+		return g.fromRecordingOf(ctx, org, commandID, cursor)
 	}
 	if err != nil {
 		if org.Revoked != nil && org.Revoked.Err() != nil {
@@ -217,7 +217,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		// This reader fell behind agentd's buffer; the recorder did not
 		// (agentd holds output for it), so the stored recording has what
 		// this reader missed.
-		if rec, err := g.fromRecording(ctx, org, recordings.Command{ID: commandID}, cursor); err == nil && len(rec.Chunks) > 0 &&
+		if rec, err := g.fromRecordingOf(ctx, org, commandID, cursor); err == nil && len(rec.Chunks) > 0 &&
 			rec.Chunks[0].ID == cursor+1 {
 			rec.State, rec.ExitCode, rec.More, rec.TTY = agentd.StateRunning, nil, true, k.tty
 			return rec, nil
@@ -228,12 +228,18 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	return out, nil
 }
 
-// fromRecording answers a poll from the stored output.
-func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Command, cursor uint64) (Output, error) {
-	c, err := recordings.Get(ctx, org.DB, c.ID)
+// fromRecordingOf answers a poll of command id from the stored output,
+// reading the command first.
+func (g *Gateway) fromRecordingOf(ctx context.Context, org Org, id int64, cursor uint64) (Output, error) {
+	c, err := recordings.Get(ctx, org.DB, id)
 	if err != nil {
 		return Output{}, err
 	}
+	return g.fromRecording(ctx, org, c, cursor)
+}
+
+// fromRecording answers a poll of c, as just read, from the stored output.
+func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Command, cursor uint64) (Output, error) {
 	chunks, more, err := recordings.ReadAfter(ctx, org.DB, c.ID, recordings.KindOut, cursor, replayByteCap)
 	if err != nil {
 		return Output{}, err

@@ -27,10 +27,9 @@ type pollKey struct {
 // clients that open long-polls and hang up cannot leave requests to agentd
 // and their goroutines behind for the whole wait.
 type sharedPoll struct {
-	done     chan struct{}
-	deadline time.Time
-	resp     *agentd.SessionResponse
-	err      error
+	done chan struct{}
+	resp *agentd.SessionResponse
+	err  error
 	// waiters is guarded by the hub's mutex.
 	waiters int
 	cancel  context.CancelFunc
@@ -94,7 +93,7 @@ func (h *pollHub) join(k pollKey, deadline time.Time, do func(ctx context.Contex
 		return c
 	}
 	ctx, cancel := context.WithCancel(base)
-	c := &sharedPoll{done: make(chan struct{}), deadline: deadline, waiters: 1, cancel: cancel}
+	c := &sharedPoll{done: make(chan struct{}), waiters: 1, cancel: cancel}
 	h.inflight[k] = c
 	go func() {
 		c.resp, c.err = do(ctx, deadline)

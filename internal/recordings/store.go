@@ -98,19 +98,6 @@ func Get(ctx context.Context, db *gorm.DB, id int64) (Command, error) {
 	return store.ByID[Command](ctx, db, id, "command")
 }
 
-// ByAgentdID reads the command agentd knows as id.
-func ByAgentdID(ctx context.Context, db *gorm.DB, id string) (Command, error) {
-	var c Command
-	res := db.WithContext(ctx).Where("agentd_id = ?", id).Limit(1).Find(&c)
-	if res.Error != nil {
-		return c, fmt.Errorf("read command: %w", res.Error)
-	}
-	if res.RowsAffected == 0 {
-		return c, apperr.New(apperr.ErrNotFound, "command_not_found", "No such command.")
-	}
-	return c, nil
-}
-
 // Filter narrows a command listing.
 type Filter struct {
 	SessionID int64
