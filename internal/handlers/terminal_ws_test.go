@@ -176,7 +176,6 @@ func TestTerminalWebSocket(t *testing.T) {
 			screen.Write(m.Data)
 			return strings.Contains(screen.String(), "done-42")
 		})
-		before := f.agentd.requests.Load()
 		sendInput(t, w, proxy.ClientMessage{Type: "input", Data: "touch /tmp/auditor-was-here\r"})
 		time.Sleep(300 * time.Millisecond)
 		// The watcher's long-poll may reach agentd; a stdin may not.
@@ -184,14 +183,21 @@ func TestTerminalWebSocket(t *testing.T) {
 		if err != nil || len(evs) == 0 {
 			t.Fatalf("watching was not audited: %v", err)
 		}
-		_ = before
 		r := f.call(http.MethodGet, f.sessionPath("/commands?limit=200"), "member", nil)
 		var h struct{ Items []commandHistory }
 		r.decode(t, &h)
+		found := false
 		for _, c := range h.Items {
-			if c.ID == cid && c.InputBytes != int64(len("echo h''i\r")+len("seq 1 2000; echo done-$((40+2))\r")) {
+			if c.ID != cid {
+				continue
+			}
+			found = true
+			if c.InputBytes != int64(len("echo h''i\r")+len("seq 1 2000; echo done-$((40+2))\r")) {
 				t.Fatalf("the watcher's keystrokes reached the command: %d input bytes", c.InputBytes)
 			}
+		}
+		if !found {
+			t.Fatalf("command %d is not in the session's history (%d %.200s)", cid, r.status, r.body)
 		}
 	})
 }
