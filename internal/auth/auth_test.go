@@ -104,8 +104,12 @@ func TestThrottleAddressSurvivesSuccess(t *testing.T) {
 		t.Fatalf("the address was locked after %d failures, want %d", tried, th.LockAfter)
 	}
 	// The own account's success cleared its own count, nothing else.
-	if locked, _ := th.Locked("acct:mine"); locked {
-		t.Fatal("the attacker's own account is locked")
+	// (Locked's second result is the end of the lock, zero when unlocked.)
+	if locked, until := th.Locked("acct:mine"); locked || !until.IsZero() {
+		t.Fatalf("the attacker's own account is locked (%v, until %v)", locked, until)
+	}
+	if locked, until := th.Locked("ip:1"); !locked || !until.Equal(now.Add(th.LockFor)) {
+		t.Fatalf("the address: locked %v until %v, want locked until %v", locked, until, now.Add(th.LockFor))
 	}
 }
 
