@@ -126,12 +126,7 @@ func TestBrowserTerminal(t *testing.T) {
 		}
 	})
 	t.Run("a dropped connection reconnects and continues", func(t *testing.T) {
-		before := connects(t, ctx)
-		srv.c.Gateway.Terminals.DropAll()
-		deadline := time.Now().Add(15 * time.Second)
-		for connects(t, ctx) <= before && time.Now().Before(deadline) {
-			time.Sleep(50 * time.Millisecond)
-		}
+		dropAndReconnect(t, ctx, srv)
 		waitStatus(t, ctx, "Connected")
 		typeKeys(t, ctx, "echo again-$((20+1))\n")
 		waitScreen(t, ctx, "again-21")
@@ -139,7 +134,7 @@ func TestBrowserTerminal(t *testing.T) {
 	t.Run("seq 1 2000 with a reconnect in the middle shows every line once", func(t *testing.T) {
 		typeKeys(t, ctx, "seq 1 2000; echo seq-$((1+1))-done\n")
 		waitScreen(t, ctx, "\n700")
-		srv.c.Gateway.Terminals.DropAll()
+		dropAndReconnect(t, ctx, srv)
 		s := waitScreen(t, ctx, "seq-2-done")
 		count := map[string]int{}
 		for _, l := range strings.Split(s, "\n") {
@@ -166,6 +161,24 @@ func TestBrowserTerminal(t *testing.T) {
 			t.Fatal("the auditor's keystrokes reached the member's shell")
 		}
 	})
+}
+
+// dropAndReconnect drops the server's terminal connections and waits for
+// the page's terminal to open a new one; it fails if there was no
+// connection to drop or the terminal never reconnected.
+func dropAndReconnect(t *testing.T, ctx context.Context, srv *server) {
+	t.Helper()
+	before := connects(t, ctx)
+	if n := srv.c.Gateway.Terminals.DropAll(); n < 1 {
+		t.Fatalf("dropped %d terminal connections; want at least 1", n)
+	}
+	deadline := time.Now().Add(15 * time.Second)
+	for connects(t, ctx) <= before {
+		if time.Now().After(deadline) {
+			t.Fatalf("the terminal did not reconnect: still %d connects", before)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func waitStatus(t *testing.T, ctx context.Context, want string) {
