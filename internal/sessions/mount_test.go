@@ -52,7 +52,10 @@ func TestPersistentWorkspace(t *testing.T) {
 			t.Fatal(err)
 		}
 		first := tg.Session.SandboxID
-		snap, _ := w.fake.Inspect(first)
+		snap, ok := w.fake.Inspect(first)
+		if !ok {
+			t.Fatalf("the sandbox %s is not in the fake", first)
+		}
 		var mounts []map[string]any
 		if err := json.Unmarshal([]byte(snap.Metadata[sessions.MetaHostMount]), &mounts); err != nil || len(mounts) != 1 ||
 			mounts[0]["hostPath"] != dir || mounts[0]["mountPath"] != dir || mounts[0]["readOnly"] != false {
@@ -65,7 +68,11 @@ func TestPersistentWorkspace(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if snapU, _ := w.fake.Inspect(tgU.Session.SandboxID); snapU.Metadata[sessions.MetaHostMount] != "" {
+		snapU, ok := w.fake.Inspect(tgU.Session.SandboxID)
+		if !ok {
+			t.Fatalf("the unmounted session's sandbox %q is not in the fake", tgU.Session.SandboxID)
+		}
+		if snapU.Metadata[sessions.MetaHostMount] != "" {
 			t.Errorf("a session from before the mount asked for one: %v", snapU.Metadata)
 		}
 
