@@ -268,6 +268,12 @@ func TestReplayInBrowser(t *testing.T) {
 	acme := newRecOrg(t, srv, login.Token, "acme", agentdURL, agentdToken)
 	cid := acme.run(t, `for i in 1 2 3; do echo "line $i of the ca""pybara"; sleep 0.2; done; printf '\033[31mred\033[0m end\n'`)
 	txt := string(callAPI(t, srv.url, http.MethodGet, acme.recordingPath(cid)+"?format=txt", acme.member, nil, http.StatusOK, nil))
+	// The player is compared with this text: it must hold what the
+	// command wrote, or an empty player would match an empty recording.
+	wantTxt := []string{"line 1 of the capybara", "line 2 of the capybara", "line 3 of the capybara", "red end"}
+	if got := nonEmptyLines(txt); strings.Join(got, "\n") != strings.Join(wantTxt, "\n") {
+		t.Fatalf("the recording as text is %q; want the lines %q", txt, wantTxt)
+	}
 
 	ctx := newBrowser(t)
 	do(t, ctx, "sign in as the auditor", chromedp.Navigate(srv.url+"/o/acme/login"), signIn(acme.auditorEmail, acme.password), chromedp.WaitVisible(testid("my-roles")))
@@ -310,6 +316,9 @@ func TestReplayInBrowser(t *testing.T) {
 func waitReplayScreen(t *testing.T, ctx context.Context, want string) {
 	t.Helper()
 	wantLines := nonEmptyLines(want)
+	if len(wantLines) == 0 {
+		t.Fatalf("nothing to wait for: the expected screen %q has no lines", want)
+	}
 	deadline := time.Now().Add(30 * time.Second)
 	var got []string
 	for {
