@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"encoding/json"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
 	"sort"
 	"strings"
@@ -74,7 +75,8 @@ func TestOpenAPICoversRoutes(t *testing.T) {
 }
 
 // A request the document rejects (a field it does not describe) is refused
-// by the server too, and the validator sees the refusal as agreement.
+// by the server too, and the validator sees the refusal as agreement; a
+// documented answer that breaks its schema is a mismatch.
 func TestOpenAPIValidatorCatchesMismatch(t *testing.T) {
 	c, err := loadContract()
 	if err != nil {
@@ -85,5 +87,49 @@ func TestOpenAPIValidatorCatchesMismatch(t *testing.T) {
 	schema := op.Responses.Status(200).Value.Content.Get("application/json").Schema.Value
 	if err := schema.VisitJSON(map[string]any{"expires_at": "2026-01-01T00:00:00Z", "must_change_password": false}); err == nil {
 		t.Fatal("a login response without token validated")
+	}
+
+	// The validator around a fake handler: its recorded mismatches, not
+	// the test's failure (no report at cleanup), are what is checked.
+	exchange := func(reqBody string, status int, respBody string) []string {
+		t.Helper()
+		next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			_, _ = w.Write([]byte(respBody))
+		})
+		v := &apiValidator{t: t, c: c, next: next}
+		req := httptest.NewRequest(http.MethodPost, "/api/v1/auth/login", strings.NewReader(reqBody))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		v.ServeHTTP(rec, req)
+		if rec.Code != status || rec.Body.String() != respBody {
+			t.Fatalf("the validator changed the answer: %d %s, want %d %s", rec.Code, rec.Body, status, respBody)
+		}
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		return append([]string(nil), v.mismatches...)
+	}
+	const login = `{"email":"admin@example.com","password":"secret"}`
+	const unknown = `{"email":"admin@example.com","password":"secret","admin":true}`
+	const token = `{"token":"t","expires_at":"2026-01-01T00:00:00Z","must_change_password":false}`
+	const refusal = `{"error":{"code":"invalid","message":"unknown field admin"}}`
+
+	// A documented 200 that lacks the token: one mismatch, about the response.
+	if m := exchange(login, http.StatusOK, `{"expires_at":"2026-01-01T00:00:00Z","must_change_password":false}`); len(m) != 1 || !strings.Contains(m[0], "response 200 does not match") {
+		t.Errorf("a 200 without its token: mismatches %q, want one about the response", m)
+	}
+	// The same request answered as documented: none.
+	if m := exchange(login, http.StatusOK, token); len(m) != 0 {
+		t.Errorf("a documented login answer: mismatches %q, want none", m)
+	}
+	// An unknown field refused with a 400: agreement, none.
+	if m := exchange(unknown, http.StatusBadRequest, refusal); len(m) != 0 {
+		t.Errorf("a 400 to an unknown field: mismatches %q, want none", m)
+	}
+	// The same request accepted: the document rejects it, so one mismatch
+	// (which shows the 400 above answered a request the document refuses).
+	if m := exchange(unknown, http.StatusOK, token); len(m) != 1 || !strings.Contains(m[0], "accepted (200) a request the document rejects") {
+		t.Errorf("an unknown field accepted: mismatches %q, want one about the request", m)
 	}
 }
