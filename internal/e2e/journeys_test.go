@@ -2,8 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"fmt"
-	"math"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -215,6 +213,13 @@ func TestBrowserEnvironmentFormKinds(t *testing.T) {
 	if strings.Contains(text(t, ctx, testid("env-required")), "sandbox backend") {
 		t.Error("a host's edit form lists what a sandbox backend requires")
 	}
+	// A field the server refuses is marked in the danger colour, not only
+	// by its message (the 3:1 control border must not override it).
+	do(t, ctx, "save a name the server refuses", chromedp.SetValue(css(`#name`), "bad/name!"), chromedp.Click(testid("save-env")),
+		chromedp.WaitVisible(testid("name-error")))
+	if got := evalJS[string](t, ctx, "name border", `getComputedStyle(document.querySelector('#name')).borderTopColor`); got != "rgb(180, 35, 24)" {
+		t.Errorf("the refused name field's border is %s, want the danger colour rgb(180, 35, 24)", got)
+	}
 }
 
 // TestBrowserOneConfirmationPattern is journey 7: everything that locks
@@ -412,7 +417,8 @@ func TestBrowserConceptsAndNavigation(t *testing.T) {
 
 	// Input borders at 3:1 against the white page.
 	border := evalJS[string](t, ctx, "input border", `getComputedStyle(document.querySelector('#aname')).borderTopColor`)
-	if r := contrastWithWhite(t, border); r < 3 {
+	white := [3]float64{255, 255, 255}
+	if r := contrast(rgb(t, border), white); r < 3 {
 		t.Errorf("input border %s has contrast %.2f:1 with white, want at least 3:1", border, r)
 	}
 
@@ -422,23 +428,4 @@ func TestBrowserConceptsAndNavigation(t *testing.T) {
 	if wide := evalJS[int](t, ctx, "page width", `document.documentElement.scrollWidth`); right > 390 || wide > 390 {
 		t.Errorf("at 390 px the New organization button ends at %.0f px and the page is %d px wide", right, wide)
 	}
-}
-
-// contrastWithWhite is the WCAG contrast ratio of a CSS rgb() colour with
-// white.
-func contrastWithWhite(t *testing.T, color string) float64 {
-	t.Helper()
-	var r, g, b float64
-	if _, err := fmt.Sscanf(strings.ReplaceAll(color, " ", ""), "rgb(%g,%g,%g)", &r, &g, &b); err != nil {
-		t.Fatalf("colour %q: %v", color, err)
-	}
-	lin := func(c float64) float64 {
-		c /= 255
-		if c <= 0.03928 {
-			return c / 12.92
-		}
-		return math.Pow((c+0.055)/1.055, 2.4)
-	}
-	l := 0.2126*lin(r) + 0.7152*lin(g) + 0.0722*lin(b)
-	return 1.05 / (l + 0.05)
 }
