@@ -287,6 +287,10 @@ func TestReplayInBrowser(t *testing.T) {
 	if s := text(t, ctx, testid("hit-snippet")); s != "line 1 of the capybara" {
 		t.Fatalf("snippet %q", s)
 	}
+	// The Replay column's heading is for screen readers only.
+	if w := evalJS[float64](t, ctx, "hidden heading", `document.querySelector("th .visually-hidden").getBoundingClientRect().width`); w > 1 {
+		t.Errorf("the screen-reader heading takes %.0f px on screen", w)
+	}
 	do(t, ctx, "follow the hit", chromedp.Click(testid("hit-replay")), chromedp.WaitVisible(testid("replay")))
 	waitReplayScreen(t, ctx, txt)
 	do(t, ctx, "play at twice the speed", chromedp.Click(testid("replay-speed-2")))
