@@ -453,11 +453,6 @@ func (s *Server) syncSSORoles(c echo.Context, cfg sso.Config, u directory.User, 
 		return err
 	}
 	plan := sso.PlanRoles(desired, held, granted)
-	for _, a := range plan.Adopt {
-		if err := sso.SetGrant(ctx, t.DB, u.ID, a, true); err != nil {
-			return err
-		}
-	}
 	change := func(a rbac.Assignment, add bool) error {
 		prev, err := t.Enforcer.RolesIn(a.Subject, a.Domain)
 		if err != nil {

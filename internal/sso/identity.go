@@ -141,7 +141,6 @@ func SetGrant(ctx context.Context, db *gorm.DB, userID int64, a rbac.Assignment,
 // Plan is the role changes one sign-in makes.
 type Plan struct {
 	Add    []rbac.Assignment // roles the groups give that the user lacks
-	Adopt  []rbac.Assignment // roles the groups give that the user already holds through the mapping
 	Remove []rbac.Assignment // roles the mapping gave earlier that the groups no longer give
 }
 
@@ -159,11 +158,8 @@ func PlanRoles(desired, held, granted []rbac.Assignment) Plan {
 	}
 	var p Plan
 	for _, a := range desired {
-		switch {
-		case !in(held, a):
+		if !in(held, a) {
 			p.Add = append(p.Add, a)
-		case in(granted, a):
-			p.Adopt = append(p.Adopt, a)
 		}
 	}
 	for _, a := range granted {
