@@ -282,13 +282,7 @@ func TestConsoleKilledMidCommand(t *testing.T) {
 			"GATEHOUSE_FOLLOWER_LEASE=2s", "GATEHOUSE_FOLLOWER_SWEEP_INTERVAL=300ms"}
 		if d == store.Postgres {
 			prefix := storetest.NewName("gh_test_org_") + "_"
-			t.Cleanup(func() {
-				var names []string
-				storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", prefix+"%").Scan(&names)
-				for _, n := range names {
-					storetest.DropPostgresDB(t, n)
-				}
-			})
+			storetest.DropPrefixedAtCleanup(t, prefix)
 			env = append(env, "DATABASE_URL="+storetest.DSN(t, store.Postgres), "GATEHOUSE_MASTER_KEY="+randomHex(32), "GATEHOUSE_ORG_DB_PREFIX="+prefix)
 		}
 

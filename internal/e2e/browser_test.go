@@ -102,14 +102,7 @@ func newServerLog(t *testing.T, d store.Dialect, logw io.Writer, opts ...func(*c
 		key := make([]byte, 32)
 		_, _ = rand.Read(key)
 		cfg.MasterKey = hex.EncodeToString(key)
-		prefix := cfg.OrgDBPrefix
-		t.Cleanup(func() {
-			var names []string
-			storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", prefix+"%").Scan(&names)
-			for _, n := range names {
-				storetest.DropPostgresDB(t, n)
-			}
-		})
+		storetest.DropPrefixedAtCleanup(t, cfg.OrgDBPrefix)
 	}
 	c, err := console.New(context.Background(), cfg, slog.New(slog.NewTextHandler(logw, nil)))
 	if err != nil {

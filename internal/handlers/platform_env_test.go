@@ -66,8 +66,7 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 	if d == store.Postgres {
 		cfg.DatabaseURL = storetest.DSN(t, store.Postgres)
 		cfg.MasterKey = randomHex(32)
-		prefix := cfg.OrgDBPrefix
-		t.Cleanup(func() { dropPrefixed(t, prefix) })
+		storetest.DropPrefixedAtCleanup(t, cfg.OrgDBPrefix)
 	}
 	// Options see the whole config (a test may reroute DATABASE_URL).
 	for _, o := range opts {
@@ -87,15 +86,6 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 		c.Close()
 	})
 	return &testEnv{t: t, c: c, srv: srv, cfg: cfg, logs: logs}
-}
-
-func dropPrefixed(t *testing.T, prefix string) {
-	t.Helper()
-	var names []string
-	storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", prefix+"%").Scan(&names)
-	for _, n := range names {
-		storetest.DropPostgresDB(t, n)
-	}
 }
 
 func randomHex(n int) string {

@@ -38,14 +38,7 @@ func newFixture(t *testing.T, d store.Dialect) *fixture {
 	cfg := orgs.Config{Catalog: storetest.Open(t, d, store.CatalogSet), Box: box, DataDir: f.dataDir, DBPrefix: f.prefix}
 	if d == store.Postgres {
 		cfg.ServerDSN = storetest.AdminDSN(t)
-		t.Cleanup(func() {
-			admin := storetest.Admin(t)
-			var names []string
-			admin.Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", f.prefix+"%").Scan(&names)
-			for _, n := range names {
-				storetest.DropPostgresDB(t, n)
-			}
-		})
+		storetest.DropPrefixedAtCleanup(t, f.prefix)
 	}
 	f.svc = orgs.New(cfg)
 	t.Cleanup(f.svc.Close)

@@ -28,7 +28,7 @@ func TestSetStatusAndItsRecordTogether(t *testing.T) {
 		cfg := orgs.Config{Catalog: catalog, Box: box, DataDir: t.TempDir(), DBPrefix: storetest.NewName("gh_test_org_") + "_", Audit: log}
 		if d == store.Postgres {
 			cfg.ServerDSN = storetest.AdminDSN(t)
-			t.Cleanup(func() { dropWithPrefix(t, cfg.DBPrefix) })
+			storetest.DropPrefixedAtCleanup(t, cfg.DBPrefix)
 		}
 		svc := orgs.New(cfg)
 		t.Cleanup(svc.Close)
@@ -55,12 +55,4 @@ func TestSetStatusAndItsRecordTogether(t *testing.T) {
 			t.Fatalf("records: %+v, %v", evs, err)
 		}
 	})
-}
-
-func dropWithPrefix(t *testing.T, prefix string) {
-	var names []string
-	storetest.Admin(t).Raw("SELECT datname FROM pg_database WHERE datname LIKE ?", prefix+"%").Scan(&names)
-	for _, n := range names {
-		storetest.DropPostgresDB(t, n)
-	}
 }
