@@ -15,7 +15,6 @@ import (
 
 	"gorm.io/gorm"
 
-	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
@@ -185,9 +184,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 			if err != nil {
 				return sessions.OrgDeps{}, err
 			}
-			e := &envs.Service{DB: t.DB, Box: box, Org: slug}
-			return sessions.OrgDeps{Sessions: &sessions.Service{DB: t.DB, Envs: e, Agents: &agents.Service{DB: t.DB, Envs: e}, Org: slug,
-				Audit: t.Audit, RT: c.SessionsRT}, Release: t.Release}, nil
+			return sessions.OrgDeps{Sessions: c.orgSessions(t, slug), Release: t.Release}, nil
 		},
 		Interval: cfg.ReclaimInterval,
 		Logger:   logger,

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // agentdHTTP is the client the gateway and its followers reach agentd
@@ -55,7 +56,12 @@ func (c *Console) followerOrg(ctx context.Context, slug string) (proxy.Org, func
 	if err != nil {
 		return proxy.Org{}, nil, err
 	}
+	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: c.orgSessions(t, slug), Revoked: t.Context()}, t.Release, nil
+}
+
+// orgSessions is org slug's sessions service over its open tenant t,
+// acting as the system: the reclaimer and the recording followers use it.
+func (c *Console) orgSessions(t *tenant.Tenant, slug string) *sessions.Service {
 	es := &envs.Service{DB: t.DB, Box: c.Box, Org: slug}
-	svc := &sessions.Service{DB: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
-	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()}, t.Release, nil
+	return &sessions.Service{DB: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
 }
