@@ -58,6 +58,24 @@ type Agent struct {
 // TableName binds Agent to its table.
 func (Agent) TableName() string { return "agents" }
 
+// IdleTimeout is how long the agent's sandboxes run without use before the
+// backend pauses them (DefaultIdleTimeout when unset).
+func (a Agent) IdleTimeout() time.Duration {
+	if a.IdleTimeoutSeconds <= 0 {
+		return DefaultIdleTimeout
+	}
+	return time.Duration(a.IdleTimeoutSeconds) * time.Second
+}
+
+// ReclaimAfter is how long the agent's sandboxes stay paused before they
+// are reclaimed (DefaultReclaimAfter when unset).
+func (a Agent) ReclaimAfter() time.Duration {
+	if a.ReclaimAfterSeconds <= 0 {
+		return DefaultReclaimAfter
+	}
+	return time.Duration(a.ReclaimAfterSeconds) * time.Second
+}
+
 type agentEnv struct {
 	AgentID       int64
 	EnvironmentID int64

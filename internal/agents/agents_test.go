@@ -82,6 +82,24 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
+func TestTimings(t *testing.T) {
+	for _, tt := range []struct {
+		a             agents.Agent
+		idle, reclaim time.Duration
+	}{
+		{agents.Agent{}, agents.DefaultIdleTimeout, agents.DefaultReclaimAfter},
+		{agents.Agent{IdleTimeoutSeconds: -1, ReclaimAfterSeconds: -1}, agents.DefaultIdleTimeout, agents.DefaultReclaimAfter},
+		{agents.Agent{IdleTimeoutSeconds: 90, ReclaimAfterSeconds: 7200}, 90 * time.Second, 2 * time.Hour},
+	} {
+		if got := tt.a.IdleTimeout(); got != tt.idle {
+			t.Errorf("IdleTimeout(%d s) = %s, want %s", tt.a.IdleTimeoutSeconds, got, tt.idle)
+		}
+		if got := tt.a.ReclaimAfter(); got != tt.reclaim {
+			t.Errorf("ReclaimAfter(%d s) = %s, want %s", tt.a.ReclaimAfterSeconds, got, tt.reclaim)
+		}
+	}
+}
+
 func TestParsePolicy(t *testing.T) {
 	t.Parallel()
 	cases := []struct {

@@ -321,26 +321,18 @@ func (s *Server) pageSession(c echo.Context) error {
 }
 
 // sessionLifecycle says when the session will pause and be reclaimed, from
-// its agent's idle timeout and reclaim window (read as the system: the
-// viewer may read the session but not its agent).
+// its agent's idle timeout and reclaim window (Timings: the viewer may read
+// the session but not its agent).
 func (s *Server) sessionLifecycle(c echo.Context, x sessions.Session) (string, error) {
-	var ag struct{ IdleTimeoutSeconds, ReclaimAfterSeconds int }
-	if err := tenantOf(c).DB.WithContext(c.Request().Context()).Raw("SELECT idle_timeout_seconds, reclaim_after_seconds FROM agents WHERE id = ?",
-		x.AgentID).Scan(&ag).Error; err != nil {
+	idle, reclaim, err := s.sessionService(c).Timings(c.Request().Context(), actorOf(c), x)
+	if err != nil {
 		return "", fmt.Errorf("read agent %d timeouts: %w", x.AgentID, err)
 	}
-	st := views.SessionTimes{SandboxMode: x.SandboxMode, State: x.State, LastUsed: x.CreatedAt,
-		Idle: agents.DefaultIdleTimeout, Reclaim: agents.DefaultReclaimAfter}
+	st := views.SessionTimes{SandboxMode: x.SandboxMode, State: x.State, LastUsed: x.CreatedAt, Idle: idle, Reclaim: reclaim}
 	for _, t := range []*time.Time{x.StartedAt, x.LastUsedAt} {
 		if t != nil && t.After(st.LastUsed) {
 			st.LastUsed = *t
 		}
-	}
-	if ag.IdleTimeoutSeconds > 0 {
-		st.Idle = time.Duration(ag.IdleTimeoutSeconds) * time.Second
-	}
-	if ag.ReclaimAfterSeconds > 0 {
-		st.Reclaim = time.Duration(ag.ReclaimAfterSeconds) * time.Second
 	}
 	return views.Lifecycle(st), nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/authz/authztest"
@@ -89,6 +90,13 @@ func sessionCases() map[string]accessCase {
 		},
 		"Close": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
 			_, err := w.svc.Close(ctx, a, w.newSessionOf(t).ID)
+			return err
+		},
+		"Timings": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			idle, reclaim, err := w.svc.Timings(ctx, a, w.newSessionOf(t))
+			if err == nil && (idle != 5*time.Minute || reclaim != 60*time.Minute) {
+				t.Errorf("Timings = %s, %s; want the agent's 5m0s, 1h0m0s", idle, reclaim)
+			}
 			return err
 		},
 		// The rest answer questions rather than refuse.

@@ -142,7 +142,7 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		t.AgentdURL = env.URL
 	}
 	t.Session, t.Workspace = sess, sess.Workspace
-	s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(time.Duration(ag.IdleTimeoutSeconds) * time.Second)})
+	s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(ag.IdleTimeout())})
 	return t, nil
 }
 
@@ -169,6 +169,21 @@ func (s *Service) config(ctx context.Context, sess Session) (envs.Environment, a
 	return env, ag, err
 }
 
+// Timings says when a session a may see pauses when idle and, paused, is
+// reclaimed: its agent's idle timeout and reclaim window. The agent is read
+// as the system: a may see the session without being allowed to read its
+// agent, and learns only these two durations.
+func (s *Service) Timings(ctx context.Context, a *authz.Actor, sess Session) (idle, reclaim time.Duration, err error) {
+	if err := s.authorize(ctx, a, sess, false); err != nil {
+		return 0, 0, err
+	}
+	ag, err := s.Agents.Get(ctx, systemReader(), sess.AgentID)
+	if err != nil {
+		return 0, 0, err
+	}
+	return ag.IdleTimeout(), ag.ReclaimAfter(), nil
+}
+
 // sandboxAgentdURL is where agentd answers in the session's sandbox. The
 // URL, and with it the injected agentd token, is built from what the
 // backend answered (on create or on resume): an id or domain that is not a
@@ -187,13 +202,6 @@ func errBadSandboxAddress() error {
 
 func addressing(e envs.Environment) sandbox.Addressing {
 	return sandbox.Addressing{Scheme: e.SandboxScheme, Domain: e.SandboxDomain, ProxyBaseURL: e.ProxyBaseURL}
-}
-
-func idleTimeout(ag agents.Agent) time.Duration {
-	if ag.IdleTimeoutSeconds <= 0 {
-		return agents.DefaultIdleTimeout
-	}
-	return time.Duration(ag.IdleTimeoutSeconds) * time.Second
 }
 
 // ensureSandbox brings a per-session sandbox up: created when pending,
@@ -218,7 +226,7 @@ func (s *Service) ensureSandbox(ctx context.Context, a *authz.Actor, sess Sessio
 // connect resumes a paused sandbox or refreshes a running one's timeout
 // (one backend call either way) and records what the backend said.
 func (s *Service) connect(ctx context.Context, actor audit.Actor, sess Session, b sandbox.Backend, ag agents.Agent, why string) (Session, error) {
-	sb, err := b.Connect(ctx, sess.SandboxID, idleTimeout(ag))
+	sb, err := b.Connect(ctx, sess.SandboxID, ag.IdleTimeout())
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return sess, s.sandboxGone(ctx, sess)
 	}
@@ -315,7 +323,7 @@ func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Back
 	}
 	req := sandbox.CreateRequest{
 		TemplateID:     tpl.BackendTemplateID,
-		TimeoutSeconds: int(idleTimeout(ag) / time.Second),
+		TimeoutSeconds: int(ag.IdleTimeout() / time.Second),
 		AutoPause:      true,
 		AutoResume:     true,
 		Metadata: map[string]string{MetaOrg: s.Org, MetaSession: strconv.FormatInt(sess.ID, 10),
@@ -365,7 +373,7 @@ func (s *Service) findByTag(ctx context.Context, sess Session, b sandbox.Backend
 	for _, extra := range list[1:] {
 		_ = b.Kill(ctx, extra.ID)
 	}
-	sb, err := b.Connect(ctx, list[0].ID, idleTimeout(ag))
+	sb, err := b.Connect(ctx, list[0].ID, ag.IdleTimeout())
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return sandbox.Sandbox{}, false, nil
 	}

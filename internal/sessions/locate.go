@@ -3,7 +3,6 @@ package sessions
 import (
 	"context"
 	"errors"
-	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -55,7 +54,7 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 		// Output polls and the recorder Locate on every call: keep what
 		// was read for as long as Ensure would keep its own.
 		s.rt().put(s.key(sessionID), &cached{target: t, checked: s.now(), located: true,
-			refresh: s.rt().refreshEvery(time.Duration(ag.IdleTimeoutSeconds) * time.Second)})
+			refresh: s.rt().refreshEvery(ag.IdleTimeout())})
 	}
 	return t, nil
 }

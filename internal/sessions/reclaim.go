@@ -259,25 +259,22 @@ func (s *Service) Reclaim(ctx context.Context, log *slog.Logger) (RoundStats, er
 	return st, firstErr
 }
 
-// reclaimWindows maps agent ids to their reclaim-after-pause window.
-func (s *Service) reclaimWindows(ctx context.Context) (map[int64]time.Duration, error) {
-	var rows []struct {
-		ID                  int64
-		ReclaimAfterSeconds int
-	}
-	if err := s.DB.WithContext(ctx).Table("agents").Select("id, reclaim_after_seconds").Find(&rows).Error; err != nil {
+// reclaimWindows reads every agent's reclaim-after-pause setting, by id.
+func (s *Service) reclaimWindows(ctx context.Context) (map[int64]agents.Agent, error) {
+	var rows []agents.Agent
+	if err := s.DB.WithContext(ctx).Select("id, reclaim_after_seconds").Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read agents: %w", err)
 	}
-	out := make(map[int64]time.Duration, len(rows))
+	out := make(map[int64]agents.Agent, len(rows))
 	for _, r := range rows {
-		out[r.ID] = time.Duration(r.ReclaimAfterSeconds) * time.Second
+		out[r.ID] = r
 	}
 	return out, nil
 }
 
 // judge decides what to do with one environment's tagged sandboxes.
 func (s *Service) judge(ctx context.Context, env envs.Environment, b sandbox.Backend, infos []sandbox.Info, listed time.Time,
-	windows map[int64]time.Duration) ([]action, error) {
+	windows map[int64]agents.Agent) ([]action, error) {
 	now := s.now()
 	ids := make([]int64, 0, len(infos))
 	for _, in := range infos {
@@ -312,10 +309,7 @@ func (s *Service) judge(ctx context.Context, env envs.Environment, b sandbox.Bac
 		case sess.SandboxID != in.ID:
 			act.kind, act.reason = "orphan", "its session has another sandbox ("+sess.SandboxID+")"
 		case in.State == sandbox.StatePaused && !in.EndAt.IsZero():
-			window := windows[sess.AgentID]
-			if window <= 0 {
-				window = agents.DefaultReclaimAfter
-			}
+			window := windows[sess.AgentID].ReclaimAfter() // an unknown agent: the default
 			pausedFor := now.Sub(in.EndAt)
 			switch {
 			case pausedFor > window:
