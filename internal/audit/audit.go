@@ -340,8 +340,7 @@ type VerifyResult struct {
 func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
 	const batch = 2000
 	var res VerifyResult
-	prevHash := ""
-	prevSeq := int64(0)
+	var c chain
 	// After retention the chain starts at its checkpoint: the removed
 	// events' archives prove what came before.
 	cp, ok, err := l.LatestCheckpoint(ctx)
@@ -349,33 +348,59 @@ func (l *Log) Verify(ctx context.Context) (VerifyResult, error) {
 		return res, err
 	}
 	if ok {
-		prevSeq, prevHash = cp.ThroughSeq, cp.ThroughHash
+		c.seq, c.hash = cp.ThroughSeq, cp.ThroughHash
 		res.StartSeq, res.StartPrevHash = cp.ThroughSeq+1, cp.ThroughHash
 	}
 	for {
 		var rows []row
-		if err := l.db.WithContext(ctx).Table(l.table).Where("seq > ?", prevSeq).Order("seq").Limit(batch).Find(&rows).Error; err != nil {
+		if err := l.db.WithContext(ctx).Table(l.table).Where("seq > ?", c.seq).Order("seq").Limit(batch).Find(&rows).Error; err != nil {
 			return res, fmt.Errorf("read audit events: %w", err)
 		}
 		for _, r := range rows {
-			e := fromRow(r)
-			switch {
-			case e.Seq != prevSeq+1:
-				return broken(res, prevSeq+1, fmt.Sprintf("sequence %d is missing (next present is %d)", prevSeq+1, e.Seq)), nil
-			case e.PrevHash != prevHash:
-				return broken(res, e.Seq, "previous-hash link does not match the event before it"), nil
-			case Hash(e) != e.Hash:
-				return broken(res, e.Seq, "event content does not match its hash"), nil
+			if !c.add(&res, fromRow(r)) {
+				return res, nil
 			}
-			prevHash, prevSeq = e.Hash, e.Seq
-			res.Checked++
-			res.HeadSeq, res.HeadHash = e.Seq, e.Hash
 		}
 		if len(rows) < batch {
 			res.OK = true
 			return res, nil
 		}
 	}
+}
+
+// chain checks events one after another: each must carry the sequence
+// number after the last one's, link to its hash, and match its own hash.
+type chain struct {
+	seq  int64  // the last event's sequence number
+	hash string // and its hash
+	// loose takes the first event's sequence number and previous hash as
+	// given (a file of events that starts where an earlier one left off).
+	loose bool
+}
+
+// add checks e against the chain so far and counts it into res. On a
+// mismatch it marks res broken where the chain breaks and reports false.
+func (c *chain) add(res *VerifyResult, e Event) bool {
+	if c.loose {
+		c.loose = false
+	} else {
+		switch {
+		case e.Seq != c.seq+1:
+			*res = broken(*res, c.seq+1, fmt.Sprintf("sequence %d is missing (next present is %d)", c.seq+1, e.Seq))
+			return false
+		case e.PrevHash != c.hash:
+			*res = broken(*res, e.Seq, "previous-hash link does not match the event before it")
+			return false
+		}
+	}
+	if Hash(e) != e.Hash {
+		*res = broken(*res, e.Seq, "event content does not match its hash")
+		return false
+	}
+	c.seq, c.hash = e.Seq, e.Hash
+	res.Checked++
+	res.HeadSeq, res.HeadHash = e.Seq, e.Hash
+	return true
 }
 
 func broken(res VerifyResult, at int64, reason string) VerifyResult {
