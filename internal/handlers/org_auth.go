@@ -50,7 +50,7 @@ func (s *Server) orgLogin(c echo.Context, email, password string) (directory.Use
 		return u, loginResponse{}, err
 	}
 	actor := audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}
-	tok, exp, err := s.openLogin(c, directory.UserSubject(u.ID), u.Email, "", actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email})
+	tok, exp, err := s.openLogin(c, directory.UserSubject(u.ID), u.Email, "", actor, "user.login", audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}, nil, nil)
 	if err != nil {
 		return u, loginResponse{}, err
 	}
@@ -162,7 +162,7 @@ func (s *Server) enterOrg(c echo.Context) (string, error) {
 	if err := s.platformEvent(c, p.AuditActor(), "org.enter", target, audit.Allow, nil); err != nil {
 		return "", err
 	}
-	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, p.AuditActor(), "org.enter", target)
+	tok, _, err := s.openLogin(c, "platform:"+p.ID, p.Name, p.LoginID, p.AuditActor(), "org.enter", target, nil, nil)
 	return tok, err
 }
 

@@ -389,6 +389,13 @@ func (s *Server) unassign(c echo.Context, a rbac.Assignment) error {
 // record's transaction; instead, when the record cannot be written the
 // roles are put back as they were, so nothing is half-written.
 func (s *Server) auditedRoles(c echo.Context, sub, dom string, change func() error, action string, target audit.Target, details any) error {
+	return s.auditedRolesBy(c, sub, dom, change, func() error { return s.audited(c, action, target, details) })
+}
+
+// auditedRolesBy is auditedRoles with the record written by record (which
+// may name another actor, or write more than the audit record): when
+// record fails, sub's roles in dom are put back as they were.
+func (s *Server) auditedRolesBy(c echo.Context, sub, dom string, change, record func() error) error {
 	t := tenantOf(c)
 	prev, err := t.Enforcer.RolesIn(sub, dom)
 	if err != nil {
@@ -397,7 +404,7 @@ func (s *Server) auditedRoles(c echo.Context, sub, dom string, change func() err
 	if err := change(); err != nil {
 		return err
 	}
-	if err := s.audited(c, action, target, details); err != nil {
+	if err := record(); err != nil {
 		if rerr := t.Enforcer.SetRoles(context.WithoutCancel(c.Request().Context()), sub, dom, prev); rerr != nil {
 			s.Logger.Error("restore roles after failed audit", "org", t.Org.Slug, "subject", sub, "domain", dom, "error", rerr)
 		}

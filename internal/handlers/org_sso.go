@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
@@ -388,7 +387,12 @@ func (s *Server) pageSSOCallback(c echo.Context) error {
 	if err := s.syncSSORoles(c, cfg, u, id.Groups); err != nil {
 		return err
 	}
-	tok, exp, err := s.openSSOLogin(c, cfg, u)
+	// The sign-in, its token, its audit record and the provider's proof
+	// of life are written in one transaction.
+	user := audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}
+	tok, exp, err := s.openLogin(c, directory.UserSubject(u.ID), u.Email, "", user, "user.login",
+		audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}, map[string]string{"method": "sso", "issuer": cfg.IssuerURL},
+		func(m *orgTx) error { return s.ssoStore(c, m.tx).MarkSuccess(ctx, m.tx) })
 	if err != nil {
 		return err
 	}
@@ -454,32 +458,29 @@ func (s *Server) syncSSORoles(c echo.Context, cfg sso.Config, u directory.User, 
 	}
 	plan := sso.PlanRoles(desired, held, granted)
 	change := func(a rbac.Assignment, add bool) error {
-		prev, err := t.Enforcer.RolesIn(a.Subject, a.Domain)
-		if err != nil {
-			return err
-		}
 		action, key := "role.unassign", "before"
 		if add {
 			action, key = "role.assign", "after"
-			_, err = t.Enforcer.Assign(ctx, a)
-		} else {
-			_, err = t.Enforcer.Unassign(ctx, a)
 		}
-		if err == nil {
-			err = sso.SetGrant(ctx, t.DB, u.ID, a, add)
-		}
-		if err == nil {
-			err = s.appendOrg(c, t, ssoActor(cfg), action, audit.Target{Type: "subject", ID: a.Subject, Name: u.Email}, audit.Allow,
-				map[string]any{key: a, "source": "sso", "groups": groups})
-		}
-		if err != nil {
-			bg := context.WithoutCancel(ctx)
-			if rerr := t.Enforcer.SetRoles(bg, a.Subject, a.Domain, prev); rerr != nil {
-				s.Logger.Error("restore roles after failed sso role change", "org", t.Org.Slug, "subject", a.Subject, "error", rerr)
+		return s.auditedRolesBy(c, a.Subject, a.Domain, func() error {
+			var err error
+			if add {
+				_, err = t.Enforcer.Assign(ctx, a)
+			} else {
+				_, err = t.Enforcer.Unassign(ctx, a)
 			}
-			_ = sso.SetGrant(bg, t.DB, u.ID, a, !add)
-		}
-		return err
+			return err
+		}, func() error {
+			if err := sso.SetGrant(ctx, t.DB, u.ID, a, add); err != nil {
+				return err
+			}
+			err := s.appendOrg(c, t, ssoActor(cfg), action, audit.Target{Type: "subject", ID: a.Subject, Name: u.Email}, audit.Allow,
+				map[string]any{key: a, "source": "sso", "groups": groups})
+			if err != nil {
+				_ = sso.SetGrant(context.WithoutCancel(ctx), t.DB, u.ID, a, !add)
+			}
+			return err
+		})
 	}
 	for _, a := range plan.Add {
 		if err := change(a, true); err != nil {
@@ -492,29 +493,4 @@ func (s *Server) syncSSORoles(c echo.Context, cfg sso.Config, u directory.User, 
 		}
 	}
 	return nil
-}
-
-// openSSOLogin creates the sign-in, its token, the audit record and the
-// provider's proof of life in one transaction.
-func (s *Server) openSSOLogin(c echo.Context, cfg sso.Config, u directory.User) (string, time.Time, error) {
-	t := tenantOf(c)
-	ctx := c.Request().Context()
-	var tok string
-	var exp time.Time
-	subject := directory.UserSubject(u.ID)
-	err := s.mutate(c, func(m *orgTx) error {
-		lid, err := m.Dir.CreateLogin(ctx, subject, t.Signer.TTL())
-		if err != nil {
-			return err
-		}
-		if tok, exp, err = t.Signer.IssueChild(subject, lid, u.Email, ""); err != nil {
-			return err
-		}
-		if err := s.ssoStore(c, m.tx).MarkSuccess(ctx, m.tx); err != nil {
-			return err
-		}
-		return m.auditAs(audit.Actor{Type: audit.ActorUser, ID: itoa(u.ID), Name: u.Email}, "user.login",
-			audit.Target{Type: "user", ID: itoa(u.ID), Name: u.Email}, map[string]string{"method": "sso", "issuer": cfg.IssuerURL})
-	})
-	return tok, exp, err
 }

@@ -422,9 +422,10 @@ func idParam(c echo.Context, name string) (int64, error) {
 }
 
 // openLogin creates an org sign-in for subject (tied to a parent
-// platform sign-in when set), signs its token and records action, all in
-// one transaction: no login exists without its audit record.
-func (s *Server) openLogin(c echo.Context, subject, name, parent string, actor audit.Actor, action string, target audit.Target) (string, time.Time, error) {
+// platform sign-in when set), signs its token, runs within (when set) and
+// records action with details, all in one transaction: no login exists
+// without its audit record.
+func (s *Server) openLogin(c echo.Context, subject, name, parent string, actor audit.Actor, action string, target audit.Target, details any, within func(m *orgTx) error) (string, time.Time, error) {
 	t := tenantOf(c)
 	var tok string
 	var exp time.Time
@@ -436,7 +437,12 @@ func (s *Server) openLogin(c echo.Context, subject, name, parent string, actor a
 		if tok, exp, err = t.Signer.IssueChild(subject, sid, name, parent); err != nil {
 			return err
 		}
-		return m.auditAs(actor, action, target, nil)
+		if within != nil {
+			if err := within(m); err != nil {
+				return err
+			}
+		}
+		return m.auditAs(actor, action, target, details)
 	})
 	return tok, exp, err
 }
