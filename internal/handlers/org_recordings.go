@@ -197,9 +197,7 @@ func (s *Server) pageReplay(c echo.Context) error {
 	}
 	slug := tenantOf(c).Org.Slug
 	base := recordingURL(slug, cmd) + "/recording"
-	row := commandRow(cmd)
-	d := views.ReplayData{Slug: slug, SessionID: cmd.SessionID, CommandID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName,
-		Started: row.Started, State: cmd.State, ExitCode: row.ExitCode, Duration: row.Duration, Output: row.Output, Truncated: cmd.Truncated,
+	d := views.ReplayData{Slug: slug, SessionID: cmd.SessionID, CommandRow: commandRow(cmd), Truncated: cmd.Truncated,
 		CastURL: base + "?format=cast&eol=crlf", CastDownload: base + "?format=cast&download=1", TextDownload: base + "?format=txt&download=1",
 		StartAt: start}
 	replayCSP(c)
@@ -327,9 +325,7 @@ func (s *Server) pageRecordings(c echo.Context) error {
 		return err
 	}
 	for _, h := range hits {
-		row := commandRow(h.Command)
-		vh := views.RecordingHit{CommandID: h.Command.ID, SessionID: h.Command.SessionID, Command: h.Command.Command, Agent: h.AgentName,
-			StartedBy: h.Command.ActorName, Started: row.Started, State: h.Command.State, ExitCode: row.ExitCode, Snippet: h.Snippet,
+		vh := views.RecordingHit{CommandRow: commandRow(h.Command), SessionID: h.Command.SessionID, Agent: h.AgentName, Snippet: h.Snippet,
 			ReplayURL: replayAt(slug, h), SessionURL: fmt.Sprintf("/o/%s/sessions/%d", slug, h.Command.SessionID), Capped: h.Capped}
 		if h.At > 0 {
 			vh.At = (time.Duration(h.At*1000) * time.Millisecond).String()
