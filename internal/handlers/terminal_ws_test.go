@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -200,4 +201,47 @@ func TestTerminalWebSocket(t *testing.T) {
 			t.Fatalf("command %d is not in the session's history (%d %.200s)", cid, r.status, r.body)
 		}
 	})
+}
+
+// TestTerminalPollOfDeletedOrg: a long-poll waiting on a command's output
+// when its org is deleted ends at once and answers with the deletion, not
+// with a suspension (the revocation's own cause reaches the caller).
+func TestTerminalPollOfDeletedOrg(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "sleep 60"})
+	wantStatus(t, "exec", r, http.StatusCreated)
+	var o outputJSON
+	r.decode(t, &o)
+	before := len(f.agentd.callsSince(0))
+	answered := make(chan response, 1)
+	started := time.Now()
+	go func() {
+		answered <- f.call(http.MethodGet, f.sessionPath("/commands/%d/output?cursor=%d&wait_ms=30000", o.CommandID, o.NextCursor), "member", nil)
+	}()
+	// Wait until the poll reached agentd: it holds the org then.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if slices.ContainsFunc(f.agentd.callsSince(before), func(c string) bool { return strings.HasPrefix(c, "GET ") }) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the long-poll never reached agentd")
+		}
+	}
+	time.Sleep(200 * time.Millisecond)
+	if _, err := f.e.c.Orgs.Delete(context.Background(), "acme", "acme"); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case r := <-answered:
+		if time.Since(started) > 20*time.Second {
+			t.Fatalf("the poll ran out its wait instead of ending at the deletion")
+		}
+		wantStatus(t, "poll of a deleted org", r, http.StatusNotFound)
+		if env := r.envelope(t); env.Error.Code != "org_deleted" {
+			t.Fatalf("the poll of a deleted org answered %q: %s", env.Error.Code, env.Error.Message)
+		}
+	case <-time.After(25 * time.Second):
+		t.Fatal("the waiting poll was not answered after the org's deletion")
+	}
 }

@@ -66,9 +66,6 @@ type Handle struct {
 // error the HTTP layer can answer with. Long-polls and streams select on it.
 func (h *Handle) Context() context.Context { return h.p.ctx }
 
-// Done is Context().Done().
-func (h *Handle) Done() <-chan struct{} { return h.p.ctx.Done() }
-
 // Release returns the handle; the pool may then be closed when idle, or at
 // once if it was revoked. Releasing twice is harmless.
 func (h *Handle) Release() { h.once.Do(func() { h.s.release(h.p) }) }

@@ -301,7 +301,7 @@ func TestDeleteWaitsForLastRequest(t *testing.T) {
 	}
 	lastQuery := make(chan error, 1)
 	go func() {
-		<-h.Done()
+		<-h.Context().Done()
 		var n int64
 		lastQuery <- h.DB.Raw("SELECT count(*) FROM audit_events").Scan(&n).Error
 		h.Release()

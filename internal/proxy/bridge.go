@@ -98,7 +98,7 @@ func (t *Terminals) DropAll() int {
 func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *authz.Actor, m Meta, at Attach) error {
 	g.Terminals.add(conn)
 	defer g.Terminals.remove(conn)
-	ctx, cancel := bindRevoked(ctx, org)
+	ctx, cancel := bindRevoked(ctx, org.Revoked)
 	defer cancel()
 	send := func(msg ServerMessage) error {
 		b, err := json.Marshal(msg)

@@ -168,7 +168,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		return err
 	}
 	defer release()
-	ctx, cancel := bindRevoked(ctx, org)
+	ctx, cancel := bindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
 	// retry waits before the next attempt after a failure that may pass

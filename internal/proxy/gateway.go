@@ -12,6 +12,7 @@ package proxy
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -20,6 +21,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
@@ -105,17 +107,35 @@ func event(a *authz.Actor, m Meta, action string, target audit.Target, details a
 		Decision: audit.Allow, Details: audit.Details(details)}
 }
 
-// bindRevoked returns ctx, ended also when org is revoked.
-func bindRevoked(ctx context.Context, org Org) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(ctx)
-	if org.Revoked == nil {
-		return ctx, cancel
+// bindRevoked returns ctx limited to the org's life: it ends when ctx ends
+// or when revoked does (the org was suspended or deleted, or the console
+// is shutting down), and context.Cause of it says which: a revocation
+// keeps its own cause. A nil revoked never ends. Call cancel when done.
+func bindRevoked(ctx context.Context, revoked context.Context) (context.Context, context.CancelFunc) {
+	bound, cancel := context.WithCancelCause(ctx)
+	if revoked == nil {
+		return bound, func() { cancel(context.Canceled) }
 	}
-	stop := context.AfterFunc(org.Revoked, cancel)
-	return ctx, func() {
+	stop := context.AfterFunc(revoked, func() { cancel(context.Cause(revoked)) })
+	return bound, func() {
 		stop()
-		cancel()
+		cancel(context.Canceled)
 	}
+}
+
+// revokedErr is what an operation the org's revocation ended answers: the
+// revocation's own cause (suspended, deleted, shutting down), or nil while
+// the org stands.
+func revokedErr(org Org) error {
+	if org.Revoked == nil || org.Revoked.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(org.Revoked)
+	var ae *apperr.Error
+	if errors.As(cause, &ae) {
+		return cause
+	}
+	return apperr.New(apperr.ErrSuspended, "org_suspended", "The organization was suspended.")
 }
 
 // knownKey names a command of one org database. It holds the database

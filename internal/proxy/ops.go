@@ -195,7 +195,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	pctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
 	// A suspended or deleted org ends its long-polls at once.
-	pctx, stop := bindRevoked(pctx, org)
+	pctx, stop := bindRevoked(pctx, org.Revoked)
 	defer stop()
 	// A reader peeks: only the recorder lets agentd drop what it read.
 	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
@@ -207,8 +207,10 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		return g.fromRecordingOf(ctx, org, commandID, cursor)
 	}
 	if err != nil {
-		if org.Revoked != nil && org.Revoked.Err() != nil {
-			return Output{}, apperr.New(apperr.ErrSuspended, "org_suspended", "The organization was suspended.")
+		// Ended by the org's revocation: answered with its cause (a
+		// deleted org says so, not that it was suspended).
+		if rerr := revokedErr(org); rerr != nil {
+			return Output{}, rerr
 		}
 		return Output{}, g.upstream(ctx, org, t, err)
 	}

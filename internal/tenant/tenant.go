@@ -41,24 +41,6 @@ func (t *Tenant) Release() { t.handle.Release() }
 // an error the HTTP layer answers with (403 suspended, 404 deleted, 503).
 func (t *Tenant) Context() context.Context { return t.handle.Context() }
 
-// Done is closed when the tenant is revoked; a long-poll or stream selects
-// on it next to its own events.
-func (t *Tenant) Done() <-chan struct{} { return t.handle.Done() }
-
-// Bind returns ctx limited to the tenant's life: it ends when ctx ends or
-// when the tenant is revoked, and context.Cause says which. Handlers that
-// wait (long-polls, streams, proxied calls) run on the bound context so a
-// suspended or deleted org's requests end promptly. Call cancel when done.
-func (t *Tenant) Bind(ctx context.Context) (context.Context, context.CancelFunc) {
-	bound, cancel := context.WithCancelCause(ctx)
-	tc := t.Context()
-	stop := context.AfterFunc(tc, func() { cancel(context.Cause(tc)) })
-	return bound, func() {
-		stop()
-		cancel(context.Canceled)
-	}
-}
-
 // Registry builds and caches tenants.
 type Registry struct {
 	Orgs     *orgs.Service
