@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/authz/authztest"
 	"github.com/gatehouse/gatehouse/internal/rbac"
@@ -243,9 +244,9 @@ func TestSessionAccess(t *testing.T) {
 		})
 		t.Run("a state filter outside the vocabulary is refused", func(t *testing.T) {
 			_, err := w.svc.List(context.Background(), sys(), sessions.ListFilter{State: "reclaimed"})
-			var v interface{ Unwrap() error }
-			if !errors.As(err, &v) {
-				t.Errorf("err = %v", err)
+			var v *apperr.ValidationError
+			if !errors.Is(err, apperr.ErrInvalid) || !errors.As(err, &v) || v.Fields["state"] == "" {
+				t.Errorf("err = %v, want a validation error on state", err)
 			}
 		})
 	})

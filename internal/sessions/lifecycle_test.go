@@ -536,11 +536,26 @@ func TestHostSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 		svc := w.svc(nil)
+		// Agents allowed both environments, so that the refusal comes from
+		// the environment's kind, not from the agent's list.
 		t.Run("a sandbox environment is refused", func(t *testing.T) {
-			_, err := svc.Create(ctx, sys(), sessions.CreateInput{AgentID: w.agent.ID, EnvironmentID: &host.ID})
-			if !errors.Is(err, apperr.ErrInvalid) {
-				t.Errorf("err = %v", err)
+			both, err := w.ags.Create(ctx, sys(), agents.Input{DepartmentID: &w.dept, Name: ptr("host-coder-both"), Config: ptr(`{"model":"m"}`),
+				EnvironmentIDs: []int64{host.ID, w.env.ID}, DefaultEnvironmentID: &host.ID})
+			if err != nil {
+				t.Fatal(err)
 			}
+			_, err = svc.Create(ctx, sys(), sessions.CreateInput{AgentID: both.ID, EnvironmentID: &w.env.ID})
+			wantFieldError(t, err, "environment_id", "runs sessions directly on a host")
+		})
+		t.Run("a host environment is refused for per-session sandboxes", func(t *testing.T) {
+			both, err := w.ags.Create(ctx, sys(), agents.Input{DepartmentID: &w.dept, Name: ptr("sandbox-coder-both"), Config: ptr(`{"model":"m"}`),
+				SandboxMode: ptr(agents.SandboxPerSession), TemplateID: w.agent.TemplateID,
+				EnvironmentIDs: []int64{w.env.ID, host.ID}, DefaultEnvironmentID: &w.env.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = svc.Create(ctx, sys(), sessions.CreateInput{AgentID: both.ID, EnvironmentID: &host.ID})
+			wantFieldError(t, err, "environment_id", "choose a sandbox environment, not host")
 		})
 		sess, err := svc.Create(ctx, sys(), sessions.CreateInput{AgentID: ag.ID})
 		if err != nil {
@@ -561,4 +576,17 @@ func TestHostSessions(t *testing.T) {
 			t.Errorf("pause on a host = %v", err)
 		}
 	})
+}
+
+// wantFieldError requires err to be a validation error whose field holds a
+// message containing want.
+func wantFieldError(t *testing.T, err error, field, want string) {
+	t.Helper()
+	var v *apperr.ValidationError
+	if !errors.Is(err, apperr.ErrInvalid) || !errors.As(err, &v) {
+		t.Fatalf("err = %v, want a validation error", err)
+	}
+	if got := v.Fields[field]; !strings.Contains(got, want) {
+		t.Errorf("%s: %q, want it to say %q (all: %v)", field, got, want, v.Fields)
+	}
 }

@@ -285,7 +285,10 @@ func TestFaultHandling(t *testing.T) {
 				t.Errorf("OutcomeUnknown = %v, want %v (%v)", got, tt.unknown, err)
 			}
 			var ae *sandbox.APIError
-			if errors.As(err, &ae) && ae.RetryAfter != tt.retryAfter {
+			isAPI := errors.As(err, &ae)
+			if tt.retryAfter > 0 && !isAPI {
+				t.Errorf("create = %v (%T), want a *sandbox.APIError carrying Retry-After %v", err, err, tt.retryAfter)
+			} else if isAPI && ae.RetryAfter != tt.retryAfter {
 				t.Errorf("RetryAfter = %v, want %v", ae.RetryAfter, tt.retryAfter)
 			}
 			list, lerr := c.List(context.Background(), sandbox.ListFilter{Metadata: tag})
