@@ -1645,7 +1645,7 @@ func EnvDetail(p Page, d EnvDetailData) templ.Component {
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = EnvFormFields(p, d.Slug, "/o/"+d.Slug+"/environments/"+strconv.FormatInt(d.Env.ID, 10), d.Form, false, EnvSecrets{Kind: d.Env.Kind, APIKeySet: d.Env.APIKeySet, AgentdTokenSet: d.Env.AgentdTokenSet}).Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = EnvFormFields(p, d.Slug, string(envURL(d.Slug, d.Env.ID, "")), d.Form, false, EnvSecrets{Kind: d.Env.Kind, APIKeySet: d.Env.APIKeySet, AgentdTokenSet: d.Env.AgentdTokenSet}).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -71,6 +71,14 @@ func userURL(slug string, id int64, suffix string) string {
 	return "/o/" + slug + "/users/" + strconv.FormatInt(id, 10) + suffix
 }
 
+func agentURL(slug string, id int64, suffix string) string {
+	return "/o/" + slug + "/agents/" + strconv.FormatInt(id, 10) + suffix
+}
+
+func deptURL(slug string, id int64, suffix string) string {
+	return "/o/" + slug + "/departments/" + strconv.FormatInt(id, 10) + suffix
+}
+
 // removeRoleConsequence says what removing a role takes away, in the
 // strongest terms for the strongest roles.
 func removeRoleConsequence(email string, r RoleRow) string {
