@@ -14,29 +14,9 @@ import (
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
-// queryAudit parses ?q= and the keyset cursor and runs the query; viewing
-// the log is itself audited.
-func (s *Server) queryAudit(c echo.Context) ([]audit.Event, int64, int, error) {
-	evs, before, limit, err := queryLog(c, tenantOf(c).Audit)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	if err := s.audited(c, "audit.view", audit.Target{Type: "audit_log"}, map[string]any{"q": c.QueryParam("q"), "before": before}); err != nil {
-		return nil, 0, 0, err
-	}
-	return evs, before, limit, nil
-}
-
 func (s *Server) apiOrgAudit(c echo.Context) error {
-	evs, _, limit, err := s.queryAudit(c)
-	if err != nil {
-		return err
-	}
-	resp := auditPageJSON{Items: evs}
-	if len(evs) == limit {
-		resp.NextBefore = evs[len(evs)-1].Seq
-	}
-	return c.JSON(http.StatusOK, resp)
+	aq, err := s.queryAudit(c, tenantOf(c).Audit, s.audited)
+	return auditJSON(c, aq, err)
 }
 
 // apiOrgAuditExport streams the filtered set as JSONL or CSV.
@@ -105,33 +85,33 @@ func (s *Server) apiOrgAuditVerify(c echo.Context) error {
 }
 
 func (s *Server) pageOrgAudit(c echo.Context) error {
-	evs, before, limit, err := s.queryAudit(c)
+	t := tenantOf(c)
+	aq, err := s.queryAudit(c, t.Audit, s.audited)
+	q := aq.Q
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
 			ap := views.AuditPage{Heading: "Audit log", Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}
-			s.auditSearch(c, nil, &ap, c.QueryParam("q"))
+			s.auditSearch(c, nil, &ap, q, audit.Filter{})
 			return render(c, status, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 		}
 		return err
 	}
-	t := tenantOf(c)
 	base := "/o/" + t.Org.Slug + "/audit"
-	q := c.QueryParam("q")
-	rows := auditRows(evs)
-	replayLinks(t.Org.Slug, evs, rows)
+	rows := auditRows(aq.Events)
+	replayLinks(t.Org.Slug, aq.Events, rows)
 	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: rows, Action: base,
 		Export: []views.NavItem{
 			{Label: "JSONL", Href: base + "/export?format=jsonl&q=" + url.QueryEscape(q)},
 			{Label: "CSV", Href: base + "/export?format=csv&q=" + url.QueryEscape(q)},
 		},
 		VerifyURL: base + "/verify"}
-	if len(evs) == limit {
-		ap.NextURL = fmt.Sprintf("%s?q=%s&before=%d", base, url.QueryEscape(q), evs[len(evs)-1].Seq)
+	if len(aq.Events) == aq.Limit {
+		ap.NextURL = fmt.Sprintf("%s?q=%s&before=%d", base, url.QueryEscape(q), aq.Events[len(aq.Events)-1].Seq)
 	}
-	if before > 0 {
+	if aq.Before > 0 {
 		ap.FirstURL = base + "?q=" + url.QueryEscape(q)
 	}
-	s.auditSearch(c, t.Audit, &ap, q)
+	s.auditSearch(c, t.Audit, &ap, q, aq.Filter)
 	return render(c, http.StatusOK, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 }
 

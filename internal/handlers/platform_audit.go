@@ -33,48 +33,64 @@ func beforeParam(c echo.Context) (int64, int, error) {
 	return before, limit, nil
 }
 
-// queryLog runs ?q= with keyset paging against log.
-func queryLog(c echo.Context, log *audit.Log) ([]audit.Event, int64, int, error) {
+// auditQuery is one run of an audit page's search: the search (with the
+// date inputs folded in), its filter, the page asked for and the events.
+type auditQuery struct {
+	Q      string
+	Filter audit.Filter
+	Before int64
+	Limit  int
+	Events []audit.Event
+}
+
+// queryAudit runs ?q= with keyset paging against log and records, through
+// record, that the log was read.
+func (s *Server) queryAudit(c echo.Context, log *audit.Log, record auditRecorder) (auditQuery, error) {
 	mergeDateParams(c)
-	f, err := audit.ParseQuery(c.QueryParam("q"))
-	if err != nil {
-		return nil, 0, 0, err
+	aq := auditQuery{Q: c.QueryParam("q")}
+	var err error
+	if aq.Filter, err = audit.ParseQuery(aq.Q); err != nil {
+		return aq, err
 	}
-	before, limit, err := beforeParam(c)
-	if err != nil {
-		return nil, 0, 0, err
+	if aq.Before, aq.Limit, err = beforeParam(c); err != nil {
+		return aq, err
 	}
-	evs, err := log.Query(c.Request().Context(), f, before, limit)
-	if evs == nil {
-		evs = []audit.Event{}
+	if aq.Events, err = log.Query(c.Request().Context(), aq.Filter, aq.Before, aq.Limit); err != nil {
+		return aq, err
 	}
-	return evs, before, limit, err
+	if aq.Events == nil {
+		aq.Events = []audit.Event{}
+	}
+	return aq, record(c, "audit.view", audit.Target{Type: "audit_log"}, map[string]any{"q": aq.Q, "before": aq.Before})
 }
 
-// queryPlatformAudit runs the query and records that the platform log was
-// read, as reading an org's log is.
-func (s *Server) queryPlatformAudit(c echo.Context) ([]audit.Event, int64, int, error) {
-	evs, before, limit, err := queryLog(c, s.PlatformAudit)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	if err := s.platformEvent(c, principalOf(c).AuditActor(), "audit.view", audit.Target{Type: "audit_log"}, audit.Allow,
-		map[string]any{"q": c.QueryParam("q"), "before": before}); err != nil {
-		return nil, 0, 0, err
-	}
-	return evs, before, limit, nil
+// auditRecorder appends an allowed action of the request's principal to
+// one audit log: s.audited for the org's, s.platformAudited for the
+// platform's.
+type auditRecorder func(c echo.Context, action string, target audit.Target, details any) error
+
+// platformAudited records an allowed action of the request's principal in
+// the platform log.
+func (s *Server) platformAudited(c echo.Context, action string, target audit.Target, details any) error {
+	return s.platformEvent(c, principalOf(c).AuditActor(), action, target, audit.Allow, details)
 }
 
-func (s *Server) apiPlatformAudit(c echo.Context) error {
-	evs, _, limit, err := s.queryPlatformAudit(c)
+// auditJSON answers an audit API query, with the cursor of the next page
+// when this one is full.
+func auditJSON(c echo.Context, aq auditQuery, err error) error {
 	if err != nil {
 		return err
 	}
-	resp := auditPageJSON{Items: evs}
-	if len(evs) == limit {
-		resp.NextBefore = evs[len(evs)-1].Seq
+	resp := auditPageJSON{Items: aq.Events}
+	if len(aq.Events) == aq.Limit {
+		resp.NextBefore = aq.Events[len(aq.Events)-1].Seq
 	}
 	return c.JSON(http.StatusOK, resp)
+}
+
+func (s *Server) apiPlatformAudit(c echo.Context) error {
+	aq, err := s.queryAudit(c, s.PlatformAudit, s.platformAudited)
+	return auditJSON(c, aq, err)
 }
 
 func auditRows(evs []audit.Event) []views.AuditRow {
@@ -100,36 +116,34 @@ func firstNonEmpty(xs ...string) string {
 }
 
 func (s *Server) pagePlatformAudit(c echo.Context) error {
-	mergeDateParams(c)
-	q := c.QueryParam("q")
-	evs, before, limit, err := s.queryPlatformAudit(c)
+	aq, err := s.queryAudit(c, s.PlatformAudit, s.platformAudited)
+	q := aq.Q
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
 			ap := views.AuditPage{Heading: "Platform audit log", Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}
-			s.auditSearch(c, nil, &ap, q)
+			s.auditSearch(c, nil, &ap, q, audit.Filter{})
 			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"), ap))
 		}
 		return err
 	}
-	ap := views.AuditPage{Heading: "Platform audit log", Query: q, Rows: auditRows(evs), Action: "/admin/audit",
+	ap := views.AuditPage{Heading: "Platform audit log", Query: q, Rows: auditRows(aq.Events), Action: "/admin/audit",
 		VerifyURL: "/admin/audit/verify", Export: []views.NavItem{
 			{Label: "JSONL", Href: "/admin/audit/export?format=jsonl&q=" + url.QueryEscape(q)},
 			{Label: "CSV", Href: "/admin/audit/export?format=csv&q=" + url.QueryEscape(q)},
 		}}
-	if len(evs) == limit {
-		ap.NextURL = fmt.Sprintf("/admin/audit?q=%s&before=%d", url.QueryEscape(q), evs[len(evs)-1].Seq)
+	if len(aq.Events) == aq.Limit {
+		ap.NextURL = fmt.Sprintf("/admin/audit?q=%s&before=%d", url.QueryEscape(q), aq.Events[len(aq.Events)-1].Seq)
 	}
-	if before > 0 {
+	if aq.Before > 0 {
 		ap.FirstURL = "/admin/audit?q=" + url.QueryEscape(q)
 	}
-	s.auditSearch(c, s.PlatformAudit, &ap, q)
+	s.auditSearch(c, s.PlatformAudit, &ap, q, aq.Filter)
 	return render(c, http.StatusOK, views.AuditLog(s.page(c, "Platform audit log"), ap))
 }
 
 func (s *Server) apiPlatformAuditExport(c echo.Context) error {
 	return s.exportLog(c, s.PlatformAudit, "platform", func(q, format string) error {
-		return s.platformEvent(c, principalOf(c).AuditActor(), "audit.export", audit.Target{Type: "audit_log"}, audit.Allow,
-			map[string]any{"q": q, "format": format})
+		return s.platformAudited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": q, "format": format})
 	})
 }
 
@@ -139,7 +153,7 @@ func (s *Server) verifyPlatformAudit(c echo.Context) (audit.VerifyResult, error)
 	if err != nil {
 		return res, err
 	}
-	return res, s.platformEvent(c, principalOf(c).AuditActor(), "audit.verify", audit.Target{Type: "audit_log"}, audit.Allow, res)
+	return res, s.platformAudited(c, "audit.verify", audit.Target{Type: "audit_log"}, res)
 }
 
 func (s *Server) apiPlatformAuditVerify(c echo.Context) error {
@@ -177,15 +191,11 @@ func mergeDateParams(c echo.Context) {
 }
 
 // auditSearch shows the search q on an audit page: dates in the date
-// inputs, the rest in the search box, and how many events match when log
-// is given (nil when the search was refused).
-func (s *Server) auditSearch(c echo.Context, log *audit.Log, ap *views.AuditPage, q string) {
+// inputs, the rest in the search box, and how many events match f when
+// log is given (nil when the search was refused).
+func (s *Server) auditSearch(c echo.Context, log *audit.Log, ap *views.AuditPage, q string, f audit.Filter) {
 	ap.Query, ap.From, ap.To = audit.SplitDates(q)
 	if log == nil {
-		return
-	}
-	f, err := audit.ParseQuery(q)
-	if err != nil {
 		return
 	}
 	n, more, err := log.Count(c.Request().Context(), f, auditCountLimit)
