@@ -24,7 +24,7 @@
 
   const state = {
     commandId: Number(el.dataset.command || 0),
-    cursor: Number(el.dataset.cursor || 0),
+    cursor: 0,
     connects: 0,
     ended: false,
     ws: null,
@@ -130,8 +130,10 @@
       send({ type: "resize", rows: term.rows, cols: term.cols });
     }
   });
+  // The page offers an open button unless the terminal starts at once
+  // (autostart, or watching).
   const open = document.getElementById("terminal-open");
-  if (el.dataset.autostart === "1" || !open) {
+  if (!open) {
     connect();
   } else {
     open.addEventListener("click", function () {
