@@ -144,22 +144,13 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	// Finish what a crash left half-way before serving: no request may see
 	// an org that is half created or half deleted.
 	c.reconcile(ctx)
-	created, otp, err := c.Platform.Bootstrap(ctx, cfg.AdminEmail, cfg.AdminPassword)
-	if err != nil {
-		c.Close()
-		return nil, err
-	}
-	c.AdminCreated, c.OneTimePassword = created, otp
 	c.AdminEmail = auth.NormalizeEmail(cfg.AdminEmail)
 	if c.AdminEmail == "" {
 		c.AdminEmail = "admin@localhost.localdomain"
 	}
-	if created {
-		if _, err := c.Audit.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem, Name: "bootstrap"},
-			Action: "platform.admin_create", Target: audit.Target{Type: audit.ActorPlatformAdmin, Name: c.AdminEmail}}); err != nil {
-			c.Close()
-			return nil, err
-		}
+	if err := c.bootstrapAdmin(ctx); err != nil {
+		c.Close()
+		return nil, err
 	}
 	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL, AuditObserver: c.Metrics.AuditAppended}
 	c.Health = &envs.Checker{
@@ -205,6 +196,25 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.watchMetrics()
 	c.Retention = c.newRetention()
 	return c, nil
+}
+
+// bootstrapAdmin creates the first platform admin from the config when
+// there is none, and records it in the platform audit log in the same
+// transaction: a failed record leaves no admin, so the next start tries
+// both again.
+func (c *Console) bootstrapAdmin(ctx context.Context) error {
+	return c.Catalog.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		created, otp, err := (&platform.Service{DB: tx, Now: c.Platform.Now}).Bootstrap(ctx, c.Config.AdminEmail, c.Config.AdminPassword)
+		if err != nil || !created {
+			return err
+		}
+		if _, err := c.Audit.AppendTx(ctx, tx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem, Name: "bootstrap"},
+			Action: platform.ActionAdminCreate, Target: audit.Target{Type: audit.ActorPlatformAdmin, Name: c.AdminEmail}}); err != nil {
+			return err
+		}
+		c.AdminCreated, c.OneTimePassword = true, otp
+		return nil
+	})
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) {
