@@ -127,7 +127,8 @@ func terminalCSP(c echo.Context) {
 	c.Response().Header().Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; style-src 'self' 'unsafe-inline'; script-src 'self'; connect-src 'self'; frame-ancestors 'none'; form-action 'self'")
 }
 
-// pageWatch shows a running command's output live, read-only.
+// pageWatch shows a running command's output live, read-only, or replays
+// an ended one (of a closed session too, as the bridge does).
 func (s *Server) pageWatch(c echo.Context) error {
 	sid, cid, err := commandParams(c)
 	if err != nil {

@@ -245,3 +245,51 @@ func TestTerminalPollOfDeletedOrg(t *testing.T) {
 		t.Fatal("the waiting poll was not answered after the org's deletion")
 	}
 }
+
+// TestTerminalWatchOfClosedSession: the watch page of a command of a
+// closed session renders (recordings outlive sessions), and so its
+// terminal must work too: it replays the command from its recording and
+// ends, rather than failing on the closed session.
+func TestTerminalWatchOfClosedSession(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo watched-$((40+2))", "wait_ms": 5000})
+	wantStatus(t, "exec", r, http.StatusCreated)
+	var o outputJSON
+	r.decode(t, &o)
+	waitCommandEnded(t, f, o.CommandID)
+	wantStatus(t, "close the session", f.call(http.MethodDelete, fmt.Sprintf("/sessions/%d", f.session), "member", nil), http.StatusOK)
+	page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d/commands/%d/watch", f.session, o.CommandID),
+		cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["auditor"]}}})
+	wantStatus(t, "watch page of a closed session's command", page, http.StatusOK)
+	for _, who := range []string{"auditor", "member"} {
+		w, _, err := f.dialTerminal(t, who, fmt.Sprintf("command=%d&watch=1", o.CommandID), f.e.srv.URL, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var screen strings.Builder
+		msgs := readUntil(t, w, func(m proxy.ServerMessage) bool {
+			if m.Type == "error" {
+				t.Fatalf("%s's watch of a closed session's command failed: %s", who, m.Message)
+			}
+			screen.Write(m.Data)
+			return m.Type == "exit"
+		})
+		if msgs[0].Type != "attached" || !msgs[0].ReadOnly || msgs[0].CommandID != o.CommandID {
+			t.Fatalf("%s's watch began with %+v", who, msgs[0])
+		}
+		if !strings.Contains(screen.String(), "watched-42") {
+			t.Fatalf("%s's watch replayed %q, not the command's output", who, screen.String())
+		}
+		if end := msgs[len(msgs)-1]; end.State != "exited" || end.ExitCode == nil || *end.ExitCode != 0 {
+			t.Fatalf("%s's watch ended with %+v", who, end)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_, _, err = w.Read(ctx)
+		cancel()
+		if websocket.CloseStatus(err) != websocket.StatusNormalClosure {
+			t.Fatalf("after the replay the watch closed with %v, want a normal closure", err)
+		}
+		w.CloseNow()
+	}
+}

@@ -94,6 +94,10 @@ func (t *Terminals) DropAll() int {
 	return n
 }
 
+// idlePollPause spaces the bridge's polls that come back at once with
+// nothing, so they do not spin.
+const idlePollPause = 250 * time.Millisecond
+
 // Bridge serves one browser terminal over conn until either side ends it.
 func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *authz.Actor, m Meta, at Attach) error {
 	g.Terminals.add(conn)
@@ -129,7 +133,9 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		if cid == 0 {
 			return fail(&apperr.ValidationError{Fields: map[string]string{"command": "Say which command to watch."}})
 		}
-		t, err := resolve(ctx, org, a, at.SessionID, ActRead, nil)
+		// The read the watch page made, and the one Poll makes: a command
+		// of a closed session is replayed from its recording, then ends.
+		t, _, err := resolveRecorded(ctx, org, a, at.SessionID)
 		if err != nil {
 			return fail(err)
 		}
@@ -148,11 +154,10 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		cid = out.CommandID
 	} else {
 		// Continuing a command is using the session: authorized before
-		// anything, even whether the command exists, is said.
-		if _, err := resolve(ctx, org, a, at.SessionID, ActStdin, nil); err != nil {
-			return fail(err)
-		}
-		if _, err := commandOf(ctx, org, at.SessionID, cid); err != nil {
+		// anything, even whether the command exists, is said (running's
+		// lookup). A command that ended meanwhile is not refused: the
+		// reconnecting terminal gets the output it missed and the end.
+		if _, _, err := g.sessionCommand(ctx, org, a, at.SessionID, cid, ActStdin); err != nil {
 			return fail(err)
 		}
 	}
@@ -197,6 +202,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 	}()
 
 	for ctx.Err() == nil {
+		asked := time.Now()
 		out, err := g.Poll(ctx, org, a, at.SessionID, cid, cursor, 20000)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -221,6 +227,14 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 				return err
 			}
 			return conn.Close(websocket.StatusNormalClosure, "the command ended")
+		}
+		if len(out.Chunks) == 0 && time.Since(asked) < idlePollPause {
+			// Answered at once with nothing (a command of a closed session
+			// whose end is not recorded yet): no wait at agentd paced it.
+			select {
+			case <-ctx.Done():
+			case <-time.After(idlePollPause):
+			}
 		}
 	}
 	_ = conn.Close(websocket.StatusGoingAway, "the terminal was closed")

@@ -293,13 +293,20 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 	return nil
 }
 
-// running resolves a command that must still run for act.
-func (g *Gateway) running(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, act string) (sessions.Target, recordings.Command, error) {
+// sessionCommand resolves the session for act, then reads its command:
+// authorized before whether the command exists is said.
+func (g *Gateway) sessionCommand(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, act string) (sessions.Target, recordings.Command, error) {
 	t, err := resolve(ctx, org, a, sessionID, act, nil)
 	if err != nil {
 		return t, recordings.Command{}, err
 	}
 	c, err := commandOf(ctx, org, sessionID, commandID)
+	return t, c, err
+}
+
+// running resolves a command that must still run for act.
+func (g *Gateway) running(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, act string) (sessions.Target, recordings.Command, error) {
+	t, c, err := g.sessionCommand(ctx, org, a, sessionID, commandID, act)
 	if err != nil {
 		return t, c, err
 	}
