@@ -2,6 +2,7 @@ package console
 
 import (
 	"context"
+	"database/sql"
 	"net/http"
 
 	"gorm.io/gorm"
@@ -29,15 +30,19 @@ func (c *Console) watchMetrics() {
 		DBPools: func() map[string]metrics.PoolStats {
 			out := map[string]metrics.PoolStats{}
 			if sqlDB, err := c.Catalog.DB(); err == nil {
-				st := sqlDB.Stats()
-				out["catalog"] = metrics.PoolStats{Open: st.OpenConnections, InUse: st.InUse, Idle: st.Idle, WaitCount: st.WaitCount, WaitDuration: st.WaitDuration}
+				out["catalog"] = poolStats(sqlDB.Stats())
 			}
 			for slug, st := range c.Orgs.PoolStats() {
-				out[slug] = metrics.PoolStats{Open: st.OpenConnections, InUse: st.InUse, Idle: st.Idle, WaitCount: st.WaitCount, WaitDuration: st.WaitDuration}
+				out[slug] = poolStats(st)
 			}
 			return out
 		},
 	})
+}
+
+// poolStats is the part of a pool's statistics the metrics export.
+func poolStats(st sql.DBStats) metrics.PoolStats {
+	return metrics.PoolStats{Open: st.OpenConnections, InUse: st.InUse, Idle: st.Idle, WaitCount: st.WaitCount, WaitDuration: st.WaitDuration}
 }
 
 // countByState counts the rows of table per state over the orgs whose
