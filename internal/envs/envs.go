@@ -299,34 +299,15 @@ func apply(e *Environment, in Input, creating bool, mountPrefix string) (agentdT
 	return agentdToken, apiKey, v.Err()
 }
 
-// maxWorkspaceRoot bounds the stored path.
-const maxWorkspaceRoot = 1024
-
-// cleanWorkspaceRoot returns the workspace root in clean form, or why it
-// is refused. A ".." element is refused rather than resolved:
-// "/srv/../../etc" names /etc, which is not what anyone typing it meant
-// to expose to agents.
+// cleanWorkspaceRoot returns the workspace root, a POSIX or Windows
+// absolute path, in clean form, or why it is refused (checkPath's
+// refusals).
 func cleanWorkspaceRoot(p string) (string, string) {
 	const example = "The workspace root must be an absolute path, like /srv/work or C:\\work"
-	if len(p) > maxWorkspaceRoot {
-		return p, fmt.Sprintf("%s, at most %d characters.", example, maxWorkspaceRoot)
-	}
-	for _, r := range p {
-		if r < 0x20 || r == 0x7f {
-			return p, example + ", without control characters."
-		}
-	}
-	var elems []string
-	for _, el := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || r == '\\' }) {
-		switch el {
-		case "..":
-			return p, example + ", without \"..\" elements."
-		case ".":
-		default:
-			elems = append(elems, el)
-		}
-	}
+	elems, msg := checkPath(p, example, true)
 	switch {
+	case msg != "":
+		return p, msg
 	case strings.HasPrefix(p, "/"):
 		return path.Clean(p), ""
 	case windowsAbsRE.MatchString(p):

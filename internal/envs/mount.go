@@ -15,8 +15,9 @@ const (
 	PlaceholderSession = "{session}"
 )
 
-// maxMountPath bounds a stored mount template or mount path.
-const maxMountPath = 1024
+// maxPathLen bounds a stored path: a workspace root, a mount template or
+// a mount path.
+const maxPathLen = 1024
 
 // Mount is one session's persistent workspace: a directory on the
 // backend's hosts (an NFS export, say) and where it appears inside the
@@ -49,26 +50,45 @@ func validateMount(v *apperr.ValidationError, e *Environment, prefix string) {
 	}
 }
 
-// cleanAbsolute returns p, absolute, in clean form, or why it is refused.
-// A ".." element is refused rather than resolved (what someone typing
-// "/data/shared/../../etc" meant is not /etc), and so are control
-// characters and backslashes, which no sandbox path needs.
-func cleanAbsolute(p, example string) (string, string) {
-	if len(p) > maxMountPath {
-		return p, fmt.Sprintf("%s, at most %d characters.", example, maxMountPath)
+// checkPath refuses p when it is longer than maxPathLen, holds a control
+// character or has a ".." element; backslash says whether a backslash
+// separates elements (Windows paths) or is refused. A ".." is refused
+// rather than resolved: what someone typing "/data/shared/../../etc"
+// meant is not /etc. It returns p's elements other than "" and ".".
+func checkPath(p, example string, backslash bool) ([]string, string) {
+	if len(p) > maxPathLen {
+		return nil, fmt.Sprintf("%s, at most %d characters.", example, maxPathLen)
+	}
+	refused := example + ", without control characters."
+	if !backslash {
+		refused = example + ", without control characters or backslashes."
 	}
 	for _, r := range p {
-		if r < 0x20 || r == 0x7f || r == '\\' {
-			return p, example + ", without control characters or backslashes."
+		if r < 0x20 || r == 0x7f || !backslash && r == '\\' {
+			return nil, refused
 		}
+	}
+	var elems []string
+	for _, el := range strings.FieldsFunc(p, func(r rune) bool { return r == '/' || backslash && r == '\\' }) {
+		switch el {
+		case "..":
+			return nil, example + ", without \"..\" elements."
+		case ".":
+		default:
+			elems = append(elems, el)
+		}
+	}
+	return elems, ""
+}
+
+// cleanAbsolute returns p, absolute, in clean form, or why it is refused
+// (checkPath's refusals; backslashes too, which no sandbox path needs).
+func cleanAbsolute(p, example string) (string, string) {
+	if _, msg := checkPath(p, example, false); msg != "" {
+		return p, msg
 	}
 	if !strings.HasPrefix(p, "/") {
 		return p, example + "."
-	}
-	for _, el := range strings.Split(p, "/") {
-		if el == ".." {
-			return p, example + ", without \"..\" elements."
-		}
 	}
 	return path.Clean(p), ""
 }
