@@ -16,45 +16,79 @@ import (
 	"gorm.io/gorm"
 )
 
-// walkPage is how many frames Walk reads at a time: a long recording is
-// streamed, never held whole in memory.
-const walkPage = 64
+// How many frames one query reads: a long recording is streamed a page at
+// a time, never held whole in memory. The first page is small (a poll
+// usually needs a frame or two, and a frame holds up to a megabyte); each
+// next one doubles up to framePage.
+const (
+	firstFramePage = 16
+	framePage      = 64
+)
 
 // errStop ends a Walk early without an error.
 var errStop = errors.New("stop")
 
-// Walk calls fn with each recorded chunk of kind of command id, in order,
-// reading the frames a page at a time. fn returning errStop ends the walk
-// early; a frame that cannot be decoded ends it with an error wrapping
+// frameError is a stored frame that cannot be decoded; it wraps
 // errCorrupt.
-func Walk(ctx context.Context, db *gorm.DB, id int64, kind string, fn func(Chunk) error) error {
-	after := int64(-1)
-	for {
+type frameError struct {
+	commandID, firstSeq int64
+	err                 error
+}
+
+func (e *frameError) Error() string {
+	return fmt.Sprintf("command %d frame %d: %v", e.commandID, e.firstSeq, e.err)
+}
+
+func (e *frameError) Unwrap() error { return e.err }
+
+// eachFrame calls fn with each stored frame of kind of command id whose
+// last_seq is above after (math.MinInt64: every frame), in first_seq
+// order, with the frame's chunks decoded (all of them: the first may hold
+// some at or below after). It pages by first_seq (keyset, never OFFSET),
+// firstFramePage frames at first and up to framePage, so only one page is
+// held at a time. fn returning errStop ends the walk without an error; a
+// frame that cannot be decoded ends it with a *frameError.
+func eachFrame(ctx context.Context, db *gorm.DB, id int64, kind string, after int64, fn func(frame, []Chunk) error) error {
+	from := int64(math.MinInt64) // first_seq of the last frame read
+	for page := firstFramePage; ; page = min(2*page, framePage) {
 		var frames []frame
-		err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND first_seq > ?", id, kind, after).
-			Order("first_seq").Limit(walkPage).Find(&frames).Error
+		err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND last_seq > ? AND first_seq > ?", id, kind, after, from).
+			Order("first_seq").Limit(page).Find(&frames).Error
 		if err != nil {
 			return fmt.Errorf("read recording of command %d: %w", id, err)
 		}
 		for _, f := range frames {
 			cs, err := decodeFrame(f.Body)
 			if err != nil {
-				return fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
+				return &frameError{commandID: id, firstSeq: f.FirstSeq, err: err}
 			}
-			for _, c := range cs {
-				if err := fn(c); err != nil {
-					if errors.Is(err, errStop) {
-						return nil
-					}
-					return err
+			if err := fn(f, cs); err != nil {
+				if errors.Is(err, errStop) {
+					return nil
 				}
+				return err
 			}
-			after = f.FirstSeq
+			from = f.FirstSeq
 		}
-		if len(frames) < walkPage {
+		if len(frames) < page {
 			return nil
 		}
 	}
+}
+
+// Walk calls fn with each recorded chunk of kind of command id, in order,
+// reading the frames a page at a time. fn returning errStop ends the walk
+// early; a frame that cannot be decoded ends it with an error wrapping
+// errCorrupt.
+func Walk(ctx context.Context, db *gorm.DB, id int64, kind string, fn func(Chunk) error) error {
+	return eachFrame(ctx, db, id, kind, math.MinInt64, func(_ frame, cs []Chunk) error {
+		for _, c := range cs {
+			if err := fn(c); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
 }
 
 // Resize is a window size change of a command, from its audit events.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
 	"time"
 
@@ -387,20 +388,17 @@ func Unfollowed(ctx context.Context, db *gorm.DB, now time.Time, limit int) ([]C
 	return out, nil
 }
 
-// Read returns a command's recorded chunks of kind (KindOut or KindIn) in
-// order, checking each frame's chain as it goes.
+// Read returns all of a command's recorded chunks of kind (KindOut or
+// KindIn) in order, as Walk reads them: for tests. It does not check the
+// hash chain (Verify does).
 func Read(ctx context.Context, db *gorm.DB, id int64, kind string) ([]Chunk, error) {
-	var frames []frame
-	if err := db.WithContext(ctx).Where("command_id = ? AND kind = ?", id, kind).Order("first_seq").Find(&frames).Error; err != nil {
-		return nil, fmt.Errorf("read recording of command %d: %w", id, err)
-	}
 	var out []Chunk
-	for _, f := range frames {
-		cs, err := decodeFrame(f.Body)
-		if err != nil {
-			return nil, fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
-		}
-		out = append(out, cs...)
+	err := Walk(ctx, db, id, kind, func(c Chunk) error {
+		out = append(out, c)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return out, nil
 }
@@ -417,26 +415,18 @@ type Verification struct {
 }
 
 // Verify recomputes both chains of command id from the stored frames and
-// compares them with want (the heads its end event recorded).
+// compares them with want (the heads its end event recorded), reading the
+// frames a page at a time.
 func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) (Verification, error) {
 	v := Verification{CommandID: id}
 	for _, kind := range []string{KindOut, KindIn} {
-		var frames []frame
-		if err := db.WithContext(ctx).Where("command_id = ? AND kind = ?", id, kind).Order("first_seq").Find(&frames).Error; err != nil {
-			return v, fmt.Errorf("read recording of command %d: %w", id, err)
-		}
 		head := ChainStart
 		var n int64
 		last := int64(0)
-		for _, f := range frames {
-			cs, err := decodeFrame(f.Body)
-			if err != nil {
-				v.Problem = fmt.Sprintf("%s frame at %d cannot be read", kind, f.FirstSeq)
-				return v, nil
-			}
+		err := eachFrame(ctx, db, id, kind, math.MinInt64, func(f frame, cs []Chunk) error {
 			if f.PrevHash != head || len(cs) == 0 || int64(cs[0].Seq) <= last {
 				v.Problem = fmt.Sprintf("%s frame at %d does not follow the one before", kind, f.FirstSeq)
-				return v, nil
+				return errStop
 			}
 			for _, c := range cs {
 				head = chainHash(head, c)
@@ -446,9 +436,21 @@ func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) 
 			}
 			if head != f.Hash {
 				v.Problem = fmt.Sprintf("%s frame at %d was changed", kind, f.FirstSeq)
-				return v, nil
+				return errStop
 			}
 			last = int64(cs[len(cs)-1].Seq)
+			return nil
+		})
+		var fe *frameError
+		if errors.As(err, &fe) {
+			v.Problem = fmt.Sprintf("%s frame at %d cannot be read", kind, fe.firstSeq)
+			return v, nil
+		}
+		if err != nil {
+			return v, err
+		}
+		if v.Problem != "" {
+			return v, nil
 		}
 		if kind == KindOut {
 			v.OutputHash, v.OutBytes = head, n
@@ -478,38 +480,23 @@ func truncate(s string, n int) string {
 // maxBytes of data (at least one chunk), reading only the frames that hold
 // them; more says whether chunks remain.
 func ReadAfter(ctx context.Context, db *gorm.DB, id int64, kind string, after uint64, maxBytes int) (chunks []Chunk, more bool, err error) {
-	var frames []frame
-	q := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND last_seq > ?", id, kind, int64(after)).Order("first_seq")
-	for off := 0; ; off += 16 {
-		frames = frames[:0]
-		if err := q.Offset(off).Limit(16).Find(&frames).Error; err != nil {
-			return nil, false, fmt.Errorf("read recording of command %d: %w", id, err)
-		}
-		for _, f := range frames {
-			cs, err := decodeFrame(f.Body)
-			if err != nil {
-				return nil, false, fmt.Errorf("command %d frame %d: %w", id, f.FirstSeq, err)
+	total := 0 // bytes of data in chunks
+	err = eachFrame(ctx, db, id, kind, int64(after), func(_ frame, cs []Chunk) error {
+		for _, c := range cs {
+			if c.Seq <= after {
+				continue
 			}
-			for _, c := range cs {
-				if c.Seq <= after {
-					continue
-				}
-				if len(chunks) > 0 && size(chunks)+len(c.Data) > maxBytes {
-					return chunks, true, nil
-				}
-				chunks = append(chunks, c)
+			if len(chunks) > 0 && total+len(c.Data) > maxBytes {
+				more = true
+				return errStop
 			}
+			chunks = append(chunks, c)
+			total += len(c.Data)
 		}
-		if len(frames) < 16 {
-			return chunks, false, nil
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, false, err
 	}
-}
-
-func size(cs []Chunk) int {
-	n := 0
-	for _, c := range cs {
-		n += len(c.Data)
-	}
-	return n
+	return chunks, more, nil
 }
