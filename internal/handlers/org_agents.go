@@ -3,6 +3,7 @@ package handlers
 import (
 	"encoding/json"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -223,7 +224,7 @@ func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []
 		} else if !ok {
 			continue
 		}
-		f.Envs = append(f.Envs, views.EnvChoice{ID: e.ID, Label: e.Name + " (" + e.Kind + ")", Checked: containsID(checked, e.ID), Default: e.ID == def})
+		f.Envs = append(f.Envs, views.EnvChoice{ID: e.ID, Label: e.Name + " (" + e.Kind + ")", Checked: slices.Contains(checked, e.ID), Default: e.ID == def})
 		if e.Kind == envs.KindSandbox {
 			ts, err := svc.Templates(ctx, a, e.ID)
 			if err != nil {
@@ -278,15 +279,6 @@ func (s *Server) visibleEnvsByID(c echo.Context) (map[int64]envs.Environment, er
 		out[e.ID] = e
 	}
 	return out, nil
-}
-
-func containsID(xs []int64, x int64) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func agentRequestFromForm(c echo.Context) agentRequest {

@@ -2,7 +2,9 @@ package sessions
 
 import (
 	"context"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -178,8 +180,10 @@ func (s *Service) List(ctx context.Context, a *authz.Actor, f ListFilter) (Page,
 		q = q.Where("sessions.user_id = ?", f.UserID)
 	}
 	if f.State != "" {
-		if !validState(f.State) {
-			return Page{}, &apperr.ValidationError{Fields: map[string]string{"state": "State must be one of pending, running, paused, closed, lost."}}
+		if !slices.Contains(States, f.State) {
+			v := apperr.Validation()
+			v.Add("state", "State must be one of %s.", strings.Join(States, ", "))
+			return Page{}, v
 		}
 		q = q.Where("sessions.state = ?", f.State)
 	}
@@ -235,13 +239,4 @@ func (s *Service) agentsWithSessionsReadable(ctx context.Context, a *authz.Actor
 		}
 	}
 	return ids, nil
-}
-
-func validState(st string) bool {
-	for _, x := range States {
-		if x == st {
-			return true
-		}
-	}
-	return false
 }

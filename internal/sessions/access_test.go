@@ -142,7 +142,6 @@ func refuseUnless(err error, ok bool, name string) error {
 
 // unguardedSessionMethods take no actor, and why that is safe.
 var unguardedSessionMethods = map[string]string{
-	"MarkLost":          "the gateway and the reclaimer report a fact about a session they already hold; recorded as the system",
 	"ReportUnreachable": "the gateway reports agentd failures of a session it already resolved through Ensure",
 	"ReportReachable":   "the gateway reports agentd answered for a session it already resolved through Ensure",
 	"Reclaim":           "the reclaim round, run by the system reclaimer per org",

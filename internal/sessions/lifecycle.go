@@ -504,7 +504,7 @@ func (s *Service) backendOf(ctx context.Context, sess Session) (sandbox.Backend,
 // sandboxGone makes sess lost because its sandbox no longer exists and
 // says so to the caller.
 func (s *Service) sandboxGone(ctx context.Context, sess Session) error {
-	if err := s.MarkLost(ctx, sess.ID, "its sandbox "+sess.SandboxID+" no longer exists at the backend"); err != nil {
+	if err := s.markLost(ctx, sess.ID, "its sandbox "+sess.SandboxID+" no longer exists at the backend"); err != nil {
 		return err
 	}
 	return apperr.New(apperr.ErrConflict, "session_lost", "Session %d is lost: its sandbox no longer exists at the backend. Start a new session.", sess.ID)
@@ -607,10 +607,10 @@ func (s *Service) killSandbox(ctx context.Context, sess Session) error {
 	return nil
 }
 
-// MarkLost makes a session lost with reason, as the system, and kills its
+// markLost makes a session lost with reason, as the system, and kills its
 // sandbox if one is left. A session already closed or lost stays as it is.
 // For the gateway and the reclaimer, which hold the session already.
-func (s *Service) MarkLost(ctx context.Context, sessionID int64, reason string) error {
+func (s *Service) markLost(ctx context.Context, sessionID int64, reason string) error {
 	sess, err := s.load(ctx, sessionID)
 	if err != nil {
 		return err
@@ -672,7 +672,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 		msg = failure(cause)
 	}
 	reason := fmt.Sprintf("agentd did not answer %d consecutive times (last: %s)", sess.AgentdFailures, truncate(msg, 200))
-	return true, s.MarkLost(ctx, sessionID, reason)
+	return true, s.markLost(ctx, sessionID, reason)
 }
 
 // ReportReachable is the gateway's word that agentd answered: it ends a

@@ -18,6 +18,7 @@ import (
 	"net"
 	"net/url"
 	"path"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -288,7 +289,9 @@ type Service struct {
 	Envs   *envs.Service
 	Agents *agents.Service
 	// Org is the org's slug, written into every sandbox's metadata.
-	Org   string
+	Org string
+	// Audit receives every change the service makes (required: a change
+	// is never left unrecorded).
 	Audit *audit.Log
 	// RT is the process's runtime, shared by every Service of every org
 	// (the console's handlers, the gateway and the reclaimer); nil caches
@@ -352,7 +355,7 @@ func (s *Service) create(ctx context.Context, a *authz.Actor, ag agents.Agent, i
 		envID = *in.EnvironmentID
 	}
 	v := apperr.Validation()
-	if !containsID(ag.EnvironmentIDs, envID) {
+	if !slices.Contains(ag.EnvironmentIDs, envID) {
 		v.Add("environment_id", "Environment %d is not one of the environments agent %q may use.", envID, ag.Name)
 		return Session{}, v
 	}
@@ -432,15 +435,6 @@ func hostWorkspace(e envs.Environment, dir string, id int64) string {
 	return path.Join(e.WorkspaceRoot, dir, name)
 }
 
-func containsID(xs []int64, x int64) bool {
-	for _, y := range xs {
-		if y == x {
-			return true
-		}
-	}
-	return false
-}
-
 // ListFilter narrows a listing; zero values do not filter.
 type ListFilter struct {
 	AgentID int64
@@ -507,9 +501,6 @@ var errMoved = errors.New("session moved on")
 
 // record appends a session event in tx.
 func (s *Service) record(ctx context.Context, tx *gorm.DB, sess Session, actor audit.Actor, action, from, to, reason string, details map[string]any) error {
-	if s.Audit == nil {
-		return nil
-	}
 	d := map[string]any{"before": map[string]any{"state": from}, "after": map[string]any{"state": to}, "reason": reason}
 	if sess.SandboxID != "" {
 		d["sandbox_id"] = sess.SandboxID

@@ -155,7 +155,7 @@ type createSpec struct {
 // create handler (and, in CubeSandbox mode, like CubeAPI).
 func (s *Server) parseCreate(r *http.Request) (createSpec, error) {
 	var req wireNewSandbox
-	if _, err := decodeBody(r, &req, true); err != nil {
+	if err := decodeBody(r, &req, true); err != nil {
 		return createSpec{}, err
 	}
 	if req.TemplateID == nil || *req.TemplateID == "" {
@@ -338,7 +338,7 @@ func (s *Server) wireSandboxLocked(b *box) wireSandbox {
 		TemplateID:      b.tpl.ID,
 		Alias:           b.alias,
 		ClientID:        b.clientID,
-		EnvdVersion:     b.envdVersion(),
+		EnvdVersion:     b.tpl.envd(),
 		EnvdAccessToken: b.envdToken,
 		Domain:          &domain,
 	}
@@ -347,13 +347,6 @@ func (s *Server) wireSandboxLocked(b *box) wireSandbox {
 		out.TrafficAccessToken = &t
 	}
 	return out
-}
-
-func (b *box) envdVersion() string {
-	if b.tpl.EnvdVersion != "" {
-		return b.tpl.EnvdVersion
-	}
-	return envdVersion
 }
 
 func (b *box) listed() wireListedSandbox {
@@ -367,7 +360,7 @@ func (b *box) listed() wireListedSandbox {
 		MemoryMB:    b.tpl.MemoryMB,
 		DiskSizeMB:  b.tpl.DiskSizeMB,
 		State:       string(b.state),
-		EnvdVersion: b.envdVersion(),
+		EnvdVersion: b.tpl.envd(),
 		Metadata:    copyMap(b.metadata),
 	}
 	// CubeSandbox omits endAt for sandboxes that never time out.
@@ -601,7 +594,7 @@ func (s *Server) kill(w http.ResponseWriter, r *http.Request) {
 // optional body is validated ({"memory": bool}).
 func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 	var body wirePause
-	if _, err := decodeBody(r, &body, false); err != nil {
+	if err := decodeBody(r, &body, false); err != nil {
 		writeBad(w, err)
 		return
 	}
@@ -628,7 +621,7 @@ func (s *Server) pause(w http.ResponseWriter, r *http.Request) {
 // never). def, when given, is ResumedSandbox's default.
 func (s *Server) decodeTimeout(r *http.Request, def *time.Duration) (time.Duration, error) {
 	var t wireTimeout
-	if _, err := decodeBody(r, &t, true); err != nil {
+	if err := decodeBody(r, &t, true); err != nil {
 		return 0, err
 	}
 	if t.Timeout == nil {

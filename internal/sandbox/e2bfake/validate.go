@@ -34,37 +34,36 @@ func badf(format string, args ...any) error {
 // decodeBody reads a JSON request body into v the way E2B's OpenAPI
 // validation sees it: a body must be declared application/json, a required
 // body must be present, and it must be one JSON object of the declared
-// types (json.Unmarshal's type errors stand for the schema's). It reports
-// whether a body was there.
-func decodeBody(r *http.Request, v any, required bool) (bool, error) {
+// types (json.Unmarshal's type errors stand for the schema's).
+func decodeBody(r *http.Request, v any, required bool) error {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, maxRequestBody+1))
 	if err != nil {
-		return false, badf("Error reading the request body: %v", err)
+		return badf("Error reading the request body: %v", err)
 	}
 	if len(raw) > maxRequestBody {
-		return false, badf("Request body is too large.")
+		return badf("Request body is too large.")
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		if required {
-			return false, badf("request body has an error: value is required but missing")
+			return badf("request body has an error: value is required but missing")
 		}
-		return false, nil
+		return nil
 	}
 	ct := r.Header.Get("Content-Type")
 	if mt, _, err := mime.ParseMediaType(ct); err != nil || mt != "application/json" {
-		return false, badf("header Content-Type has unexpected value %q", ct)
+		return badf("header Content-Type has unexpected value %q", ct)
 	}
 	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
-		return false, badf("request body has an error: value must be an object")
+		return badf("request body has an error: value must be an object")
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	if err := dec.Decode(v); err != nil {
-		return false, badf("request body has an error: %v", err)
+		return badf("request body has an error: %v", err)
 	}
 	if dec.More() {
-		return false, badf("request body has an error: unexpected data after the JSON object")
+		return badf("request body has an error: unexpected data after the JSON object")
 	}
-	return true, nil
+	return nil
 }
 
 // parseMetadataFilter decodes the metadata list filter exactly as E2B does
