@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -39,13 +38,17 @@ func (s *Server) readyz(c echo.Context) error {
 		s.Logger.Warn("readiness: catalog unreachable", "error", err)
 		r.Status, r.Catalog = "unavailable", "unreachable"
 		r.Problems = append(r.Problems, "The catalog database is unreachable.")
-	} else if pending, err := pendingMigrations(ctx, s.Catalog, store.CatalogSet); err != nil {
+	} else if pending, err := store.Pending(ctx, s.Catalog, store.CatalogSet); err != nil {
 		s.Logger.Warn("readiness: catalog migrations unreadable", "error", err)
 		r.Status, r.Migrations["catalog"] = "unavailable", "unreadable"
 		r.Problems = append(r.Problems, "The catalog's schema_migrations table cannot be read.")
 	} else if len(pending) > 0 {
 		r.Status, r.Migrations["catalog"] = "unavailable", "pending"
-		r.Problems = append(r.Problems, fmt.Sprintf("Catalog migrations not applied: %v (run console migrate).", pending))
+		versions := make([]int, len(pending))
+		for i, m := range pending {
+			versions[i] = m.Version
+		}
+		r.Problems = append(r.Problems, fmt.Sprintf("Catalog migrations not applied: %v (run console migrate).", versions))
 	} else {
 		r.Migrations["catalog"] = "current"
 	}
@@ -74,28 +77,4 @@ func (s *Server) readyz(c echo.Context) error {
 		status = http.StatusServiceUnavailable
 	}
 	return c.JSON(status, r)
-}
-
-// pendingMigrations lists the steps of set this binary knows that db has
-// not applied.
-func pendingMigrations(ctx context.Context, db *gorm.DB, set store.Set) ([]int, error) {
-	steps, err := store.Migrations(set, store.DialectOfDB(db))
-	if err != nil {
-		return nil, err
-	}
-	var applied []int
-	if err := db.WithContext(ctx).Raw("SELECT version FROM schema_migrations").Scan(&applied).Error; err != nil {
-		return nil, err
-	}
-	done := make(map[int]bool, len(applied))
-	for _, v := range applied {
-		done[v] = true
-	}
-	var pending []int
-	for _, m := range steps {
-		if !done[m.Version] {
-			pending = append(pending, m.Version)
-		}
-	}
-	return pending, nil
 }

@@ -91,13 +91,8 @@ const migrationLockKey = 7_470_117_032_001
 // Migrate applies every pending step of set, each in its own transaction,
 // and returns how many it applied.
 func Migrate(ctx context.Context, db *gorm.DB, set Set) (int, error) {
-	d := DialectOfDB(db)
-	steps, err := Migrations(set, d)
-	if err != nil {
-		return 0, err
-	}
 	conn := db.WithContext(ctx)
-	if d == Postgres {
+	if DialectOfDB(db) == Postgres {
 		// Session-level lock on a dedicated connection for the whole run.
 		sqlDB, err := db.DB()
 		if err != nil {
@@ -119,19 +114,12 @@ func Migrate(ctx context.Context, db *gorm.DB, set Set) (int, error) {
 		applied_at TIMESTAMP NOT NULL)`).Error; err != nil {
 		return 0, fmt.Errorf("create schema_migrations: %w", err)
 	}
-	var applied []int
-	if err := conn.Raw("SELECT version FROM schema_migrations").Scan(&applied).Error; err != nil {
-		return 0, fmt.Errorf("read schema_migrations: %w", err)
-	}
-	done := map[int]bool{}
-	for _, v := range applied {
-		done[v] = true
+	pending, err := Pending(ctx, db, set)
+	if err != nil {
+		return 0, err
 	}
 	n := 0
-	for _, m := range steps {
-		if done[m.Version] {
-			continue
-		}
+	for _, m := range pending {
 		applied := false
 		err := conn.Transaction(func(tx *gorm.DB) error {
 			// Check again under the transaction's write lock: on SQLite
@@ -161,6 +149,30 @@ func Migrate(ctx context.Context, db *gorm.DB, set Set) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// Pending lists, in order, the steps of set that db's schema_migrations
+// does not hold (the table must exist).
+func Pending(ctx context.Context, db *gorm.DB, set Set) ([]Migration, error) {
+	steps, err := Migrations(set, DialectOfDB(db))
+	if err != nil {
+		return nil, err
+	}
+	var applied []int
+	if err := db.WithContext(ctx).Raw("SELECT version FROM schema_migrations").Scan(&applied).Error; err != nil {
+		return nil, fmt.Errorf("read schema_migrations: %w", err)
+	}
+	done := make(map[int]bool, len(applied))
+	for _, v := range applied {
+		done[v] = true
+	}
+	var pending []Migration
+	for _, m := range steps {
+		if !done[m.Version] {
+			pending = append(pending, m)
+		}
+	}
+	return pending, nil
 }
 
 // splitStatements splits a migration on semicolons at line ends. Migrations
