@@ -6,14 +6,15 @@ import (
 	"fmt"
 	"os"
 	"strconv"
-	"strings"
 	"syscall"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
 )
 
 // reexecClean replaces the process image with agentd itself (same pid, so
 // PID 1 stays PID 1), run with args plus the token on a pipe and an
-// environment without AGENTD_TOKEN. args' trailing --token-fd is set to
-// the pipe's descriptor. It returns only on failure.
+// environment without AGENTD_TOKEN: --token-fd naming the pipe's
+// descriptor is appended to args. It returns only on failure.
 func reexecClean(args []string, token string) error {
 	exe, err := os.Executable()
 	if err != nil {
@@ -35,19 +36,8 @@ func reexecClean(args []string, token string) error {
 	if _, _, errno := syscall.Syscall(syscall.SYS_FCNTL, uintptr(p[0]), syscall.F_SETFD, 0); errno != 0 {
 		return errno
 	}
-	args[len(args)-1] = "--token-fd=" + strconv.Itoa(p[0])
-	err = syscall.Exec(exe, append([]string{os.Args[0]}, args...), cleanEnv(os.Environ()))
+	argv := append(append([]string{os.Args[0]}, args...), "--token-fd="+strconv.Itoa(p[0]))
+	err = syscall.Exec(exe, argv, agentd.WithoutToken(os.Environ()))
 	syscall.Close(p[0])
 	return fmt.Errorf("exec %s: %w", exe, err)
-}
-
-// cleanEnv is the environment without AGENTD_TOKEN.
-func cleanEnv(env []string) []string {
-	out := make([]string, 0, len(env))
-	for _, kv := range env {
-		if !strings.HasPrefix(kv, "AGENTD_TOKEN=") {
-			out = append(out, kv)
-		}
-	}
-	return out
 }

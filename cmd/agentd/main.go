@@ -108,8 +108,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 
 // reexecArgs are the arguments agentd re-executes itself with: the flags
 // set explicitly, minus --token-file (its path must not show in
-// /proc/PID/cmdline), plus --token-fd.
-func reexecArgs(o options, fd int) []string {
+// /proc/PID/cmdline) and --token-fd; reexecClean adds the --token-fd it
+// passes the token on.
+func reexecArgs(o options) []string {
 	var args []string
 	for _, f := range o.explicit {
 		if f.Name == "token-file" || f.Name == "token-fd" {
@@ -117,7 +118,7 @@ func reexecArgs(o options, fd int) []string {
 		}
 		args = append(args, "--"+f.Name+"="+f.Value.String())
 	}
-	return append(args, "--token-fd="+strconv.Itoa(fd))
+	return args
 }
 
 // lookupRunAs resolves --run-as to credentials and the user's environment.
@@ -207,7 +208,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 	}
 	if o.tokenFD < 0 {
 		// Returns only where re-executing is impossible (Windows).
-		if err := reexecClean(reexecArgs(o, 0), token); err != nil {
+		if err := reexecClean(reexecArgs(o), token); err != nil {
 			return fmt.Errorf("re-execute without the token in the environment: %w", err)
 		}
 	}

@@ -28,7 +28,7 @@ type outputPipe struct {
 	stream uint8
 }
 
-func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
+func startProcess(spec procSpec, t *tracker, _ string) (*process, error) {
 	if spec.tty {
 		return nil, errTTYUnsupported
 	}
@@ -38,7 +38,7 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
-	m, started, err := t.prepare(id, nil)
+	m, started, err := t.prepare(nil)
 	if err != nil {
 		return nil, err
 	}

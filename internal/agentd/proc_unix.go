@@ -34,8 +34,9 @@ type outputPipe struct {
 }
 
 // startProcess starts spec as the leader of a new session (with the PTY as
-// controlling terminal for TTY commands), tracked by t.
-func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
+// controlling terminal for TTY commands), tracked by t. The session id is
+// unused.
+func startProcess(spec procSpec, t *tracker, _ string) (*process, error) {
 	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env
@@ -43,7 +44,7 @@ func startProcess(spec procSpec, t *tracker, id string) (*process, error) {
 	if c := spec.runAs; c != nil {
 		attr.Credential = &syscall.Credential{Uid: c.UID, Gid: c.GID, Groups: c.Groups}
 	}
-	m, started, err := t.prepare(id, attr)
+	m, started, err := t.prepare(attr)
 	if err != nil {
 		return nil, err
 	}

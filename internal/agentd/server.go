@@ -230,6 +230,10 @@ func NewServer(cfg Config) (*Server, error) {
 	return s, nil
 }
 
+// WithoutToken is env without AGENTD_TOKEN, agentd's own secret: what
+// agentd re-executes itself with, and what its commands inherit.
+func WithoutToken(env []string) []string { return childEnv(env, nil) }
+
 // childEnv strips agentd's own secrets from the environment commands
 // inherit and, for commands run as another user, sets that user's HOME,
 // USER and LOGNAME.

@@ -306,7 +306,7 @@ type members struct {
 // CLONE_INTO_CGROUP), so not even its first instruction runs outside. The
 // returned function finishes the setup once the leader's pid is known (0:
 // the start failed).
-func (t *tracker) prepare(_ string, attr *syscall.SysProcAttr) (*members, func(pid int), error) {
+func (t *tracker) prepare(attr *syscall.SysProcAttr) (*members, func(pid int), error) {
 	m := &members{t: t}
 	if t.parent == "" {
 		return m, func(pid int) {

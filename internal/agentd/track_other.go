@@ -35,7 +35,7 @@ func (t *tracker) waited(int) {}
 // members is one session's processes: the leader's group.
 type members struct{ leader int }
 
-func (t *tracker) prepare(string, *syscall.SysProcAttr) (*members, func(pid int), error) {
+func (t *tracker) prepare(*syscall.SysProcAttr) (*members, func(pid int), error) {
 	m := &members{}
 	return m, func(pid int) { m.leader = pid }, nil
 }
