@@ -12,7 +12,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -40,6 +39,9 @@ type Followers struct {
 	Wait   time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
+
+	// clients reach agentd; the gateway uses them too.
+	clients agentdClients
 
 	mu      sync.Mutex
 	running map[followKey]bool
@@ -344,7 +346,7 @@ func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID s
 // slow part of following bulk output; overlapping it with the next read
 // roughly doubles the rate agentd's output is recorded at.
 func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c recordings.Command, ahead *aheadRead) (stepResult, *aheadRead, error) {
-	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(f.HTTP, t.Environment))
+	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.clients.forEnv(f.HTTP, t.Environment))
 	var resp *agentd.SessionResponse
 	var err error
 	if ahead != nil {

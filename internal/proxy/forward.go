@@ -9,14 +9,13 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
-	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
 // client is agentd of a session, with the environment's token injected:
 // the caller never sees it.
 func (g *Gateway) client(t sessions.Target) *agentd.Client {
-	return agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(g.HTTP, t.Environment))
+	return agentd.NewClient(t.AgentdURL, t.AgentdToken, g.agentdHTTP(t.Environment))
 }
 
 // upstream turns a failed forward into what the caller is told, and tells

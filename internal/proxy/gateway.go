@@ -77,6 +77,7 @@ type Gateway struct {
 	nKnown   atomic.Int64
 	settings sync.Map // org slug → cachedSetting
 	polls    pollHub
+	clients  agentdClients // without Followers; else theirs
 	Logger   *slog.Logger
 	Now      func() time.Time
 }
