@@ -206,13 +206,18 @@ func waitSome(t testing.TB, pattern string) {
 	}
 }
 
-// cgroupModes are the tracking modes the tests run agentd in: always the
-// process-tree fallback; the cgroup mode where this machine lets agentd
-// create cgroups (it does in CI, which runs as root on cgroup2).
+// cgroupModes are the tracking modes the tests run agentd in, each in a
+// subtest "cgroup=<mode>": always the process-tree fallback; the cgroup
+// mode where this machine lets agentd create cgroups (it does in CI, which
+// runs as root on cgroup2). Where it does not, the cgroup mode's subtest is
+// skipped here with the reason, so `go test -v` shows it left out.
 func cgroupModes(t *testing.T) []string {
+	t.Helper()
 	modes := []string{agentd.CgroupOff}
 	if reason := cgroupUnavailable(); reason != "" {
-		t.Logf("cgroup mode not tested here: %s", reason)
+		t.Run("cgroup="+agentd.CgroupRequired, func(t *testing.T) {
+			t.Skipf("cgroup mode not tested here: %s", reason)
+		})
 		return modes
 	}
 	return append(modes, agentd.CgroupRequired)
