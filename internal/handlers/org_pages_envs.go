@@ -181,7 +181,7 @@ func (s *Server) pageCreateEnv(c echo.Context) error {
 		return s.envCreatedWithToken(c, e, generated)
 	}
 	s.setFlash(c, "Environment "+e.Name+" was added. Use Test connection to check it now.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))
+	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))
 }
 
 func (s *Server) renderEnv(c echo.Context, status int, e envs.Environment, form *views.EnvForm, tplErrs map[string]string) error {
@@ -253,7 +253,7 @@ func (s *Server) pageUpdateEnv(c echo.Context) error {
 		return err
 	}
 	s.setFlash(c, "Environment "+e.Name+" was saved.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))
+	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))
 }
 
 func (s *Server) pageTestEnv(c echo.Context) error {
@@ -261,15 +261,12 @@ func (s *Server) pageTestEnv(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	msg := "Connection OK: " + h.Status + "."
-	if h.Error != "" {
-		msg = "Connection " + h.Status + ": " + h.Error
-	}
+	msg := connectionMessage(e, h)
 	if wantsJSON(c) { // the page's script shows it in place
-		return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: connectionMessage(e, h)})
+		return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: msg})
 	}
 	s.setFlash(c, msg)
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))
+	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))
 }
 
 func (s *Server) pageDeleteEnv(c echo.Context) error {
@@ -279,7 +276,7 @@ func (s *Server) pageDeleteEnv(c echo.Context) error {
 	}
 	if c.FormValue("confirm") != e.Name {
 		s.setFlash(c, "Type the environment's name exactly to remove it.")
-		return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+itoa(e.ID))
+		return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))
 	}
 	if _, err := s.deleteEnv(c); err != nil {
 		return err
@@ -291,7 +288,7 @@ func (s *Server) pageDeleteEnv(c echo.Context) error {
 func (s *Server) pageAddTemplate(c echo.Context) error {
 	req := templateRequest{Import: c.FormValue("import") == "true", BackendTemplateID: c.FormValue("backend_template_id"), Name: c.FormValue("name"),
 		Image: c.FormValue("image"), VCPU: formInt(c, "vcpu"), MemoryMB: formInt(c, "memory_mb"), WritableLayerMB: formInt(c, "writable_layer_mb")}
-	_, err := s.addTemplate(c, req)
+	t, err := s.addTemplate(c, req)
 	if fields, status, ok := formFailure(err); ok {
 		e, gerr := s.envFromPath(c, false)
 		if gerr != nil {
@@ -303,7 +300,7 @@ func (s *Server) pageAddTemplate(c echo.Context) error {
 		return err
 	}
 	s.setFlash(c, "Template registered.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+c.Param("id"))
+	return c.Redirect(http.StatusSeeOther, envPagePath(c, t.EnvironmentID))
 }
 
 func (s *Server) pageDeleteTemplate(c echo.Context) error {
@@ -312,5 +309,5 @@ func (s *Server) pageDeleteTemplate(c echo.Context) error {
 		return err
 	}
 	s.setFlash(c, "Template "+t.Name+" was removed.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/environments/"+c.Param("id"))
+	return c.Redirect(http.StatusSeeOther, envPagePath(c, t.EnvironmentID))
 }
