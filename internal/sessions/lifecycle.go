@@ -98,18 +98,24 @@ func (s *Service) fresh(k cacheKey, use bool) (*cached, bool) {
 }
 
 // ensure is Ensure's slow path, one caller per session in this process at
-// a time.
+// a time. sess is the row the caller just read; it is read again only when
+// another caller held the gate meanwhile (and may have changed it).
 func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, check func(Target) error) (Target, error) {
 	k := s.key(sess.ID)
 	g := s.rt().gate(k)
-	g.Lock()
+	contended := !g.TryLock()
+	if contended {
+		g.Lock()
+	}
 	defer g.Unlock()
 	if c, ok := s.fresh(k, true); ok {
 		return checked(c.target, check)
 	}
-	sess, err := s.load(ctx, sess.ID)
-	if err != nil {
-		return Target{}, err
+	var err error
+	if contended {
+		if sess, err = s.load(ctx, sess.ID); err != nil {
+			return Target{}, err
+		}
 	}
 	if sess.Final() {
 		return Target{}, finalError(sess)
