@@ -131,7 +131,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	status, body := classify(err)
 	if status >= 500 {
-		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", c.Response().Header().Get(echo.HeaderXRequestID), "error", err)
+		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c), "error", err)
 	}
 	if wantsJSON(c) {
 		_ = c.JSON(status, errorBody{Error: body})
@@ -187,7 +187,7 @@ func ping(ctx context.Context, db *gorm.DB) error {
 // the database) for browsers. The log names the database.
 func (s *Server) answerOutage(c echo.Context, database string, err error) {
 	s.Logger.Error("database unavailable", "database", database, "method", c.Request().Method, "path", c.Path(),
-		"request_id", c.Response().Header().Get(echo.HeaderXRequestID), "error", err)
+		"request_id", requestID(c), "error", err)
 	c.Response().Header().Set("Retry-After", retryAfterSeconds)
 	msg := "The database is unavailable; try again in a moment."
 	if strings.HasPrefix(database, "org ") {

@@ -343,7 +343,7 @@ func (s *Server) pageUserName(c echo.Context) error {
 		return err
 	}
 	s.setFlash(c, "The name was saved.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/users/"+itoa(id))
+	return c.Redirect(http.StatusSeeOther, userPath(c, id))
 }
 
 func (s *Server) pageUserReset(c echo.Context) error {
@@ -380,5 +380,5 @@ func (s *Server) pageUserRole(c echo.Context) error {
 		return err
 	}
 	s.setFlash(c, "Roles updated.")
-	return c.Redirect(http.StatusSeeOther, "/o/"+tenantOf(c).Org.Slug+"/users/"+itoa(id))
+	return c.Redirect(http.StatusSeeOther, userPath(c, id))
 }
