@@ -233,10 +233,15 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 	return p
 }
 
-func (s *Server) pageOrgLogin(c echo.Context) error {
+// orgLoginForm is the org's sign-in form, with its provider when SSO is
+// on; next is where to go after.
+func (s *Server) orgLoginForm(c echo.Context, next string) views.LoginForm {
 	t := tenantOf(c)
-	return render(c, http.StatusOK, views.Login(s.orgPage(c, "Sign in"), s.withSSO(c, views.LoginForm{
-		Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Next: c.QueryParam("next")})))
+	return s.withSSO(c, views.LoginForm{Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Next: next})
+}
+
+func (s *Server) pageOrgLogin(c echo.Context) error {
+	return render(c, http.StatusOK, views.Login(s.orgPage(c, "Sign in"), s.orgLoginForm(c, c.QueryParam("next"))))
 }
 
 func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
@@ -248,8 +253,9 @@ func (s *Server) pageOrgLoginSubmit(c echo.Context) error {
 		if status >= 500 {
 			return err
 		}
-		return render(c, status, views.Login(s.orgPage(c, "Sign in"), s.withSSO(c, views.LoginForm{
-			Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Email: email, Error: body.Message, Next: next})))
+		f := s.orgLoginForm(c, next)
+		f.Email, f.Error = email, body.Message
+		return render(c, status, views.Login(s.orgPage(c, "Sign in"), f))
 	}
 	s.setLoginCookie(c, orgCookieName(t.Org.Slug), resp.Token, resp.ExpiresAt)
 	if u.MustChangePassword {

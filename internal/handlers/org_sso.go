@@ -299,9 +299,9 @@ func (s *Server) passwordSignInAllowed(c echo.Context, email string) error {
 	return apperr.New(apperr.ErrForbidden, "password_login_disabled", "Password sign-in is turned off for this organization; sign in with %s.", cfg.Label())
 }
 
-func (s *Server) ssoLoginPage(c echo.Context, status int, msg, next string) error {
-	t := tenantOf(c)
-	f := s.withSSO(c, views.LoginForm{Action: "/o/" + t.Org.Slug + "/login", Heading: "Sign in to " + t.Org.Name, Error: msg, Next: next})
+func (s *Server) ssoLoginPage(c echo.Context, status int, msg string) error {
+	f := s.orgLoginForm(c, "")
+	f.Error = msg
 	return render(c, status, views.Login(s.orgPage(c, "Sign in"), f))
 }
 
@@ -320,7 +320,7 @@ func (s *Server) ssoRefused(c echo.Context, cfg sso.Config, f *sso.Failure) erro
 	if f.Reason == "issuer_unreachable" {
 		status = http.StatusBadGateway
 	}
-	return s.ssoLoginPage(c, status, f.Message, "")
+	return s.ssoLoginPage(c, status, f.Message)
 }
 
 // enabledSSO is the org's provider when sign-in through it is on; the
