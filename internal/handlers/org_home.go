@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/views"
@@ -35,7 +36,7 @@ func (s *Server) orgGlance(c echo.Context) (views.OrgGlance, error) {
 	}
 	g.EnvCount = len(envList)
 	for _, e := range envList {
-		if e.HealthStatus == "degraded" || e.HealthStatus == "unreachable" {
+		if e.HealthStatus == envs.HealthDegraded || e.HealthStatus == envs.HealthUnreachable {
 			g.EnvsUnhealthy++
 		}
 	}
