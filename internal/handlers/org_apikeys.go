@@ -229,12 +229,19 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 	if err != nil {
 		return err
 	}
+	var doms []string
+	for _, k := range ks {
+		for _, r := range k.RoleList() {
+			doms = append(doms, r.Domain)
+		}
+	}
+	label := s.domainLabels(c.Request().Context(), tenantOf(c), doms)
 	rows := make([]views.KeyRow, len(ks))
 	for i, k := range ks {
 		j := toKeyJSON(k)
 		var roles []string
 		for _, r := range j.Roles {
-			roles = append(roles, views.RoleLabel(r.Role, s.domainLabel(c.Request().Context(), tenantOf(c), r.Domain)))
+			roles = append(roles, views.RoleLabel(r.Role, label(r.Domain)))
 		}
 		rows[i] = views.KeyRow{ID: k.ID, Name: k.Name, Masked: j.Masked, Kind: j.Kind, Roles: strings.Join(roles, ", "),
 			CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt, ExpiresAt: k.ExpiresAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil}

@@ -319,13 +319,44 @@ func (s *Server) pageOrgHome(c echo.Context) error {
 
 // domainLabel names a casbin domain for people.
 func (s *Server) domainLabel(ctx context.Context, t *tenant.Tenant, dom string) string {
-	if id, ok := strings.CutPrefix(dom, "dept:"); ok {
-		if n, err := parseID(id); err == nil {
-			if d, err := t.Dir.GetDepartment(ctx, n); err == nil {
-				return "department " + d.Name
-			}
+	return s.domainLabels(ctx, t, []string{dom})(dom)
+}
+
+// domainLabels names casbin domains for people, reading the departments
+// doms name in one query, for pages that name many. A department that
+// cannot be read (deleted, or the query failed) is named by its number.
+func (s *Server) domainLabels(ctx context.Context, t *tenant.Tenant, doms []string) func(dom string) string {
+	// deptID is the department dom names: its id as written, and as a
+	// number (0 when it is not one).
+	deptID := func(dom string) (string, int64, bool) {
+		id, ok := strings.CutPrefix(dom, "dept:")
+		n, _ := parseID(id)
+		return id, n, ok
+	}
+	var ids []int64
+	for _, dom := range doms {
+		if _, n, ok := deptID(dom); ok && n != 0 {
+			ids = append(ids, n)
+		}
+	}
+	names := map[int64]string{}
+	if len(ids) > 0 {
+		depts, err := t.Dir.ListDepartments(ctx, ids)
+		if err != nil {
+			s.Logger.Warn("read department names", "org", t.Org.Slug, "error", err)
+		}
+		for _, d := range depts {
+			names[d.ID] = d.Name
+		}
+	}
+	return func(dom string) string {
+		id, n, ok := deptID(dom)
+		if !ok {
+			return "whole organization"
+		}
+		if name, found := names[n]; found {
+			return "department " + name
 		}
 		return "department #" + id
 	}
-	return "whole organization"
 }
