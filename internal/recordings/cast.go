@@ -50,11 +50,22 @@ func (e *frameError) Unwrap() error { return e.err }
 // frame that cannot be decoded ends it with a *frameError.
 func eachFrame(ctx context.Context, db *gorm.DB, id int64, kind string, after int64, fn func(frame, []Chunk) error) error {
 	from := int64(math.MinInt64) // first_seq of the last frame read
+	seek := after != math.MinInt64
 	for page := firstFramePage; ; page = min(2*page, framePage) {
 		var frames []frame
-		err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND last_seq > ? AND first_seq > ?", id, kind, after, from).
-			Order("first_seq").Limit(page).Find(&frames).Error
-		if err != nil {
+		q := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND last_seq > ? AND first_seq > ?", id, kind, after, from)
+		if seek {
+			// No index covers last_seq: alone it would filter every
+			// earlier frame of the command (each poll near the end of
+			// a long recording). Frames never overlap (each starts
+			// after the one before ends), so none starting before the
+			// last one starting at or below after can end above it:
+			// start there, by the primary key.
+			q = q.Where("first_seq >= COALESCE((SELECT MAX(first_seq) FROM recording_frames WHERE command_id = ? AND kind = ? AND first_seq <= ?), ?)",
+				id, kind, after, int64(math.MinInt64))
+			seek = false
+		}
+		if err := q.Order("first_seq").Limit(page).Find(&frames).Error; err != nil {
 			return fmt.Errorf("read recording of command %d: %w", id, err)
 		}
 		for _, f := range frames {

@@ -70,26 +70,55 @@ func seedFrames(tb testing.TB, db *gorm.DB, frames, perFrame, size int) int64 {
 	return c.ID
 }
 
+// copyFrames gives others more commands each a copy of command id's
+// frames: a table as large as a busy org's.
+func copyFrames(tb testing.TB, db *gorm.DB, id int64, others int) {
+	tb.Helper()
+	for _, q := range []struct {
+		sql  string
+		args []any
+	}{
+		{`INSERT INTO commands (session_id, agentd_id, command, actor_type, actor_id, actor_name, started_at, state)
+		  SELECT session_id, agentd_id || '-' || g, command, actor_type, actor_id, actor_name, started_at, state
+		  FROM commands, generate_series(1, ?) g WHERE id = ?`, []any{others, id}},
+		{`INSERT INTO recording_frames SELECT c.id, f.kind, f.first_seq, f.last_seq, f.started_at, f.raw_bytes, f.body, f.prev_hash, f.hash
+		  FROM recording_frames f, commands c WHERE f.command_id = ? AND c.id <> f.command_id`, []any{id}},
+		{"ANALYZE", nil},
+	} {
+		if err := db.Exec(q.sql, q.args...).Error; err != nil {
+			tb.Fatalf("%s: %v", q.sql, err)
+		}
+	}
+}
+
 // BenchmarkReadAfter times a gateway poll answered from the recording
 // (ReadAfter with the proxy's 1 MiB cap) on Postgres: keystroke-sized
 // chunks one per frame, many tiny chunks in one frame, and a poll near the
-// end of a long recording.
+// end of a long recording (alone in its table, and among 49 other such
+// recordings: a million frames).
 func BenchmarkReadAfter(b *testing.B) {
 	ctx := context.Background()
+	start := func(int, int) uint64 { return 0 }
+	tail := func(f, p int) uint64 { return uint64(f*p - 10) }
 	cases := []struct {
 		name                   string
 		frames, perFrame, size int
 		after                  func(frames, perFrame int) uint64
+		others                 int
 	}{
-		{"keystrokes_5000_frames_from_start", 5000, 1, 1, func(int, int) uint64 { return 0 }},
-		{"tiny_chunks_65536_in_one_frame", 1, 65536, 16, func(int, int) uint64 { return 0 }},
-		{"tiny_chunks_16_frames_of_4096", 16, 4096, 16, func(int, int) uint64 { return 0 }},
-		{"keystrokes_20000_frames_tail", 20000, 1, 1, func(f, p int) uint64 { return uint64(f*p - 10) }},
+		{"keystrokes_5000_frames_from_start", 5000, 1, 1, start, 0},
+		{"tiny_chunks_65536_in_one_frame", 1, 65536, 16, start, 0},
+		{"tiny_chunks_16_frames_of_4096", 16, 4096, 16, start, 0},
+		{"keystrokes_20000_frames_tail", 20000, 1, 1, tail, 0},
+		{"keystrokes_20000_frames_tail_among_1M", 20000, 1, 1, tail, 49},
 	}
 	for _, tc := range cases {
 		b.Run(tc.name, func(b *testing.B) {
 			db := storetest.Open(b, store.Postgres, store.OrgSet)
 			id := seedFrames(b, db, tc.frames, tc.perFrame, tc.size)
+			if tc.others > 0 {
+				copyFrames(b, db, id, tc.others)
+			}
 			after := tc.after(tc.frames, tc.perFrame)
 			var n int
 			for b.Loop() {
