@@ -17,13 +17,15 @@ import (
 // sign-in and its user), so an agent runtime calling the terminal gateway
 // in a loop does not read the same two or three rows on every call.
 //
-// Freshness: every write to users, api_keys or user_logins through the
-// org's database handle (any transaction or Directory built on it) clears
-// the cache at once, and for TTL after such a write nothing is cached (a
-// request that read the rows while the write was not yet committed must
-// not keep them). Writes made by another replica are seen within TTL, the
-// same bound as casbin policy changes (rbac reads policy_version every 2 s).
-// Only successes are cached: a refused credential is read again each time.
+// Freshness: every update or delete of users, api_keys or user_logins
+// through the org's database handle (any transaction or Directory built on
+// it) clears the cache at once, and for TTL after such a write nothing is
+// cached (a request that read the rows while the write was not yet
+// committed must not keep them). Writes made by another replica are seen
+// within TTL, the same bound as casbin policy changes (rbac reads
+// policy_version every 2 s). Only successes are cached: a refused
+// credential is read again each time, so a new row (a sign-in, a key, a
+// user) cannot make an entry wrong, and inserts leave the cache alone.
 type AuthCache struct {
 	// TTL is how long an entry is trusted; 0 means DefaultAuthTTL.
 	TTL time.Duration
@@ -56,15 +58,14 @@ type loginEntry struct {
 // authTables are the tables whose rows verify a credential.
 var authTables = []string{"users", "api_keys", "user_logins"}
 
-// NewAuthCache returns a cache cleared by every write to the credential
-// tables made through db (the org's pool handle: callbacks are shared by
-// every session and transaction derived from it).
+// NewAuthCache returns a cache cleared by every update or delete of the
+// credential tables made through db (the org's pool handle: callbacks are
+// shared by every session and transaction derived from it).
 func NewAuthCache(db *gorm.DB) (*AuthCache, error) {
 	c := &AuthCache{}
 	name := fmt.Sprintf("gatehouse:authcache:%p", c)
 	cb := db.Callback()
 	for _, err := range []error{
-		cb.Create().After("gorm:create").Register(name, c.afterWrite),
 		cb.Update().After("gorm:update").Register(name, c.afterWrite),
 		cb.Delete().After("gorm:delete").Register(name, c.afterWrite),
 		cb.Raw().After("gorm:raw").Register(name, c.afterWrite),
@@ -132,12 +133,8 @@ func (c *AuthCache) storable(gen uint64, now time.Time) bool {
 	return gen == c.gen && (c.clearedAt.IsZero() || now.Sub(c.clearedAt) >= c.ttl())
 }
 
-// VerifyKey is Directory.VerifyKey through the cache (a nil cache reads
-// every time).
+// VerifyKey is Directory.VerifyKey through the cache.
 func (c *AuthCache) VerifyKey(ctx context.Context, d *Directory, token string) (APIKey, *User, error) {
-	if c == nil {
-		return d.VerifyKey(ctx, token)
-	}
 	h := sha256.Sum256([]byte(token))
 	now := c.now()
 	c.mu.Lock()
@@ -165,11 +162,8 @@ func (c *AuthCache) VerifyKey(ctx context.Context, d *Directory, token string) (
 // LoginUser checks that sign-in loginID of subject is live and, for a
 // user subject ("user:<id>"), returns the user (whatever its status: the
 // caller decides). ok is false for a sign-in that ended or never was, or
-// whose user cannot be read. A nil cache reads every time.
+// whose user cannot be read.
 func (c *AuthCache) LoginUser(ctx context.Context, d *Directory, loginID, subject string) (user *User, ok bool, err error) {
-	if c == nil {
-		c = &AuthCache{} // empty and thrown away: always reads
-	}
 	k := loginID + "\x00" + subject
 	now := c.now()
 	c.mu.Lock()

@@ -183,3 +183,56 @@ func TestAuthCacheQuietAfterWrite(t *testing.T) {
 		}
 	})
 }
+
+// TestAuthCacheKeepsEntriesOnInsert: a sign-in, a new key or a new user
+// cannot make a cached success wrong (failures are never cached), so they
+// leave the cache alone: an entry cached before them is still served,
+// which shows as another replica's change not yet seen.
+func TestAuthCacheKeepsEntriesOnInsert(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db, other := replicas(t, d)
+		dir := &directory.Directory{DB: db}
+		u, _, err := dir.CreateUser(ctx, "insert@example.test", "Insert")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, token, err := dir.CreateKey(ctx, directory.NewKey{Name: "k", Owner: &u.ID})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cache, err := directory.NewAuthCache(db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		clk := &clock{t: time.Now().Add(time.Minute)} // past the creations' quiet period
+		cache.Now = clk.now
+		if _, _, err := cache.VerifyKey(ctx, dir, token); err != nil {
+			t.Fatal(err)
+		}
+		// Inserts through the watched handle: a sign-in, a key, a user.
+		login, err := dir.CreateLogin(ctx, directory.UserSubject(u.ID), time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := dir.CreateKey(ctx, directory.NewKey{Name: "k2", Owner: &u.ID}); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := dir.CreateUser(ctx, "another@example.test", "Another"); err != nil {
+			t.Fatal(err)
+		}
+		disabled := directory.StatusDisabled
+		if _, _, err := (&directory.Directory{DB: other}).UpdateUser(ctx, u.ID, nil, &disabled); err != nil {
+			t.Fatal(err)
+		}
+		if _, owner, err := cache.VerifyKey(ctx, dir, token); err != nil || owner == nil || owner.Status != directory.StatusActive {
+			t.Fatalf("after inserts the key was read again (owner %+v, %v): they cleared the cache", owner, err)
+		}
+		// The new sign-in, never cached, is read fresh: disabling its user
+		// (on the other replica) ended it.
+		if user, ok, err := cache.LoginUser(ctx, dir, login, directory.UserSubject(u.ID)); err != nil || ok {
+			t.Fatalf("new sign-in = %+v, %v, %v; want it read fresh and refused", user, ok, err)
+		}
+	})
+}
