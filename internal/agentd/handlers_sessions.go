@@ -137,7 +137,7 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		s.mu.Unlock()
 	}()
 
-	proc, err := startProcess(spec, s.tracker, id)
+	proc, err := startProcess(spec, s.tracker)
 	if err != nil {
 		s.mu.Lock()
 		s.running--

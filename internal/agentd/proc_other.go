@@ -28,7 +28,7 @@ type outputPipe struct {
 	stream uint8
 }
 
-func startProcess(spec procSpec, t *tracker, _ string) (*process, error) {
+func startProcess(spec procSpec, t *tracker) (*process, error) {
 	if spec.tty {
 		return nil, errTTYUnsupported
 	}

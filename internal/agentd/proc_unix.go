@@ -36,7 +36,7 @@ type outputPipe struct {
 // startProcess starts spec as the leader of a new session (with the PTY as
 // controlling terminal for TTY commands), tracked by t. The session id is
 // unused.
-func startProcess(spec procSpec, t *tracker, _ string) (*process, error) {
+func startProcess(spec procSpec, t *tracker) (*process, error) {
 	cmd := exec.Command(spec.shell, shellArgs(spec.command)...)
 	cmd.Dir = spec.dir
 	cmd.Env = spec.env

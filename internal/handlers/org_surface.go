@@ -292,8 +292,9 @@ func requestID(c echo.Context) string {
 // orgPrincipal authenticates a bearer JWT or API key, or the org's sign-in
 // cookie. Logins, users and keys are read through the tenant's auth cache:
 // disabling a user, revoking a key or signing out through this console
-// takes effect on the next request (every write to those tables clears
-// the cache); done on another replica, within directory.DefaultAuthTTL.
+// takes effect on the next request (every update or delete of those rows
+// clears the cache; a new row cannot make a cached success wrong); done on
+// another replica, within directory.DefaultAuthTTL.
 func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principal, error) {
 	r := c.Request()
 	ctx := r.Context()
