@@ -98,7 +98,11 @@ func (r *ring) fits(n int) bool {
 	if !r.blocking {
 		return true
 	}
-	cost := min(n, r.maxData()) + chunkOverhead
+	// The room add will take: a new chunk's buffer is rounded up to its
+	// size class (and a blocking ring reuses only buffers of exactly that
+	// class, see buffer), so reserving n alone let add evict output no
+	// poller had asked past.
+	cost := bufClass(min(n, r.maxData()), r.maxData()) + chunkOverhead
 	r.evict(r.bytes+cost-r.max, true)
 	return r.bytes == 0 || r.bytes+cost <= r.max
 }
@@ -134,12 +138,17 @@ func bufClass(n, limit int) int {
 }
 
 // buffer returns an empty buffer of at least bufClass(n, limit) bytes: the
-// smallest spare one of up to four times that, else a new one.
+// smallest spare one of up to four times that (exactly that in a blocking
+// ring, whose room was reserved for that size), else a new one.
 func (r *ring) buffer(n, limit int) []byte {
 	want := bufClass(n, limit)
+	most := 4 * want
+	if r.blocking {
+		most = want
+	}
 	best := -1
 	for i, b := range r.spare {
-		if cap(b) >= want && cap(b) <= 4*want && (best < 0 || cap(b) < cap(r.spare[best])) {
+		if cap(b) >= want && cap(b) <= most && (best < 0 || cap(b) < cap(r.spare[best])) {
 			best = i
 		}
 	}
