@@ -110,9 +110,6 @@ func WriteChunks(w http.ResponseWriter, head any, chunks []Chunk) error {
 	return nil
 }
 
-// maxBinaryBody bounds what the client accepts in one binary response.
-const maxBinaryBody = 1 << 30
-
 // readBinary decodes a ChunksMediaType poll answer.
 func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
 	var resp SessionResponse
@@ -126,7 +123,14 @@ func readBinary(body io.Reader, contentLength int64) (*SessionResponse, error) {
 
 // ReadChunks decodes a ChunksMediaType body: its header line into head and
 // its frames as the returned chunks. All chunk data shares one allocation.
+// A body over MaxOutputAnswer fails with CodeAnswerTooLarge (*Error), as
+// soon as its Content-Length says so or its bytes go past the cap; a
+// frame's length prefix is checked against the bytes that arrived, so
+// neither allocates more than what was actually sent.
 func ReadChunks(body io.Reader, contentLength int64, head any) ([]Chunk, error) {
+	if contentLength > MaxOutputAnswer {
+		return nil, answerTooLarge("binary output answer", MaxOutputAnswer)
+	}
 	br := bufio.NewReaderSize(body, 64<<10)
 	line, err := br.ReadSlice('\n')
 	if err != nil {
@@ -135,18 +139,23 @@ func ReadChunks(body io.Reader, contentLength int64, head any) ([]Chunk, error) 
 	if err := json.Unmarshal(line, head); err != nil {
 		return nil, fmt.Errorf("agentd: binary response header: %w", err)
 	}
-	var rest []byte
+	declared, frames := int64(-1), io.Reader(br)
 	if contentLength >= 0 {
-		n := contentLength - int64(len(line))
-		if n < 0 || n > maxBinaryBody {
+		if declared = contentLength - int64(len(line)); declared < 0 {
 			return nil, errors.New("agentd: binary response has a bad length")
 		}
-		rest = make([]byte, n)
-		if _, err := io.ReadFull(br, rest); err != nil {
-			return nil, fmt.Errorf("agentd: binary response: %w", err)
+		frames = io.LimitReader(br, declared)
+	}
+	rest, err := readCapped(frames, declared, MaxOutputAnswer-int64(len(line)), "binary output answer")
+	if err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			return nil, err
 		}
-	} else if rest, err = io.ReadAll(io.LimitReader(br, maxBinaryBody)); err != nil {
 		return nil, fmt.Errorf("agentd: binary response: %w", err)
+	}
+	if declared >= 0 && int64(len(rest)) != declared {
+		return nil, errors.New("agentd: binary response is shorter than its length")
 	}
 	chunks := []Chunk{}
 	for len(rest) > 0 {

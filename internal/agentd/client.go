@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -60,7 +61,7 @@ func NewClient(baseURL, token string, httpClient *http.Client, opts ...ClientOpt
 // Health calls GET /healthz.
 func (c *Client) Health(ctx context.Context) (*Health, error) {
 	var h Health
-	if err := c.do(ctx, http.MethodGet, "/healthz", nil, &h); err != nil {
+	if err := c.do(ctx, http.MethodGet, "/healthz", nil, &h, MaxControlAnswer); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -70,7 +71,7 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 // state and output arrive in the response.
 func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionResponse, error) {
 	var resp SessionResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/sessions", req, &resp); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/sessions", req, &resp, MaxOutputAnswer); err != nil {
 		return nil, err
 	}
 	return &resp, nil
@@ -115,8 +116,8 @@ func (c *Client) poll(ctx context.Context, id string, cursor uint64, wait time.D
 	defer httpResp.Body.Close()
 	resp := &SessionResponse{}
 	if ct := httpResp.Header.Get("Content-Type"); ct != ChunksMediaType {
-		if err := json.NewDecoder(httpResp.Body).Decode(resp); err != nil {
-			return nil, fmt.Errorf("agentd: decode poll response: %w", err)
+		if err := decodeAnswer(httpResp, resp, MaxOutputAnswer, "poll"); err != nil {
+			return nil, err
 		}
 	} else if resp, err = readBinary(httpResp.Body, httpResp.ContentLength); err != nil {
 		return nil, err
@@ -197,18 +198,18 @@ func (c *Client) Run(ctx context.Context, req CreateSessionRequest) (*Result, er
 
 // WriteStdin sends data (and, with eof, closes stdin).
 func (c *Client) WriteStdin(ctx context.Context, id string, data []byte, eof bool) error {
-	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/stdin", StdinRequest{Data: data, EOF: eof}, nil)
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/stdin", StdinRequest{Data: data, EOF: eof}, nil, 0)
 }
 
 // Resize changes a TTY session's window size.
 func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error {
-	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/resize", ResizeRequest{Rows: rows, Cols: cols}, nil)
+	return c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(id)+"/resize", ResizeRequest{Rows: rows, Cols: cols}, nil, 0)
 }
 
 // Kill kills the session's process group and returns its final state.
 func (c *Client) Kill(ctx context.Context, id string) (*SessionResponse, error) {
 	var resp SessionResponse
-	if err := c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &resp); err != nil {
+	if err := c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &resp, MaxOutputAnswer); err != nil {
 		return nil, err
 	}
 	return &resp, nil
@@ -217,7 +218,7 @@ func (c *Client) Kill(ctx context.Context, id string) (*SessionResponse, error) 
 // Stat examines a batch of paths.
 func (c *Client) Stat(ctx context.Context, paths ...string) ([]FileStat, error) {
 	var resp StatResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/files/stat", StatRequest{Paths: paths}, &resp); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/files/stat", StatRequest{Paths: paths}, &resp, MaxControlAnswer); err != nil {
 		return nil, err
 	}
 	return resp.Results, nil
@@ -226,15 +227,30 @@ func (c *Client) Stat(ctx context.Context, paths ...string) ([]FileStat, error) 
 // Fetch makes agentd download a URL into path.
 func (c *Client) Fetch(ctx context.Context, req FetchRequest) (*FetchResponse, error) {
 	var resp FetchResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/files/fetch", req, &resp); err != nil {
+	if err := c.do(ctx, http.MethodPost, "/v1/files/fetch", req, &resp, MaxControlAnswer); err != nil {
 		return nil, err
 	}
 	return &resp, nil
 }
 
-// ReadFile reads up to limit bytes of path from offset (limit 0: the server
-// maximum) and returns them with the file's full size.
-func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64) ([]byte, int64, error) {
+// FileRange is a part of a file being read from agentd. The caller reads
+// Body and must close it.
+type FileRange struct {
+	// Body yields the bytes. It fails with CodeAnswerTooLarge (*Error)
+	// rather than yield more than the read's limit.
+	Body io.ReadCloser
+	// Size is the file's full size (FileHeaderSize).
+	Size int64
+	// Length is how many bytes Body holds: agentd's Content-Length, or -1
+	// when it gave none (a proxy in front of it may re-encode the body).
+	Length int64
+}
+
+// OpenFile starts reading up to limit bytes of path from offset (limit 0:
+// MaxFileRead) and returns once agentd's answer began, so the bytes can be
+// passed on as they arrive instead of held. An answer announcing more
+// than the limit fails before any of it is read.
+func (c *Client) OpenFile(ctx context.Context, path string, offset, limit int64) (*FileRange, error) {
 	q := url.Values{}
 	q.Set("path", path)
 	if offset > 0 {
@@ -243,32 +259,74 @@ func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64)
 	if limit > 0 {
 		q.Set("limit", strconv.FormatInt(limit, 10))
 	}
+	most := limit
+	if most <= 0 || most > MaxFileRead {
+		most = MaxFileRead
+	}
 	resp, err := c.send(ctx, http.MethodGet, "/v1/files?"+q.Encode(), nil, "")
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
+	if resp.ContentLength > most {
+		resp.Body.Close()
+		return nil, answerTooLarge("file", most)
+	}
+	size, err := strconv.ParseInt(resp.Header.Get(FileHeaderSize), 10, 64)
+	if err != nil || size < 0 {
+		size = 0
+	}
+	body := struct {
+		io.Reader
+		io.Closer
+	}{capReader(resp.Body, most, "file"), resp.Body}
+	return &FileRange{Body: body, Size: size, Length: resp.ContentLength}, nil
+}
+
+// ReadFile reads up to limit bytes of path from offset (limit 0:
+// MaxFileRead) and returns them with the file's full size. It holds the
+// whole range in memory: OpenFile passes it on instead.
+func (c *Client) ReadFile(ctx context.Context, path string, offset, limit int64) ([]byte, int64, error) {
+	f, err := c.OpenFile(ctx, path, offset, limit)
 	if err != nil {
 		return nil, 0, err
 	}
-	size, _ := strconv.ParseInt(resp.Header.Get(FileHeaderSize), 10, 64)
-	return data, size, nil
+	defer f.Body.Close()
+	data, err := readCapped(f.Body, f.Length, MaxFileRead, "file")
+	if err != nil {
+		return nil, 0, err
+	}
+	return data, f.Size, nil
 }
 
-// do sends a JSON request and decodes a JSON response into out (if not nil).
-func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+// do sends a JSON request and decodes a JSON response of at most limit
+// bytes into out (if not nil).
+func (c *Client) do(ctx context.Context, method, path string, in, out any, limit int64) error {
 	resp, err := c.send(ctx, method, path, in, "")
 	if err != nil {
 		return err
 	}
 	defer resp.Body.Close()
 	if out == nil {
-		io.Copy(io.Discard, resp.Body)
+		// Read a little so the connection can be reused; a longer body
+		// (no agentd sends one here) closes it instead.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxDrain))
 		return nil
 	}
-	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
-		return fmt.Errorf("agentd: decode %s %s response: %w", method, path, err)
+	return decodeAnswer(resp, out, limit, method+" "+path)
+}
+
+// decodeAnswer decodes resp's JSON body into out, reading at most limit
+// bytes of it: a larger answer fails with CodeAnswerTooLarge.
+func decodeAnswer(resp *http.Response, out any, limit int64, what string) error {
+	if resp.ContentLength > limit {
+		return answerTooLarge("body", limit)
+	}
+	if err := json.NewDecoder(capReader(resp.Body, limit, "body")).Decode(out); err != nil {
+		var ae *Error
+		if errors.As(err, &ae) {
+			return ae
+		}
+		return fmt.Errorf("agentd: decode %s response: %w", what, err)
 	}
 	return nil
 }
@@ -306,13 +364,14 @@ func (c *Client) send(ctx context.Context, method, path string, in any, accept s
 	}
 	defer resp.Body.Close()
 	var env ErrorEnvelope
-	raw, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// An error envelope holds one sentence: more is not agentd's.
+	raw, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorAnswer))
 	if json.Unmarshal(raw, &env) != nil || env.Error.Code == "" {
 		// Not agentd's envelope: a proxy or some other server. Its body is
 		// not repeated, so pointing an environment at an arbitrary URL
 		// cannot be used to read what that URL serves.
 		status, _ := codeInfoByStatus(resp.StatusCode)
-		return nil, &Error{Status: resp.StatusCode, Code: status, Message: "the server did not answer like agentd"}
+		return nil, &Error{Status: resp.StatusCode, Code: status, Message: "the server did not answer like agentd", Foreign: true}
 	}
 	return nil, &Error{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message}
 }

@@ -26,6 +26,11 @@ const (
 	CodeShuttingDown     = "shutting_down"      // 503: the server is closing
 	CodeTimeout          = "timeout"            // 504: an operation (stdin write, fetch) timed out
 	CodeInternal         = "internal"           // 500: anything else
+
+	// CodeAnswerTooLarge is the Client's own: agentd never sends it. The
+	// Client reports it (as a 502) when an answer is larger than any
+	// answer agentd gives, rather than reading on (see answer.go).
+	CodeAnswerTooLarge = "answer_too_large" // 502: agentd's answer is over the client's cap
 )
 
 // Sentinel errors, one per code, for errors.Is on errors returned by Client.
@@ -47,6 +52,7 @@ var (
 	ErrShuttingDown     = errors.New("agentd: shutting down")
 	ErrTimeout          = errors.New("agentd: timeout")
 	ErrInternal         = errors.New("agentd: internal error")
+	ErrAnswerTooLarge   = errors.New("agentd: answer too large")
 )
 
 // codeInfo maps a code to its status and sentinel. It is a function rather
@@ -87,6 +93,8 @@ func codeInfo(code string) (int, error) {
 		return http.StatusServiceUnavailable, ErrShuttingDown
 	case CodeTimeout:
 		return http.StatusGatewayTimeout, ErrTimeout
+	case CodeAnswerTooLarge:
+		return http.StatusBadGateway, ErrAnswerTooLarge
 	default:
 		return http.StatusInternalServerError, ErrInternal
 	}
@@ -99,7 +107,15 @@ type Error struct {
 	Status  int    // HTTP status
 	Code    string // one of the Code constants
 	Message string // a full sentence meant for people
+	// Foreign marks an answer that was not agentd's error envelope: a
+	// proxy, load balancer or other server in front of it. Its 404 is not
+	// "no such session" and its 5xx says nothing of agentd.
+	Foreign bool
 }
+
+// Unknown reports agentd's own word that it has no such session (or
+// file): not a 404 of something in front of it.
+func (e *Error) Unknown() bool { return e.Code == CodeNotFound && !e.Foreign }
 
 func (e *Error) Error() string {
 	return fmt.Sprintf("agentd: %s (%d): %s", e.Code, e.Status, e.Message)

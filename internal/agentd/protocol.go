@@ -29,6 +29,21 @@ const (
 	StreamPTY    = "pty"
 )
 
+// Protocol limits a client checks before sending, so that a request agentd
+// would refuse is refused (or clamped) before it is recorded or forwarded.
+const (
+	// MaxTimeout is the largest timeout_ms of a session.
+	MaxTimeout = 7 * 24 * time.Hour
+	// MaxWait is the longest wait_ms of a create or a poll; agentd clamps
+	// larger values.
+	MaxWait = 60 * time.Second
+	// MaxFileRead is the largest limit of one GET /v1/files, and what a
+	// read without a limit returns at most.
+	MaxFileRead = 64 << 20
+	// MaxTTYDimension is the largest rows and cols of a PTY.
+	MaxTTYDimension = 4096
+)
+
 // Protocol limits that are not configurable.
 const (
 	maxJSONBody      = 1 << 20  // JSON request bodies
@@ -36,12 +51,12 @@ const (
 	maxCommandLen    = 64 << 10 // command string length
 	maxEnvVars       = 1024
 	maxStatPaths     = 1024
-	maxWait          = 60 * time.Second
-	maxTimeout       = 7 * 24 * time.Hour
-	maxTTYDimension  = 4096
+	maxWait          = MaxWait
+	maxTimeout       = MaxTimeout
+	maxTTYDimension  = MaxTTYDimension
 	defaultRows      = 24
 	defaultCols      = 80
-	maxFileReadLimit = 64 << 20
+	maxFileReadLimit = MaxFileRead
 )
 
 // Health is the body of GET /healthz.

@@ -71,6 +71,10 @@ type Denial struct {
 	// Hidden is true when the caller may not see the object at all; it
 	// is answered as not found so its existence does not leak.
 	Hidden bool
+	// Answer names what the caller was told when that was neither
+	// "forbidden" nor "not_found": a refusal by a cap rather than by a
+	// policy is answered "too_many_requests" (see Refuse).
+	Answer string
 }
 
 // Recorder writes denials to the audit log. It is called after the
@@ -183,6 +187,14 @@ func (a *Actor) Deny(d Denial, message string) error {
 		message = fmt.Sprintf("You do not have permission to %s %s.", d.Action, d.Object)
 	}
 	return apperr.New(apperr.ErrForbidden, "forbidden", "%s", message)
+}
+
+// Refuse records a refusal that no policy made (a cap on open sessions or
+// running commands was reached) exactly as Deny records one, so it is
+// audited the same way, and returns answer, which says why to the caller.
+func (a *Actor) Refuse(d Denial, answer error) error {
+	_ = a.Deny(d, "")
+	return answer
 }
 
 // Denials returns the refusals recorded so far.

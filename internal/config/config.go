@@ -43,6 +43,10 @@ type Config struct {
 	// FollowerSweepInterval is how often running commands without a live
 	// follower are looked for (and adopted).
 	FollowerSweepInterval time.Duration
+	// UnreachableWindow is how long a session's agentd may fail every call
+	// before the session is lost; shorter outages leave it and its
+	// commands running.
+	UnreachableWindow time.Duration
 	// LocalSandboxes starts the built-in local sandbox backend (the fake:
 	// agentd processes on this machine, no isolation) for trying
 	// per-session sandboxes with no other set-up.
@@ -56,7 +60,27 @@ type Config struct {
 	MetricsPerOrgDB bool
 	// RetentionInterval is how often each org's retention policy is applied.
 	RetentionInterval time.Duration
+	// MaxOpenSessionsPerUser and MaxOpenSessionsPerAgent cap the sessions
+	// open (pending, running or paused) at once per user (or service key)
+	// and per agent; MaxRunningCommandsPerUser and
+	// MaxRunningCommandsPerAgent cap the commands running at once in the
+	// sessions of one user and of one agent. 0 turns a cap off (Load gives
+	// the Default… values).
+	MaxOpenSessionsPerUser     int
+	MaxOpenSessionsPerAgent    int
+	MaxRunningCommandsPerUser  int
+	MaxRunningCommandsPerAgent int
 }
+
+// Default caps: generous for a person or an agent runtime at work, small
+// enough that a loop creating sessions or starting commands stops long
+// before it exhausts the sandboxes or hosts of an org.
+const (
+	DefaultMaxOpenSessionsPerUser     = 20
+	DefaultMaxOpenSessionsPerAgent    = 200
+	DefaultMaxRunningCommandsPerUser  = 20
+	DefaultMaxRunningCommandsPerAgent = 100
+)
 
 // Load parses args (without the program name) with getenv for defaults.
 func Load(name string, args []string, getenv func(string) string, out io.Writer) (Config, []string, error) {
@@ -102,6 +126,12 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	}
 	fs.DurationVar(&c.FollowerSweepInterval, "follower-sweep-interval", fsi,
 		"how often running commands whose follower lease lapsed are adopted (GATEHOUSE_FOLLOWER_SWEEP_INTERVAL)")
+	uw, err := time.ParseDuration(env("GATEHOUSE_UNREACHABLE_WINDOW", "60s"))
+	if err != nil || uw <= 0 {
+		return c, nil, fmt.Errorf("GATEHOUSE_UNREACHABLE_WINDOW must be a positive duration such as 60s")
+	}
+	fs.DurationVar(&c.UnreachableWindow, "unreachable-window", uw,
+		"how long a session's environment may fail every call before the session is lost (GATEHOUSE_UNREACHABLE_WINDOW)")
 	local, _ := strconv.ParseBool(env("GATEHOUSE_LOCAL_SANDBOXES", "false"))
 	fs.BoolVar(&c.LocalSandboxes, "local-sandboxes", local,
 		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
@@ -116,8 +146,32 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	}
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", rti,
 		"how often each org's audit and recording retention is applied (GATEHOUSE_RETENTION_INTERVAL)")
+	for _, cp := range []struct {
+		dst       *int
+		flag, env string
+		def       int
+		usage     string
+	}{
+		{&c.MaxOpenSessionsPerUser, "max-open-sessions-per-user", "GATEHOUSE_MAX_OPEN_SESSIONS_PER_USER", DefaultMaxOpenSessionsPerUser,
+			"most sessions one user or service key may have open at once; 0: no cap"},
+		{&c.MaxOpenSessionsPerAgent, "max-open-sessions-per-agent", "GATEHOUSE_MAX_OPEN_SESSIONS_PER_AGENT", DefaultMaxOpenSessionsPerAgent,
+			"most sessions one agent may have open at once; 0: no cap"},
+		{&c.MaxRunningCommandsPerUser, "max-running-commands-per-user", "GATEHOUSE_MAX_RUNNING_COMMANDS_PER_USER", DefaultMaxRunningCommandsPerUser,
+			"most commands running at once in the sessions of one user or service key; 0: no cap"},
+		{&c.MaxRunningCommandsPerAgent, "max-running-commands-per-agent", "GATEHOUSE_MAX_RUNNING_COMMANDS_PER_AGENT", DefaultMaxRunningCommandsPerAgent,
+			"most commands running at once in the sessions of one agent; 0: no cap"},
+	} {
+		def, err := strconv.Atoi(env(cp.env, strconv.Itoa(cp.def)))
+		if err != nil {
+			return c, nil, fmt.Errorf("%s must be a whole number: %w", cp.env, err)
+		}
+		fs.IntVar(cp.dst, cp.flag, def, cp.usage+" ("+cp.env+")")
+	}
 	if err := fs.Parse(args); err != nil {
 		return c, nil, err
+	}
+	if c.UnreachableWindow <= 0 {
+		return c, nil, fmt.Errorf("--unreachable-window must be a positive duration such as 60s, not %s", c.UnreachableWindow)
 	}
 	// Secrets come only from the environment: flag values show in ps.
 	c.DatabaseURL = getenv("DATABASE_URL")
@@ -148,6 +202,9 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	}
 	if c.RetentionInterval <= 0 {
 		return c, nil, fmt.Errorf("--retention-interval must be positive")
+	}
+	if c.MaxOpenSessionsPerUser < 0 || c.MaxOpenSessionsPerAgent < 0 || c.MaxRunningCommandsPerUser < 0 || c.MaxRunningCommandsPerAgent < 0 {
+		return c, nil, fmt.Errorf("the --max-open-sessions-… and --max-running-commands-… caps cannot be negative (0 turns one off)")
 	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return c, nil, fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")

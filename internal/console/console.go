@@ -167,7 +167,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Observe:  c.Metrics.HealthProbe,
 	}
 	c.SessionsRT = sessions.NewRuntime()
+	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
+	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
+	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
 		ListOrgs: c.activeOrgs,
 		OpenOrg: func(ctx context.Context, slug string) (sessions.OrgDeps, error) {

@@ -8,7 +8,9 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"os/user"
 	"path/filepath"
+	"regexp"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
@@ -16,16 +18,22 @@ import (
 
 // LocalSandboxes is the built-in local sandbox backend for newcomers: the
 // in-repo fake E2B backend, whose sandboxes are agentd processes on this
-// machine with a directory each. It isolates nothing; it exists so that
-// per-session sandboxes (create, pause, resume, reclaim) can be tried
-// with no other set-up. Its address and secrets are kept in the data
-// directory so an environment registered once keeps working across
+// machine with a directory each. It isolates nothing (they run as the
+// console's user); it exists so that per-session sandboxes (create, pause,
+// resume, reclaim) can be tried with no other set-up. What it does keep
+// from them is what the console need not hand out: its environment (the
+// master key, the database URL, the admin password) and a path to the
+// backend's own files from theirs. Its address and secrets are kept in the
+// data directory so an environment registered once keeps working across
 // restarts (the sandboxes themselves do not survive one).
 type LocalSandboxes struct {
 	Server *e2bfake.Server
 	// APIKey and AgentdToken are what to register the environment with.
 	APIKey      string
 	AgentdToken string
+	// Sandboxes is the directory holding one directory per sandbox, made
+	// for this run outside the data directory and removed by Close.
+	Sandboxes string
 }
 
 type localState struct {
@@ -35,10 +43,20 @@ type localState struct {
 }
 
 // StartLocalSandboxes starts the local backend with its state under
-// dataDir/local-sandboxes.
+// dataDir/local-sandboxes (0700, backend.json 0600) and its sandboxes in a
+// new directory under the system's temporary directory: a sandbox's
+// working directory is then no relative path away from backend.json, the
+// agentd binary or the databases. A sandbox can still name them by their
+// absolute paths and, running as the same user, read them; that is what
+// "no isolation" means, and docs/sessions.md says so.
 func StartLocalSandboxes(dataDir string, logger *slog.Logger) (*LocalSandboxes, error) {
 	dir := filepath.Join(dataDir, "local-sandboxes")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local sandboxes: %w", err)
+	}
+	// MkdirAll leaves an existing directory's mode alone; an older version
+	// made this one the sandboxes' parent.
+	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
 	bin, err := findAgentd(dir)
@@ -53,11 +71,12 @@ func StartLocalSandboxes(dataDir string, logger *slog.Logger) (*LocalSandboxes, 
 	if st.APIKey == "" || st.AgentdToken == "" {
 		st.APIKey, st.AgentdToken = "local_"+rand.Text(), rand.Text()
 	}
-	cfg := e2bfake.Config{APIKey: st.APIKey, AgentdToken: st.AgentdToken, AgentdBinary: bin, WorkDir: filepath.Join(dir, "sandboxes"),
-		TickInterval: time.Second, Addr: st.Addr, Logger: logger}
-	if err := os.MkdirAll(cfg.WorkDir, 0o700); err != nil {
+	work, err := os.MkdirTemp("", "gatehouse-local-sandboxes-")
+	if err != nil {
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
+	cfg := e2bfake.Config{APIKey: st.APIKey, AgentdToken: st.AgentdToken, AgentdBinary: bin, WorkDir: work,
+		AgentdEnviron: sandboxEnviron, TickInterval: time.Second, Addr: st.Addr, Logger: logger}
 	srv, err := e2bfake.New(cfg)
 	if err != nil && st.Addr != "" {
 		// The saved port is taken: take another and save it.
@@ -65,16 +84,51 @@ func StartLocalSandboxes(dataDir string, logger *slog.Logger) (*LocalSandboxes, 
 		srv, err = e2bfake.New(cfg)
 	}
 	if err != nil {
+		_ = os.RemoveAll(work)
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
+	l := &LocalSandboxes{Server: srv, APIKey: st.APIKey, AgentdToken: st.AgentdToken, Sandboxes: work}
 	st.Addr = srv.Addr()
 	b, _ := json.Marshal(st)
-	if err := os.WriteFile(statePath, b, 0o600); err != nil {
-		_ = srv.Close()
+	if err := errors.Join(os.WriteFile(statePath, b, 0o600), os.Chmod(statePath, 0o600)); err != nil {
+		_ = l.Close()
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
-	return &LocalSandboxes{Server: srv, APIKey: st.APIKey, AgentdToken: st.AgentdToken}, nil
+	return l, nil
 }
+
+// sandboxPath is the PATH of local sandboxes: the usual system directories,
+// not the console's own PATH, which may name directories of its deployment.
+const sandboxPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+// sandboxEnviron is the whole environment a local sandbox's agentd, and so
+// every command in it, starts with: what a shell needs and nothing of the
+// console's. The console's own environment holds GATEHOUSE_MASTER_KEY,
+// DATABASE_URL, the admin password and whatever its deployment added;
+// a sandbox inheriting it could open every org's secrets. HOME and TMPDIR
+// are directories of the sandbox (removed with it), so tools that write
+// there do not write into the console user's home.
+func sandboxEnviron(spec e2bfake.LaunchSpec) ([]string, error) {
+	home, tmp := filepath.Join(spec.StateDir, "home"), filepath.Join(spec.StateDir, "tmp")
+	if err := errors.Join(os.MkdirAll(home, 0o700), os.MkdirAll(tmp, 0o700)); err != nil {
+		return nil, err
+	}
+	lang := "C.UTF-8"
+	// A locale name is no secret, and a sandbox in the console's language
+	// is what a newcomer expects; anything odd falls back to C.UTF-8.
+	if l := os.Getenv("LANG"); localeRE.MatchString(l) {
+		lang = l
+	}
+	env := []string{"PATH=" + sandboxPath, "HOME=" + home, "TMPDIR=" + tmp, "LANG=" + lang, "TERM=dumb", "SHELL=/bin/sh"}
+	if u, err := user.Current(); err == nil {
+		env = append(env, "USER="+u.Username, "LOGNAME="+u.Username)
+	}
+	return env, nil
+}
+
+// localeRE is what a locale name looks like (C, POSIX, en_US.UTF-8,
+// de_DE@euro).
+var localeRE = regexp.MustCompile(`^[A-Za-z]{1,8}(_[A-Za-z]{2})?(\.[A-Za-z0-9-]{1,16})?(@[A-Za-z0-9]{1,16})?$`)
 
 // findAgentd looks for agentd next to the console's executable, then on
 // PATH, and otherwise builds ./cmd/agentd when run from the source tree
@@ -108,5 +162,8 @@ func (l *LocalSandboxes) Describe() string {
 		l.Server.URL(), l.Server.ProxyURL(), l.APIKey, l.AgentdToken)
 }
 
-// Close kills the local sandboxes and stops the backend.
-func (l *LocalSandboxes) Close() error { return l.Server.Close() }
+// Close kills the local sandboxes, stops the backend and removes the
+// sandboxes' directories (a sandbox does not survive a restart anyway).
+func (l *LocalSandboxes) Close() error {
+	return errors.Join(l.Server.Close(), os.RemoveAll(l.Sandboxes))
+}

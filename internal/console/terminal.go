@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -18,12 +19,16 @@ import (
 
 // agentdHTTP is the client the gateway and its followers reach agentd
 // with: connections are kept and reused (one command is several calls),
-// and redirects are never followed, so the injected token goes nowhere
-// else.
+// redirects are never followed, so the injected token goes nowhere else,
+// and no connection is made to a link-local or cloud metadata address
+// (netguard.Metadata, the rule for every environment; envs.ClientFor keeps
+// this transport for shared environments and adds the stricter rule for
+// private ones).
 func agentdHTTP() *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
-			DialContext:         (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second,
+				Control: netguard.ControlFor(netguard.Metadata)}).DialContext,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
@@ -63,5 +68,5 @@ func (c *Console) followerOrg(ctx context.Context, slug string) (proxy.Org, func
 // acting as the system: the reclaimer and the recording followers use it.
 func (c *Console) orgSessions(t *tenant.Tenant, slug string) *sessions.Service {
 	es := &envs.Service{DB: t.DB, Box: c.Box, Org: slug}
-	return &sessions.Service{DB: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
+	return &sessions.Service{DB: t.DB, Pool: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
 }

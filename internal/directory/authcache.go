@@ -23,7 +23,7 @@ import (
 // cached (a request that read the rows while the write was not yet
 // committed must not keep them). Writes made by another replica are seen
 // within TTL, the same bound as casbin policy changes (rbac reads
-// policy_version every 2 s). Only successes are cached: a refused
+// policy_version every second). Only successes are cached: a refused
 // credential is read again each time, so a new row (a sign-in, a key, a
 // user) cannot make an entry wrong, and inserts leave the cache alone.
 type AuthCache struct {
@@ -39,7 +39,7 @@ type AuthCache struct {
 }
 
 // DefaultAuthTTL bounds how stale a cached credential may be.
-const DefaultAuthTTL = 2 * time.Second
+const DefaultAuthTTL = time.Second
 
 // maxAuthEntries bounds the cache; beyond it, it starts over.
 const maxAuthEntries = 10000

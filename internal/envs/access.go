@@ -2,8 +2,8 @@ package envs
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -355,24 +355,25 @@ func (s *Service) DeleteTemplate(ctx context.Context, a *authz.Actor, envID, tid
 }
 
 // privateTargetOK keeps private environments, which anyone may register,
-// off the console's own machine and link-local metadata services. This is
-// the early, friendly check on the literal address; the rule is enforced
-// on every address actually dialled (clientFor), so a name that resolves
-// there is refused too. Shared environments are set up by department
-// owners and admins and may point anywhere (a dev agentd on loopback
-// included).
+// off the console's own machine (loopback and the addresses of its network
+// interfaces, its LAN address say) and link-local and metadata services.
+// This is the early, friendly check on the literal address; the rule is
+// enforced on every address actually dialled (clientFor), so a name that
+// resolves there is refused too. Shared environments are set up by
+// department owners and admins and may point at the console's machine (a
+// dev agentd on loopback included), never at link-local or metadata
+// addresses (apply).
 func privateTargetOK(raw string) error {
-	u, err := url.Parse(strings.TrimSpace(raw))
-	if err != nil {
-		return nil // the URL validation explains it
+	host := urlHost(raw)
+	reason := ""
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		reason = "a name of this machine"
+	} else if ip, err := netip.ParseAddr(host); err == nil {
+		reason = netguard.Blocked(ip)
 	}
-	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
-	bad := host == "localhost" || strings.HasSuffix(host, ".localhost")
-	if ip, err := netip.ParseAddr(host); err == nil {
-		bad = bad || netguard.Blocked(ip) != ""
-	}
-	if bad {
-		return &apperr.ValidationError{Fields: map[string]string{"url": "A private environment cannot point at this machine (loopback), a link-local or a metadata address; use the host's network address."}}
+	if reason != "" {
+		return &apperr.ValidationError{Fields: map[string]string{"url": fmt.Sprintf(
+			"A private environment cannot point at the console's own machine (loopback or any address of its network interfaces), a link-local or a metadata address, and %s is %s; use the network address of the machine agentd runs on.", host, reason)}}
 	}
 	return nil
 }

@@ -9,11 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"path"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -131,12 +134,16 @@ func (s *Service) now() time.Time {
 var ErrRedirect = errors.New("redirects are not followed, so the stored token or key is never sent elsewhere; set the environment's URL to agentd (or the API) itself")
 
 // clientFor is the HTTP client for calls to e. It follows no redirect
-// (reporting where it pointed instead). A private environment, whose
-// address any member may choose, is also dialled only at addresses
-// netguard allows, checked on the address actually dialled: a name that
-// resolves to loopback or a metadata address is refused like the literal.
-// Shared environments are set up by department owners and admins and may
-// point anywhere, a development agentd on loopback included.
+// (reporting where it pointed instead). Every environment is dialled only
+// at addresses netguard's Metadata rule allows (no link-local or cloud
+// metadata address: a shared environment there would hand the console's
+// cloud credentials to whoever registered it). A private environment,
+// whose address any member may choose, is held to the stricter Blocked
+// rule: nothing on the console's own machine either. Both are checked on
+// the address actually dialled, so a name that resolves to a refused
+// address is refused like the literal. Shared environments are set up by
+// department owners and admins and may otherwise point anywhere, a
+// development agentd on loopback included.
 func (s *Service) clientFor(e Environment) *http.Client {
 	return ClientFor(s.HTTPClient, e)
 }
@@ -144,6 +151,13 @@ func (s *Service) clientFor(e Environment) *http.Client {
 // ClientFor is base (a plain client when nil) made fit for calls to e, as
 // clientFor describes. Every caller of an environment's agentd or backend
 // outside this package (the session gateway) builds its client with it.
+//
+// A shared environment keeps base's transport as it is, so its connection
+// pool is reused across calls; the Metadata rule is then the transport's
+// business: with no transport of base's own (nil or
+// http.DefaultTransport) the client gets sharedTransport, and a caller
+// that brings its own transport dials through netguard.ControlFor(
+// netguard.Metadata) (the console's gateway does).
 func ClientFor(base *http.Client, e Environment) *http.Client {
 	// No whole-call Timeout: agentd long-polls (Follow asks for 30 s) and
 	// downloads outlast any fixed limit, so the caller's context bounds
@@ -153,11 +167,28 @@ func ClientFor(base *http.Client, e Environment) *http.Client {
 		*c = *base
 	}
 	c.CheckRedirect = refuseRedirect
-	if e.Private() {
+	switch {
+	case e.Private():
 		c.Transport = netguard.Transport(c.Transport)
+	case c.Transport == nil || c.Transport == http.DefaultTransport:
+		c.Transport = sharedTransport()
 	}
 	return c
 }
+
+// sharedTransport is the process's transport for shared environments when
+// no other is given: http.DefaultTransport's settings, dialling only what
+// netguard.Metadata allows, with kept-alive connections (it is made once,
+// so its idle connections are reused rather than left behind). It uses no
+// HTTP proxy from the environment, as the gateway's transport does not: a
+// proxy would dial the address out of the rule's sight. Like
+// http.DefaultTransport it belongs to the process, not to a Service: a
+// Service is made per request.
+var sharedTransport = sync.OnceValue(func() *http.Transport {
+	t := netguard.Guarded(nil, netguard.Metadata)
+	t.DisableKeepAlives = false
+	return t
+})
 
 func refuseRedirect(req *http.Request, _ []*http.Request) error {
 	return fmt.Errorf("answered with a redirect to %s: %w", req.URL.Redacted(), ErrRedirect)
@@ -283,6 +314,13 @@ func apply(e *Environment, in Input, creating bool, mountPrefix string) (agentdT
 	default:
 		v.Add("kind", "Kind must be host or sandbox.")
 	}
+	refuseMetadata(v, "url", urlHost(e.URL))
+	refuseMetadata(v, "proxy_base_url", urlHost(e.ProxyBaseURL))
+	domain := e.SandboxDomain
+	if h, _, err := net.SplitHostPort(domain); err == nil {
+		domain = h
+	}
+	refuseMetadata(v, "sandbox_domain", domain)
 	if in.AgentdToken != nil {
 		t := strings.TrimSpace(*in.AgentdToken)
 		if len(t) < MinTokenLength {
@@ -297,6 +335,30 @@ func apply(e *Environment, in Input, creating bool, mountPrefix string) (agentdT
 		apiKey = &k
 	}
 	return agentdToken, apiKey, v.Err()
+}
+
+// refuseMetadata adds a field error when host is a literal address that no
+// environment may be dialled at (netguard.Metadata): the early, friendly
+// form of the rule every call enforces on the address it dials, where a
+// name that resolves there is refused too.
+func refuseMetadata(v *apperr.ValidationError, field, host string) {
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return
+	}
+	if r := netguard.Metadata(a); r != "" {
+		v.Add(field, "The address %s is %s; no environment may point at a link-local or cloud metadata address.", host, r)
+	}
+}
+
+// urlHost is the host of raw, a URL, without brackets or a trailing dot;
+// "" when raw is not a URL.
+func urlHost(raw string) string {
+	u, err := url.Parse(strings.TrimSpace(raw))
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSuffix(strings.ToLower(u.Hostname()), ".")
 }
 
 // cleanWorkspaceRoot returns the workspace root, a POSIX or Windows

@@ -55,13 +55,24 @@ func (h Health) Shown() Health {
 }
 
 // probeClient is the client of one probe. For a shared environment it
-// notes whether any address dialled is one netguard reserves (a private
-// environment is refused those outright by clientFor).
+// refuses what netguard.Metadata refuses whatever transport the service
+// was given (a probe is what a department owner triggers at will), and
+// notes whether any address dialled is one netguard reserves for the
+// console's own machine (a private environment is refused those outright
+// by clientFor).
 func (s *Service) probeClient(e Environment) (*http.Client, *atomic.Bool) {
 	c := s.clientFor(e)
 	var reserved atomic.Bool
 	if !e.Private() {
-		c.Transport = netguard.Watched(c.Transport, func(a netip.Addr) {
+		// Built on the service's own transport, not clientFor's
+		// sharedTransport: with none given, Watched hooks a plain dialer
+		// and notes the address before connecting, so a closed port on
+		// the console's machine is noted like an open one.
+		var base http.RoundTripper
+		if s.HTTPClient != nil {
+			base = s.HTTPClient.Transport
+		}
+		c.Transport = netguard.Watched(base, netguard.Metadata, func(a netip.Addr) {
 			if netguard.Blocked(a) != "" {
 				reserved.Store(true)
 			}

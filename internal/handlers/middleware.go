@@ -50,6 +50,13 @@ func (s *Server) recoverer(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					// A handler breaking off a response it began (a
+					// file read that failed midway): net/http closes the
+					// connection without a word, so the client cannot
+					// take the cut body for a whole one.
+					panic(r)
+				}
 				s.Logger.Error("panic", "path", c.Path(), "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
 				err = fmt.Errorf("panic: %v", r)
 			}

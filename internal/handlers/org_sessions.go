@@ -17,6 +17,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -27,10 +28,12 @@ func (s *Server) sessionService(c echo.Context) *sessions.Service {
 	return s.sessionServiceOn(c, tenantOf(c).DB)
 }
 
-// sessionServiceOn is sessionService on a given handle (a transaction).
+// sessionServiceOn is sessionService on a given handle (a transaction);
+// the process cache stays keyed by the org's pool, which every transaction
+// of the org shares.
 func (s *Server) sessionServiceOn(c echo.Context, db *gorm.DB) *sessions.Service {
 	e := s.envServiceOn(c, db)
-	return &sessions.Service{DB: db, Envs: e, Agents: &agents.Service{DB: db, Envs: e}, Org: tenantOf(c).Org.Slug,
+	return &sessions.Service{DB: db, Pool: tenantOf(c).DB, Envs: e, Agents: &agents.Service{DB: db, Envs: e}, Org: tenantOf(c).Org.Slug,
 		Audit: tenantOf(c).Audit, RT: s.SessionsRT,
 		Decorate: func(ev *audit.Event) { ev.SourceIP, ev.UserAgent = c.RealIP(), c.Request().UserAgent() }}
 }
@@ -54,6 +57,10 @@ type sessionJSON struct {
 	StartedAt     *time.Time `json:"started_at"`
 	LastUsedAt    *time.Time `json:"last_used_at"`
 	ClosedAt      *time.Time `json:"closed_at"`
+	// UnreachableSince is when the session's environment stopped
+	// answering (null while it answers); past the unreachable window the
+	// session is lost.
+	UnreachableSince *time.Time `json:"unreachable_since"`
 }
 
 func utcPtr(t *time.Time) *time.Time {
@@ -68,7 +75,8 @@ func toSessionJSON(x sessions.Session) sessionJSON {
 	return sessionJSON{ID: x.ID, AgentID: x.AgentID, AgentName: x.AgentName, UserID: x.UserID, CreatedBy: x.CreatedBy,
 		EnvironmentID: x.EnvironmentID, TemplateID: x.TemplateID, SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
 		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeenAt: utcPtr(x.BackendSeenAt), Workspace: x.Workspace,
-		CreatedAt: x.CreatedAt.UTC(), StartedAt: utcPtr(x.StartedAt), LastUsedAt: utcPtr(x.LastUsedAt), ClosedAt: utcPtr(x.ClosedAt)}
+		CreatedAt: x.CreatedAt.UTC(), StartedAt: utcPtr(x.StartedAt), LastUsedAt: utcPtr(x.LastUsedAt), ClosedAt: utcPtr(x.ClosedAt),
+		UnreachableSince: utcPtr(x.UnreachableSince)}
 }
 
 // sessionFilter reads the list filters from the query string.
@@ -130,17 +138,17 @@ type sessionRequest struct {
 	EnvironmentID *int64 `json:"environment_id"`
 }
 
-// createSession stores the session and its audit record together.
+// createSession stores the session and its audit record together, in the
+// service's own transaction: it checks (and counts against the caps) before
+// the write, and keeps the write transaction to the rows it writes.
 func (s *Server) createSession(c echo.Context, req sessionRequest) (sessions.Session, error) {
-	var x sessions.Session
-	err := s.mutate(c, func(m *orgTx) error {
-		var err error
-		if x, err = m.Sessions().Create(c.Request().Context(), m.Actor(), sessions.CreateInput{AgentID: req.AgentID, EnvironmentID: req.EnvironmentID}); err != nil {
+	ctx := c.Request().Context()
+	return s.sessionService(c).Create(ctx, actorOf(c), sessions.CreateInput{AgentID: req.AgentID, EnvironmentID: req.EnvironmentID,
+		Record: func(tx *gorm.DB, x sessions.Session) error {
+			_, err := tenantOf(c).Audit.AppendTx(ctx, tx, requestEvent(c, principalOf(c).AuditActor(), "session.create", sessions.AuditTarget(x),
+				audit.Allow, map[string]any{"after": toSessionJSON(x)}))
 			return err
-		}
-		return m.audit("session.create", sessions.AuditTarget(x), map[string]any{"after": toSessionJSON(x)})
-	})
-	return x, err
+		}})
 }
 
 func (s *Server) apiCreateSession(c echo.Context) error {
@@ -176,6 +184,17 @@ func (s *Server) runSessionOp(c echo.Context, op sessionOp) (sessions.Session, e
 		return sessions.Session{}, err
 	}
 	return op(s.sessionService(c), c.Request().Context(), actorOf(c), id)
+}
+
+// closeSession closes a session (the API's DELETE and the page's close):
+// the gateway first ends the commands running in it, killed and recorded
+// to the end, then the sessions service closes it and kills its sandbox.
+func (s *Server) closeSession(svc *sessions.Service, ctx context.Context, a *authz.Actor, id int64) (sessions.Session, error) {
+	org := proxy.Org{Slug: svc.Org, DB: svc.DB, Audit: svc.Audit, Sessions: svc}
+	if err := s.Gateway.EndCommands(ctx, org, a, id); err != nil {
+		return sessions.Session{}, err
+	}
+	return svc.Close(ctx, a, id)
 }
 
 // apiSessionOp answers a lifecycle operation with the session afterwards.
@@ -302,6 +321,9 @@ func (s *Server) pageSession(c echo.Context) error {
 		Environment: envLabel(byID, x.EnvironmentID), SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
 		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeen: when(x.BackendSeenAt), Workspace: x.Workspace,
 		Created: views.When(x.CreatedAt), Started: when(x.StartedAt), LastUsed: when(x.LastUsedAt), Closed: when(x.ClosedAt), CanUse: canUse}
+	if x.UnreachableSince != nil && !x.Final() {
+		d.Unreachable = when(x.UnreachableSince)
+	}
 	if d.Commands, err = s.commandRows(c, x.ID); err != nil {
 		return err
 	}

@@ -97,7 +97,7 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Start))
 	api.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Pause))
 	api.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Resume))
-	api.handle(http.MethodDelete, "/sessions/:id", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Close))
+	api.handle(http.MethodDelete, "/sessions/:id", rbac.Authenticated(), s.apiSessionOp(s.closeSession))
 
 	s.registerTerminal(api)
 	s.registerRetention(api)
@@ -151,7 +151,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Start))
 	pg.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Pause))
 	pg.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Resume))
-	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Close))
+	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp(s.closeSession))
 	s.registerTerminalPages(pg)
 	s.registerRecordings(api, pg)
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
@@ -269,6 +269,9 @@ func (s *Server) denialRecorder(c echo.Context, t *tenant.Tenant) authz.Recorder
 			answer := "forbidden"
 			if d.Hidden {
 				answer = "not_found"
+			}
+			if d.Answer != "" {
+				answer = d.Answer
 			}
 			if err := s.orgEvent(c, t, "authz.deny", d.Target, audit.Deny, map[string]string{
 				"domain": d.Domain, "object": d.Object, "action": d.Action, "rule": d.Rule, "answered": answer}); err != nil {

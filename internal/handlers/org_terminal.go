@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"errors"
+	"io"
 	"net/http"
 	"strconv"
 	"time"
@@ -58,6 +59,11 @@ func (s *Server) apiExec(c echo.Context) error {
 		return err
 	}
 	return jsonCall(c, http.StatusCreated, func(req proxy.ExecRequest) (proxy.Output, error) {
+		// Checked before anything is recorded: a refused exec leaves no
+		// command and no audit record, and reaches no agentd.
+		if err := req.Validate(); err != nil {
+			return proxy.Output{}, err
+		}
 		return s.Gateway.Exec(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
 	})
 }
@@ -168,7 +174,10 @@ func (s *Server) apiOutput(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	out, err := s.Gateway.Poll(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)
+	// A long-poll ends as soon as its credential is revoked, with why.
+	ctx, stop := proxy.WatchPrincipal(c.Request().Context(), s.terminalRecheck(c))
+	defer stop()
+	out, err := s.Gateway.Poll(ctx, s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)
 	if err != nil {
 		return err
 	}
@@ -254,12 +263,28 @@ func (s *Server) apiReadFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	data, size, err := s.Gateway.ReadFile(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, p, offset, limit)
+	f, err := s.Gateway.ReadFile(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, p, offset, limit)
 	if err != nil {
 		return err
 	}
-	c.Response().Header().Set(agentd.FileHeaderSize, strconv.FormatInt(size, 10))
-	return c.Blob(http.StatusOK, echo.MIMEOctetStream, data)
+	defer f.Body.Close()
+	// The bytes are passed on as agentd sends them, never held whole:
+	// concurrent large reads cost the console a copy buffer each.
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentType, echo.MIMEOctetStream)
+	h.Set(agentd.FileHeaderSize, strconv.FormatInt(f.Size, 10))
+	if f.Length >= 0 {
+		h.Set(echo.HeaderContentLength, strconv.FormatInt(f.Length, 10))
+	}
+	c.Response().WriteHeader(http.StatusOK)
+	if n, err := io.Copy(c.Response(), f.Body); err != nil {
+		// The status is sent: the only way left to say the body is
+		// incomplete is to break the response, so that no client takes
+		// a cut file (sent without a length) for a whole one.
+		s.Logger.Warn("file read ended early", "org", tenantOf(c).Org.Slug, "session", sid, "bytes", n, "error", err)
+		panic(http.ErrAbortHandler)
+	}
+	return nil
 }
 
 func (s *Server) apiStat(c echo.Context) error {
@@ -282,9 +307,8 @@ func (s *Server) apiFetch(c echo.Context) error {
 		return err
 	}
 	return jsonCall(c, http.StatusOK, func(req agentd.FetchRequest) (*agentd.FetchResponse, error) {
-		if req.URL == "" || req.Path == "" {
-			return nil, &apperr.ValidationError{Fields: map[string]string{"url": "Give the URL to download and the path to write it to."}}
-		}
+		// The gateway checks the URL, path, size and timeout before the
+		// fetch is audited or forwarded.
 		return s.Gateway.Fetch(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
 	})
 }

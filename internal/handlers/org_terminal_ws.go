@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -34,15 +35,19 @@ func (s *Server) wsTerminal(c echo.Context) error {
 	p := principalOf(c)
 	offered := websocketProtocols(r)
 	if p.ViaCookie {
+		// Refused handshakes are audited like every refusal: a page of
+		// another site trying to open a terminal is worth knowing about.
 		if !s.sameOrigin(r) {
-			return apperr.New(apperr.ErrForbidden, "cross_origin", "The terminal opens only from the console's own pages.")
+			return s.refuseHandshake(c, sid, "the Origin "+strconv.Quote(r.Header.Get("Origin"))+" is not the console's",
+				apperr.New(apperr.ErrForbidden, "cross_origin", "The terminal opens only from the console's own pages."))
 		}
 		token, _ := c.Get(ctxCSRF).(string)
 		if !offersCSRF(offered, token) {
-			return apperr.New(apperr.ErrForbidden, "csrf_failed", "This page has expired or did not come from Gatehouse. Reload it and try again.")
+			return s.refuseHandshake(c, sid, "the handshake did not carry the page's CSRF token",
+				apperr.New(apperr.ErrForbidden, "csrf_failed", "This page has expired or did not come from Gatehouse. Reload it and try again."))
 		}
 	}
-	at := proxy.Attach{SessionID: sid, Watch: c.QueryParam("watch") == "1"}
+	at := proxy.Attach{SessionID: sid, Watch: c.QueryParam("watch") == "1", Recheck: s.terminalRecheck(c)}
 	if v := c.QueryParam("command"); v != "" {
 		if at.CommandID, err = strconv.ParseInt(v, 10, 64); err != nil || at.CommandID < 1 {
 			return &apperr.ValidationError{Fields: map[string]string{"command": "command must be a command id."}}
@@ -141,4 +146,14 @@ func (s *Server) pageWatch(c echo.Context) error {
 	terminalCSP(c)
 	return render(c, http.StatusOK, views.WatchPage(s.orgPage(c, "Watch command "+strconv.FormatInt(cid, 10)), tenantOf(c).Org.Slug, sid,
 		terminalData(c, sid, cid, true)))
+}
+
+// refuseHandshake records a refused terminal handshake (why says what was
+// wrong) before answering it with err.
+func (s *Server) refuseHandshake(c echo.Context, sessionID int64, why string, err error) error {
+	target := audit.Target{Type: "session", ID: strconv.FormatInt(sessionID, 10), Name: "session #" + strconv.FormatInt(sessionID, 10)}
+	if aerr := s.orgEvent(c, tenantOf(c), "terminal.refused", target, audit.Deny, map[string]any{"reason": why}); aerr != nil {
+		return aerr
+	}
+	return err
 }

@@ -155,8 +155,21 @@ func (s *Server) setStatus(c echo.Context, status, action string) (orgs.Org, err
 	if err != nil {
 		return o, err
 	}
-	s.Tenants.Forget(o.Slug)
+	s.forgetOrg(o.Slug)
 	return o, nil
+}
+
+// forgetOrg drops what this process holds for an org that was suspended,
+// resumed or deleted: its tenant runtime, its cached sessions and gateway
+// settings. The caches are keyed by the org's database, which a re-created
+// org does not share, so this is not what keeps them correct; it frees
+// them at once rather than when they age out.
+func (s *Server) forgetOrg(slug string) {
+	s.Tenants.Forget(slug)
+	s.SessionsRT.ForgetOrg(slug)
+	if s.Gateway != nil {
+		s.Gateway.ForgetOrg(slug)
+	}
 }
 
 func (s *Server) apiSuspendOrg(c echo.Context) error {
@@ -186,7 +199,7 @@ func (s *Server) deleteOrg(c echo.Context, confirm string) error {
 	if err != nil {
 		return err
 	}
-	s.Tenants.Forget(o.Slug)
+	s.forgetOrg(o.Slug)
 	return nil
 }
 

@@ -195,7 +195,6 @@ func TestTerminalDatabaseOutage(t *testing.T) {
 		{"read a file", http.MethodGet, "/files?path=note.txt", nil},
 		{"stat", http.MethodPost, "/files/stat", map[string]any{"paths": []string{"note.txt"}}},
 		{"fetch", http.MethodPost, "/files/fetch", map[string]any{"url": fetchURL, "path": "never.txt"}},
-		{"poll", http.MethodGet, fmt.Sprintf("/commands/%d/output?cursor=0&wait_ms=100", counter.CommandID), nil},
 		{"history", http.MethodGet, "/commands", nil},
 	} {
 		r := f.call(op.method, f.sessionPath("%s", op.path), "member", op.body)
@@ -207,9 +206,31 @@ func TestTerminalDatabaseOutage(t *testing.T) {
 			t.Errorf("%s with the database cut: code %q, want audit_unavailable or database_unavailable", op.name, code)
 		}
 	}
+	// A poll of the live counter writes nothing: while this replica holds
+	// the caller's credential from the last second it may be answered from
+	// agentd (running, with output), else 503 — whatever the caches hold,
+	// one of the two (docs/terminal-gateway.md, "A database outage").
+	poll := fmt.Sprintf("/commands/%d/output?cursor=0&wait_ms=100", counter.CommandID)
+	r = f.call(http.MethodGet, f.sessionPath("%s", poll), "member", nil)
+	switch r.status {
+	case http.StatusOK:
+		var o outputJSON
+		r.decode(t, &o)
+		if o.State != "running" {
+			t.Errorf("poll with the database cut answered from agentd: state %q, want running", o.State)
+		}
+	case http.StatusServiceUnavailable:
+	default:
+		t.Errorf("poll with the database cut: %d %s, want 200 (from agentd) or 503", r.status, r.body)
+	}
 	// The counter keeps running meanwhile; give it time to print across
-	// the outage.
-	time.Sleep(time.Second)
+	// the outage. Past the credential cache's second, a poll must read the
+	// credential again and cannot.
+	time.Sleep(1500 * time.Millisecond)
+	r = f.call(http.MethodGet, f.sessionPath("%s", poll), "member", nil)
+	if r.status != http.StatusServiceUnavailable {
+		t.Errorf("poll %s into the outage: %d %s, want 503", 1500*time.Millisecond, r.status, r.body)
+	}
 	for _, call := range f.agentd.callsSince(before) {
 		if !followed[call] {
 			t.Errorf("agentd received %q while the database was cut", call)

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -118,7 +119,7 @@ func TestTerminalAddressNowhere(t *testing.T) {
 		})
 
 		t.Run("the reason a session was lost", func(t *testing.T) {
-			f.e.c.SessionsRT.LostAfter = 2
+			f.e.c.SessionsRT.UnreachableWindow = 500 * time.Millisecond
 			token := "agentd-token-" + randomHex(12)
 			proc := startAgentdProcess(t, token)
 			_, sid := f.hostSession(t, "dying-host", "http://"+proc.Addr(), token)
@@ -134,9 +135,10 @@ func TestTerminalAddressNowhere(t *testing.T) {
 					break
 				}
 				wantStatus(t, "stat with agentd dead", r, http.StatusBadGateway)
-				if i > 20 {
+				if i > 200 {
 					t.Fatal("the session was not lost")
 				}
+				time.Sleep(100 * time.Millisecond)
 			}
 			r := f.call(http.MethodGet, fmt.Sprintf("/sessions/%d", sid), "member", nil)
 			var sess struct{ State, Reason string }

@@ -28,6 +28,10 @@ type countingAgentd struct {
 	srv        *agentd.Server
 	ts         *httptest.Server
 
+	// root is the directory agentd runs in: host session workspaces are
+	// made under it.
+	root string
+
 	mu    sync.Mutex
 	calls []string // "METHOD /path" of every counted request
 }
@@ -41,8 +45,8 @@ func (a *countingAgentd) callsSince(n int) []string {
 
 func startCountingAgentd(t *testing.T) *countingAgentd {
 	t.Helper()
-	a := &countingAgentd{token: "agentd-token-" + randomHex(12)}
-	srv, err := agentd.NewServer(agentd.Config{Token: a.token, Root: t.TempDir()})
+	a := &countingAgentd{token: "agentd-token-" + randomHex(12), root: t.TempDir()}
+	srv, err := agentd.NewServer(agentd.Config{Token: a.token, Root: a.root})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -55,6 +55,61 @@ type Attach struct {
 	// Watch opens the command read-only: keystrokes go nowhere.
 	Watch      bool
 	Rows, Cols uint16
+	// Recheck authenticates the connection's credential again and returns
+	// the actor to act as now (roles as they stand). It runs before every
+	// keystroke, window change and poll, and every RecheckEvery while the
+	// terminal is idle; its error (signed out, access removed) closes the
+	// terminal with its message. Nil keeps the handshake's actor.
+	Recheck func(ctx context.Context) (*authz.Actor, error)
+}
+
+// RecheckEvery is how often an idle terminal or a waiting long-poll
+// checks its credential again: a revocation reaches it within this.
+const RecheckEvery = time.Second
+
+// WatchPrincipal returns ctx ended, with recheck's error as its cause, as
+// soon as recheck fails; it checks every RecheckEvery. A nil recheck never
+// ends it. Call stop when done.
+func WatchPrincipal(ctx context.Context, recheck func(context.Context) (*authz.Actor, error)) (watched context.Context, stop func()) {
+	watched, cancel := context.WithCancelCause(ctx)
+	if recheck == nil {
+		return watched, func() { cancel(context.Canceled) }
+	}
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(RecheckEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-watched.Done():
+				return
+			case <-t.C:
+				if _, err := recheck(watched); err != nil && watched.Err() == nil {
+					cancel(err)
+					return
+				}
+			}
+		}
+	}()
+	return watched, func() {
+		close(done)
+		cancel(context.Canceled)
+	}
+}
+
+// endedBy is the error that ended ctx when it was a revocation or another
+// failure to report (not a plain cancel); nil otherwise.
+func endedBy(ctx context.Context) error {
+	if ctx.Err() == nil {
+		return nil
+	}
+	cause := context.Cause(ctx)
+	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
+		return nil
+	}
+	return cause
 }
 
 // shellCommand starts the user's login shell, or sh where bash is missing.
@@ -102,14 +157,39 @@ const idlePollPause = 250 * time.Millisecond
 func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *authz.Actor, m Meta, at Attach) error {
 	g.Terminals.add(conn)
 	defer g.Terminals.remove(conn)
+	// Reads use the request's own context: a read canceled by a revocation
+	// would close the connection before the message saying why is sent.
+	readCtx := ctx
 	ctx, cancel := bindRevoked(ctx, org.Revoked)
 	defer cancel()
+	// The credential is checked again while the terminal is open, typed
+	// into or not: a revocation closes it within RecheckEvery.
+	ctx, stopWatch := WatchPrincipal(ctx, at.Recheck)
+	defer stopWatch()
+	// now is the actor of one operation: the credential checked again,
+	// with its roles as they stand.
+	now := func() (*authz.Actor, error) {
+		if at.Recheck == nil {
+			return a, nil
+		}
+		return at.Recheck(ctx)
+	}
+	// done writes the operation's refusals to the audit log at once, not
+	// when the connection ends (a crash would lose them).
+	done := func(act *authz.Actor, err error) error {
+		if ferr := act.Flush(context.WithoutCancel(ctx)); ferr != nil {
+			return durable(ferr)
+		}
+		return err
+	}
 	send := func(msg ServerMessage) error {
 		b, err := json.Marshal(msg)
 		if err != nil {
 			return err
 		}
-		wctx, wcancel := context.WithTimeout(ctx, 10*time.Second)
+		// Not bound to ctx: the message that says why the terminal ends
+		// must still go out once ctx ended.
+		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer wcancel()
 		return conn.Write(wctx, websocket.MessageText, b)
 	}
@@ -161,6 +241,9 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			return fail(err)
 		}
 	}
+	if err := done(a, nil); err != nil {
+		return fail(err)
+	}
 	if err := send(ServerMessage{Type: "attached", CommandID: cid, ReadOnly: at.Watch}); err != nil {
 		return err
 	}
@@ -169,7 +252,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 	go func() {
 		defer cancel()
 		for {
-			typ, b, err := conn.Read(ctx)
+			typ, b, err := conn.Read(readCtx)
 			if err != nil {
 				return
 			}
@@ -180,31 +263,39 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			if json.Unmarshal(b, &msg) != nil {
 				continue
 			}
+			if (msg.Type == "input" && msg.Data == "") || (msg.Type == "resize" && (msg.Rows == 0 || msg.Cols == 0 || msg.Rows > 4096 || msg.Cols > 4096)) {
+				continue
+			}
+			// Every keystroke and window change is checked against the
+			// credential and the policy as they stand now.
+			act, err := now()
+			if err != nil {
+				_ = fail(err)
+				return
+			}
 			switch msg.Type {
 			case "input":
-				if msg.Data == "" {
-					continue
-				}
-				if err := g.Stdin(ctx, org, a, at.SessionID, cid, []byte(msg.Data), false); err != nil {
-					_ = fail(err)
-					return
-				}
+				err = done(act, g.Stdin(ctx, org, act, at.SessionID, cid, []byte(msg.Data), false))
 			case "resize":
-				if msg.Rows == 0 || msg.Cols == 0 || msg.Rows > 4096 || msg.Cols > 4096 {
-					continue
+				if err = done(act, g.Resize(ctx, org, act, m, at.SessionID, cid, msg.Rows, msg.Cols)); errors.Is(err, apperr.ErrConflict) {
+					err = nil
 				}
-				if err := g.Resize(ctx, org, a, m, at.SessionID, cid, msg.Rows, msg.Cols); err != nil && !errors.Is(err, apperr.ErrConflict) {
-					_ = fail(err)
-					return
-				}
+			}
+			if err != nil {
+				_ = fail(err)
+				return
 			}
 		}
 	}()
 
 	for ctx.Err() == nil {
 		asked := time.Now()
-		out, err := g.Poll(ctx, org, a, at.SessionID, cid, cursor, 20000)
+		act, err := now()
 		if err != nil {
+			return fail(err)
+		}
+		out, err := g.Poll(ctx, org, act, at.SessionID, cid, cursor, 20000)
+		if err = done(act, err); err != nil {
 			if ctx.Err() != nil {
 				break
 			}
@@ -236,6 +327,10 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			case <-time.After(idlePollPause):
 			}
 		}
+	}
+	if cause := endedBy(ctx); cause != nil {
+		// Revoked (signed out, access removed, org suspended): say why.
+		return fail(cause)
 	}
 	_ = conn.Close(websocket.StatusGoingAway, "the terminal was closed")
 	return nil

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"time"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -43,11 +45,18 @@ type Followers struct {
 	// clients reach agentd; the gateway uses them too.
 	clients agentdClients
 
+	// pending holds creates sent without an answer (pendingKey →
+	// agentd.CreateSessionRequest).
+	pending sync.Map
+
 	mu      sync.Mutex
 	running map[followKey]bool
 	// indexed names the orgs whose ended commands all have a search
-	// entry (the backfill of commands that ended before search existed).
-	indexed map[string]bool
+	// entry (the backfill of commands that ended before search existed),
+	// each with the database that was true of: an org created again under
+	// the same slug (perhaps attached to a database with old commands) is
+	// looked at afresh.
+	indexed map[string]*gorm.DB
 	wg      sync.WaitGroup
 	ctx     context.Context
 	stop    context.CancelFunc
@@ -170,6 +179,8 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		return err
 	}
 	defer release()
+	// A create still unanswered when following ends is not sent again.
+	defer f.createDone(org, id)
 	ctx, cancel := bindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
@@ -296,10 +307,78 @@ func final(err error) bool {
 		ae.Code == sessions.CodeEnvironmentGone)
 }
 
+// isTransport reports a failure that says nothing of the request: no
+// answer, a 5xx, or an answer of something in front of agentd.
 func isTransport(err error) bool {
 	var ae *agentd.Error
-	return !errors.As(err, &ae) || ae.Status >= 500
+	return !errors.As(err, &ae) || ae.Status >= 500 || ae.Foreign
 }
+
+// createGrace is how long after its record a command agentd never
+// acknowledged may still be starting: the exec's own create is bounded by
+// the longest wait plus the call timeout, well inside it.
+const createGrace = 2 * time.Minute
+
+// errNotStarted is a follower's read of a command whose create agentd has
+// not acknowledged yet: read again shortly.
+var errNotStarted = errors.New("agentd has not started the command yet")
+
+// notStarted handles agentd not knowing a command it never acknowledged:
+// the create is sent again when this process still holds it (the id is
+// the console's, so a create that did arrive answers id_in_use), else
+// the follower waits out createGrace before calling the command lost.
+func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, c recordings.Command) (stepResult, *aheadRead, error) {
+	if req, ok := f.pendingCreate(org, c.ID); ok {
+		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		resp, err := cl.CreateSession(cctx, req)
+		var ae *agentd.Error
+		switch {
+		case err == nil:
+			f.createDone(org, c.ID)
+			stored, err := f.record(ctx, org, c, resp)
+			return stored, nil, err
+		case errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign:
+			f.createDone(org, c.ID) // it did arrive: read it next
+			return stepResult{cmd: c}, nil, nil
+		case errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign:
+			f.createDone(org, c.ID)
+			return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
+				Reason: "agentd refused to start it: " + ae.Message, At: f.now()})
+		}
+		return stepResult{}, nil, err
+	}
+	if f.now().Before(c.StartedAt.Add(createGrace)) {
+		return stepResult{}, nil, errNotStarted
+	}
+	return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
+		Reason: "agentd never acknowledged starting it", At: f.now()})
+}
+
+// pendingKey names a create this process sent without an answer, by the
+// org's open database (ids start over in a re-created org).
+type pendingKey struct {
+	db *gorm.DB
+	id int64
+}
+
+// createPending keeps a command's create until agentd answered it, so a
+// follower can send it again (it holds the environment variables, which
+// are never stored).
+func (f *Followers) createPending(org Org, id int64, req agentd.CreateSessionRequest) {
+	f.pending.Store(pendingKey{org.DB, id}, req)
+}
+
+func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionRequest, bool) {
+	v, ok := f.pending.Load(pendingKey{org.DB, id})
+	if !ok {
+		return agentd.CreateSessionRequest{}, false
+	}
+	return v.(agentd.CreateSessionRequest), true
+}
+
+// createDone forgets a create agentd answered.
+func (f *Followers) createDone(org Org, id int64) { f.pending.Delete(pendingKey{org.DB, id}) }
 
 // stepResult is what one step left: the command as stored, and whether it
 // ended.
@@ -365,17 +444,29 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		resp, err = cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), f.wait())
 	}
 	var ae *agentd.Error
-	if errors.As(err, &ae) && ae.Code == agentd.CodeNotFound {
-		// agentd does not know the command: its environment restarted (or
-		// it was never started). What was recorded is all there is.
+	if errors.As(err, &ae) && ae.Unknown() {
+		if !c.Acked {
+			// agentd never answered for it: its create may still be on
+			// the way, or lost on the way.
+			return f.notStarted(ctx, org, cl, c)
+		}
+		// agentd knew the command and forgot it: its environment
+		// restarted. What was recorded is all there is.
 		return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
-			Reason: "agentd no longer knows the command (its environment restarted or the command never started)", At: f.now()})
+			Reason: "agentd no longer knows the command (its environment restarted)", At: f.now()})
 	}
 	if err != nil {
-		if _, rerr := org.Sessions.ReportUnreachable(ctx, c.SessionID, err); rerr != nil {
-			f.logger().Warn("recording follower: count agentd failure", "org", org.Slug, "session", c.SessionID, "error", rerr)
+		if isTransport(err) {
+			// Only an agentd that did not answer (or answered 5xx) counts
+			// toward losing the session; its refusals describe the request.
+			if _, rerr := org.Sessions.ReportUnreachable(ctx, c.SessionID, err); rerr != nil {
+				f.logger().Warn("recording follower: record agentd failure", "org", org.Slug, "session", c.SessionID, "error", rerr)
+			}
 		}
 		return stepResult{}, nil, err
+	}
+	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
+		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
 	var next *aheadRead
 	// Only an agentd that said it honours ack_to is read ahead of: an
@@ -465,7 +556,7 @@ const backfillBatch = 200
 // their end. Once an org has none left this process stops looking.
 func (f *Followers) backfillIndex(ctx context.Context, slug string, org Org) {
 	f.mu.Lock()
-	done := f.indexed[slug]
+	done := f.indexed[slug] == org.DB
 	f.mu.Unlock()
 	if done {
 		return
@@ -478,9 +569,9 @@ func (f *Followers) backfillIndex(ctx context.Context, slug string, org Org) {
 	if n < backfillBatch {
 		f.mu.Lock()
 		if f.indexed == nil {
-			f.indexed = map[string]bool{}
+			f.indexed = map[string]*gorm.DB{}
 		}
-		f.indexed[slug] = true
+		f.indexed[slug] = org.DB
 		f.mu.Unlock()
 	}
 }

@@ -24,7 +24,10 @@ func (g *Gateway) client(t sessions.Target) *agentd.Client {
 func (g *Gateway) upstream(ctx context.Context, org Org, t sessions.Target, err error) error {
 	var ae *agentd.Error
 	if errors.As(err, &ae) {
-		if ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout {
+		// An answer over the client's caps (answer_too_large) is agentd
+		// misbehaving, not agentd unreachable: it is answered like its
+		// own 502s, with its message.
+		if ae.Foreign || ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout && ae.Code != agentd.CodeAnswerTooLarge {
 			g.unreachable(ctx, org, t, err)
 			return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment is not answering normally (%s); try again shortly.", ae.Code)
 		}
@@ -68,7 +71,7 @@ func (g *Gateway) unreachable(ctx context.Context, org Org, t sessions.Target, c
 }
 
 func (g *Gateway) reachable(ctx context.Context, org Org, t sessions.Target) {
-	if t.Session.AgentdFailures == 0 {
+	if t.Session.AgentdFailures == 0 && t.Session.UnreachableSince == nil {
 		return
 	}
 	if err := org.Sessions.ReportReachable(ctx, t.Session.ID); err != nil {

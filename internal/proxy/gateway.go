@@ -37,6 +37,9 @@ type Sessions interface {
 	// Locate authorizes reading a session and says where its agentd is,
 	// changing nothing.
 	Locate(ctx context.Context, a *authz.Actor, sessionID int64) (sessions.Target, error)
+	// LocateForClose authorizes closing a session and says where its
+	// agentd is, changing nothing (see EndCommands).
+	LocateForClose(ctx context.Context, a *authz.Actor, sessionID int64) (sessions.Target, error)
 	ReportUnreachable(ctx context.Context, sessionID int64, cause error) (bool, error)
 	ReportReachable(ctx context.Context, sessionID int64) error
 }
@@ -69,13 +72,21 @@ type Gateway struct {
 	Followers *Followers
 	// Terminals are the open browser terminals.
 	Terminals Terminals
+	// Limits caps the commands running at once per user and per agent
+	// (zero values: no cap).
+	Limits CommandLimits
+	// resizes holds back the window changes of each command that come
+	// within a second of its last recorded one (resize.go).
+	resizes resizeWindows
 
 	// known remembers what never changes about a command (its session and
 	// agentd's id for it), so output polls and keystrokes need no
-	// database read; settings caches each org's recording settings.
+	// database read; settings caches each org's recording settings. Both
+	// are keyed by the org's database, never by its slug alone (see
+	// knownKey).
 	known    sync.Map // knownKey → knownCommand
 	nKnown   atomic.Int64
-	settings sync.Map // org slug → cachedSetting
+	settings sync.Map // org database (*gorm.DB) → cachedSetting
 	polls    pollHub
 	clients  agentdClients // without Followers; else theirs
 	Logger   *slog.Logger
@@ -179,13 +190,14 @@ func (g *Gateway) recall(org Org, id int64) (knownCommand, bool) {
 const settingTTL = 5 * time.Second
 
 type cachedSetting struct {
+	slug         string
 	stdinContent bool
 	at           time.Time
 }
 
 // stdinContent is the org's recording choice for stdin, cached.
 func (g *Gateway) stdinContent(ctx context.Context, org Org) (bool, error) {
-	if v, ok := g.settings.Load(org.Slug); ok {
+	if v, ok := g.settings.Load(org.DB); ok {
 		if c := v.(cachedSetting); time.Since(c.at) < settingTTL {
 			return c.stdinContent, nil
 		}
@@ -194,9 +206,27 @@ func (g *Gateway) stdinContent(ctx context.Context, org Org) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	g.settings.Store(org.Slug, cachedSetting{stdinContent: on, at: time.Now()})
+	// One entry per org: those of the org's earlier databases (a pool
+	// closed when idle, an org deleted and created again) go.
+	g.forgetSettings(org.Slug)
+	g.settings.Store(org.DB, cachedSetting{slug: org.Slug, stdinContent: on, at: time.Now()})
 	return on, nil
 }
 
 // SettingsChanged drops an org's cached recording settings.
-func (g *Gateway) SettingsChanged(org string) { g.settings.Delete(org) }
+func (g *Gateway) SettingsChanged(org string) { g.forgetSettings(org) }
+
+// ForgetOrg drops what the gateway caches for org slug; the console calls
+// it when the org is suspended or deleted. The command cache is keyed by
+// the org's database, which a re-created org does not share: its entries
+// are never found again and go when that cache starts over.
+func (g *Gateway) ForgetOrg(org string) { g.forgetSettings(org) }
+
+func (g *Gateway) forgetSettings(org string) {
+	g.settings.Range(func(k, v any) bool {
+		if v.(cachedSetting).slug == org {
+			g.settings.Delete(k)
+		}
+		return true
+	})
+}

@@ -117,6 +117,11 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	// One commit: the command's record and its audit event, before agentd
 	// hears of it.
 	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// The running-command caps are counted in this commit, so a burst
+		// of execs cannot overshoot them; a refusal writes nothing.
+		if err := g.checkRunning(ctx, tx, a, t); err != nil {
+			return err
+		}
 		if err := recordings.Start(ctx, tx, &cmd); err != nil {
 			return err
 		}
@@ -130,14 +135,28 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	wait := clampWait(req.WaitMS)
 	fctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
-	resp, err := g.client(t).CreateSession(fctx, agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
-		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS, WaitMS: wait.Milliseconds(),
+	create := agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
+		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS,
 		// agentd holds output back until the recorder has read it, so the
 		// recording is complete however fast the command writes.
-		Overflow: agentd.OverflowBlock})
+		Overflow: agentd.OverflowBlock}
+	// Until agentd answers, the follower may send the create again (a
+	// follower that meets "unknown" before the create arrived).
+	g.Followers.createPending(org, cmd.ID, create)
+	create.WaitMS = wait.Milliseconds()
+	resp, err := g.client(t).CreateSession(fctx, create)
 	var ae *agentd.Error
-	if errors.As(err, &ae) && ae.Status < 500 {
+	if errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign {
+		// The follower sent the create again while this one was on its
+		// way, and that one arrived first: the command runs, once.
+		g.Followers.createDone(org, cmd.ID)
+		g.remember(org, cmd)
+		g.Followers.Follow(org.Slug, cmd.ID)
+		return Output{CommandID: cmd.ID, SessionID: sessionID, TTY: req.TTY, State: agentd.StateRunning, Chunks: []agentd.Chunk{}}, nil
+	}
+	if errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign {
 		// agentd refused the command: it never ran. Its record ends here.
+		g.Followers.createDone(org, cmd.ID)
 		g.reachable(ctx, org, t)
 		g.Followers.finishRefused(ctx, org, cmd, ae)
 		return Output{}, fromAgentd(ae)
@@ -146,9 +165,12 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	// follower finds out and records it, starting from agentd's answer.
 	g.remember(org, cmd)
 	if err != nil {
+		// No answer: the follower reads the command, and sends the create
+		// again while agentd does not know it.
 		g.Followers.Follow(org.Slug, cmd.ID)
-		return Output{}, g.upstream(ctx, org, t, err)
+		return Output{}, mayStillStart(g.upstream(ctx, org, t, err), cmd.ID)
 	}
+	g.Followers.createDone(org, cmd.ID)
 	g.Followers.FollowNew(org.Slug, cmd, resp)
 	g.reachable(ctx, org, t)
 	return toOutput(cmd, resp), nil
@@ -200,7 +222,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	// A reader peeks: only the recorder lets agentd drop what it read.
 	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
 	var ae *agentd.Error
-	if errors.As(err, &ae) && ae.Code == agentd.CodeNotFound {
+	if errors.As(err, &ae) && ae.Unknown() {
 		// agentd no longer knows it (its environment restarted, or it
 		// reclaimed the ended session): what was recorded is what there is.
 		g.Followers.Follow(org.Slug, commandID)
@@ -211,6 +233,11 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		// deleted org says so, not that it was suspended).
 		if rerr := revokedErr(org); rerr != nil {
 			return Output{}, rerr
+		}
+		// Ended by the caller's own revocation (signed out, key revoked):
+		// answered with why.
+		if cause := endedBy(ctx); cause != nil {
+			return Output{}, cause
 		}
 		return Output{}, g.upstream(ctx, org, t, err)
 	}
@@ -316,23 +343,6 @@ func (g *Gateway) running(ctx context.Context, org Org, a *authz.Actor, sessionI
 	return t, c, nil
 }
 
-// Resize changes a TTY command's window, audited.
-func (g *Gateway) Resize(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64, rows, cols uint16) error {
-	t, c, err := g.running(ctx, org, a, sessionID, commandID, ActResize)
-	if err != nil {
-		return err
-	}
-	if _, err := org.Audit.Append(ctx, event(a, m, "command.resize", c.Target(), map[string]any{"rows": rows, "cols": cols})); err != nil {
-		return durable(err)
-	}
-	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
-	defer cancel()
-	if err := g.client(t).Resize(fctx, c.AgentdID, rows, cols); err != nil {
-		return g.upstream(ctx, org, t, err)
-	}
-	return nil
-}
-
 // Kill ends a command and everything it started, audited; the follower
 // records its end.
 func (g *Gateway) Kill(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64) (Output, error) {
@@ -369,23 +379,36 @@ func (g *Gateway) Commands(ctx context.Context, org Org, a *authz.Actor, f recor
 }
 
 // ReadFile reads part of a file in the session's environment, audited.
-func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, p string, offset, limit int64) ([]byte, int64, error) {
+//
+// The bytes are not held: the caller passes the returned Body on as it
+// arrives and closes it (closing ends the read's deadline). Body yields at
+// most limit bytes (0: agentd's maximum) and fails rather than yield more.
+// The read is audited before agentd hears of it.
+func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, p string, offset, limit int64) (*agentd.FileRange, error) {
+	if err := validateRead(p, offset, limit); err != nil {
+		return nil, err
+	}
 	t, err := resolve(ctx, org, a, sessionID, ActFilesRead, nil)
 	if err != nil {
-		return nil, 0, err
+		return nil, err
 	}
 	full := inWorkspace(t, p)
 	if _, err := org.Audit.Append(ctx, event(a, m, "file.read", sessions.AuditTarget(t.Session),
 		map[string]any{"path": full, "offset": offset, "limit": limit})); err != nil {
-		return nil, 0, durable(err)
+		return nil, durable(err)
 	}
-	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
-	defer cancel()
-	data, size, err := g.client(t).ReadFile(fctx, full, offset, limit)
+	// The usual call timeout bounds agentd's answer to begin; the bytes
+	// then flow at the client's pace, within fileReadTimeout.
+	fctx, cancel := context.WithTimeout(ctx, fileReadTimeout)
+	begun := time.AfterFunc(g.callTimeout(), cancel)
+	f, err := g.client(t).OpenFile(fctx, full, offset, limit)
+	begun.Stop()
 	if err != nil {
-		return nil, 0, g.upstream(ctx, org, t, err)
+		cancel()
+		return nil, g.upstream(ctx, org, t, err)
 	}
-	return data, size, nil
+	f.Body = &fileBody{Reader: f.Body, body: f.Body, cancel: cancel}
+	return f, nil
 }
 
 // Stat describes paths in the session's environment, audited.
@@ -411,27 +434,39 @@ func (g *Gateway) Stat(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 }
 
 // Fetch downloads a URL into a file of the session's environment, audited.
+// Its size and duration are checked first: a refused fetch is neither
+// audited nor forwarded.
 func (g *Gateway) Fetch(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req agentd.FetchRequest) (*agentd.FetchResponse, error) {
+	if err := validateFetch(req); err != nil {
+		return nil, err
+	}
 	t, err := resolve(ctx, org, a, sessionID, ActFilesFetch, nil)
 	if err != nil {
 		return nil, err
 	}
 	req.Path = inWorkspace(t, req.Path)
 	if _, err := org.Audit.Append(ctx, event(a, m, "file.fetch", sessions.AuditTarget(t.Session),
-		map[string]any{"url": req.URL, "path": req.Path, "max_bytes": req.MaxBytes})); err != nil {
+		map[string]any{"url": req.URL, "path": req.Path, "max_bytes": req.MaxBytes, "timeout_ms": req.TimeoutMS})); err != nil {
 		return nil, durable(err)
 	}
-	timeout := g.callTimeout()
-	if req.TimeoutMS > 0 {
-		timeout += time.Duration(req.TimeoutMS) * time.Millisecond
-	} else {
-		timeout += 5 * time.Minute
-	}
-	fctx, cancel := context.WithTimeout(ctx, timeout)
+	fctx, cancel := context.WithTimeout(ctx, g.fetchDeadline(req.TimeoutMS))
 	defer cancel()
 	res, err := g.client(t).Fetch(fctx, req)
 	if err != nil {
 		return nil, g.upstream(ctx, org, t, err)
 	}
 	return res, nil
+}
+
+// mayStillStart tells the caller of an exec that got no answer that the
+// command is recorded and may still start (its follower sends the create
+// again once the environment answers): running it again would run it
+// twice.
+func mayStillStart(err error, id int64) error {
+	var ae *apperr.Error
+	if !errors.As(err, &ae) || ae.Code != "environment_unreachable" {
+		return err
+	}
+	return apperr.New(ae.Kind, ae.Code, "%s Command %d is recorded and may still start once the environment answers: "+
+		"check its state (GET …/commands/%d/output) before running it again.", ae.Message, id, id)
 }

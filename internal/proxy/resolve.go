@@ -68,9 +68,12 @@ func resolveRecorded(ctx context.Context, org Org, a *authz.Actor, sessionID int
 
 // authorize decides one terminal action. Policies decide first, and an
 // explicit deny rule always wins; without a rule either way, the session's
-// own user may do everything on its terminal (the session service already
-// checked they may still use its agent). Everybody else needs an allow:
-// department owners and org admins hold one, auditors only for read.
+// owner may do everything on its terminal (the session service already
+// checked they may still use its agent). The owner is whoever
+// sessions.Owns says: the session's user, one of their personal keys, or
+// the service key that started it, so a key may run commands in every
+// session it may create. Everybody else needs an allow: department owners
+// and org admins hold one, auditors only for read.
 func authorize(ctx context.Context, a *authz.Actor, t sessions.Target, act string) error {
 	dom := authz.Domain(t.Session.AgentDepartmentID)
 	obj := terminalObject(t.Session.ID)
@@ -81,7 +84,7 @@ func authorize(ctx context.Context, a *authz.Actor, t sessions.Target, act strin
 	if dec.Allowed {
 		return nil
 	}
-	if dec.Rule == "" && a.Owns(t.Session.UserID) {
+	if dec.Rule == "" && sessions.Owns(a, t.Session) {
 		return nil
 	}
 	return a.Deny(authz.Denial{Target: sessions.AuditTarget(t.Session), Domain: dom, Object: obj, Action: act, Rule: authz.RuleText(dec)},

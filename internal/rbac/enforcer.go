@@ -96,7 +96,7 @@ var builtinGrouping = [][]string{
 // Enforcer is one org's casbin enforcer with cross-replica reload: every
 // policy change bumps policy_version in the org database, and Enforce
 // reloads when the stored version moved (checked at most every
-// CheckEvery).
+// CheckEvery, one second: a role change reaches every replica within it).
 type Enforcer struct {
 	db         *gorm.DB
 	mu         sync.RWMutex
@@ -125,7 +125,7 @@ func NewEnforcer(ctx context.Context, db *gorm.DB) (*Enforcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("casbin enforcer: %w", err)
 	}
-	en := &Enforcer{db: db, e: ce, CheckEvery: 2 * time.Second, now: time.Now}
+	en := &Enforcer{db: db, e: ce, CheckEvery: time.Second, now: time.Now}
 	if err := en.installBuiltins(ctx); err != nil {
 		return nil, err
 	}

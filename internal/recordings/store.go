@@ -53,6 +53,9 @@ type Command struct {
 	StdinContent bool
 	LeaseOwner   string
 	LeaseUntil   *time.Time
+	// Acked reports that agentd answered the command's create (or a read
+	// of it): before that, agentd not knowing it means "not started yet".
+	Acked bool `gorm:"column:agentd_acked"`
 }
 
 // TableName binds Command to its table.
@@ -198,6 +201,10 @@ func lockOwned(tx *gorm.DB, id int64, owner string) (Command, error) {
 // appendOutputTx stores out's new chunks as one frame of c and updates c
 // (with extra updates) inside tx.
 func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any) error {
+	if !c.Acked {
+		// Whatever is stored here, agentd answered for the command.
+		c.Acked, updates["agentd_acked"] = true, true
+	}
 	var fresh []Chunk
 	if out.Dropped > 0 {
 		// The gap takes the id just before the first chunk that survived,
@@ -327,8 +334,28 @@ func Finish(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner st
 	return c, err
 }
 
+// MarkEnding records, before running commands ids are ended (their
+// session is closing), why they are: the end recorded for each, killed or
+// lost, carries reason in place of its own, whichever replica records it.
+// Commands that ended already keep their record.
+func MarkEnding(ctx context.Context, db *gorm.DB, ids []int64, reason string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	err := db.WithContext(ctx).Model(&Command{}).Where("id IN ? AND state = ?", ids, StateRunning).Update("reason", reason).Error
+	if err != nil {
+		return fmt.Errorf("record why commands end: %w", err)
+	}
+	return nil
+}
+
 // finishTx records c's end and its end event inside tx.
 func finishTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c *Command, end End, actor audit.Actor) error {
+	if c.Reason != "" && (end.State == StateKilled || end.State == StateLost) {
+		// MarkEnding said why it is being ended; a command that exited
+		// or timed out on its own meanwhile keeps its own account.
+		end.Reason = c.Reason
+	}
 	at := end.At.UTC()
 	c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
 	if err := tx.Model(&Command{}).Where("id = ?", c.ID).Updates(map[string]any{"state": c.State, "exit_code": c.ExitCode,

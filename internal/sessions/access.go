@@ -27,8 +27,13 @@ func sessionObject(id int64) string { return "sessions/" + strconv.FormatInt(id,
 
 func agentObject(id int64) string { return "agents/" + strconv.FormatInt(id, 10) }
 
-// owns reports whether a started sess (as its user or as the same key).
-func owns(a *authz.Actor, sess Session) bool {
+// Owns reports whether a owns sess: it is the session's user (directly or
+// through one of their personal keys), or the principal that started it
+// (for a service key, which has no user, the same key). The owner may see
+// and use its session, and run every terminal operation in it, unless a
+// policy denies it: session access and terminal access follow this one
+// rule.
+func Owns(a *authz.Actor, sess Session) bool {
 	return a.Owns(sess.UserID) || (sess.Subject != "" && a.Subject == sess.Subject)
 }
 
@@ -57,7 +62,7 @@ func mayUseAgent(ctx context.Context, a *authz.Actor, agentID int64, dept *int64
 }
 
 func canSee(ctx context.Context, a *authz.Actor, sess Session) (bool, string, error) {
-	if owns(a, sess) {
+	if Owns(a, sess) {
 		return true, "", nil
 	}
 	ok, rule, err := decideSession(ctx, a, sess, "read")
@@ -68,7 +73,7 @@ func canSee(ctx context.Context, a *authz.Actor, sess Session) (bool, string, er
 }
 
 func canUse(ctx context.Context, a *authz.Actor, sess Session) (bool, string, error) {
-	if owns(a, sess) {
+	if Owns(a, sess) {
 		ok, rule, err := mayUseAgent(ctx, a, sess.AgentID, sess.AgentDepartmentID)
 		if err != nil || ok {
 			return ok, rule, err

@@ -70,6 +70,14 @@ func sessionCases() map[string]accessCase {
 			_, err := w.svc.Locate(ctx, a, s.ID)
 			return err
 		},
+		"LocateForClose": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			s := w.newSessionOf(t)
+			if _, err := w.svc.Start(ctx, sys(), s.ID); err != nil {
+				t.Fatal(err)
+			}
+			_, err := w.svc.LocateForClose(ctx, a, s.ID)
+			return err
+		},
 		"Pause": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
 			s := w.newSessionOf(t)
 			if _, err := w.svc.Start(ctx, sys(), s.ID); err != nil {
@@ -124,7 +132,8 @@ func sessionCases() map[string]accessCase {
 var answers = map[string]bool{"List": true, "CanUse": true, "CanCreate": true}
 
 // uses lists the methods that act on a session (rather than read it).
-var uses = map[string]bool{"Start": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "CanUse": true}
+var uses = map[string]bool{"Start": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "LocateForClose": true,
+	"CanUse": true}
 
 type errRefused string
 

@@ -44,7 +44,8 @@ type Target struct {
 // replica and however many callers race) or the host workspace; a paused
 // sandbox is resumed; a running one has its backend timeout refreshed.
 // A running session checked within the refresh interval costs neither a
-// backend call nor a database write: only the policy check.
+// backend call nor a database write: only the policy check (and, at most
+// once a second per org, a read of config_version: see freshness.go).
 func (s *Service) Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
 	return s.EnsureFor(ctx, a, sessionID, nil)
 }
@@ -57,17 +58,18 @@ func (s *Service) Ensure(ctx context.Context, a *authz.Actor, sessionID int64) (
 // allows.
 func (s *Service) EnsureFor(ctx context.Context, a *authz.Actor, sessionID int64, check func(Target) error) (Target, error) {
 	k := s.key(sessionID)
-	if c, ok := s.fresh(k, true); ok {
+	if c, ok := s.fresh(ctx, k, true); ok {
 		if err := s.authorize(ctx, a, c.target.Session, true); err != nil {
 			return Target{}, err
 		}
 		return checked(c.target, check)
 	}
+	st := s.stampNow(ctx)
 	sess, err := s.visible(ctx, a, sessionID, true)
 	if err != nil {
 		return Target{}, err
 	}
-	return s.ensure(ctx, a, sess, check)
+	return s.ensure(ctx, a, sess, check, st)
 }
 
 // checked returns t when check allows it.
@@ -88,10 +90,11 @@ func (s *Service) Start(ctx context.Context, a *authz.Actor, sessionID int64) (S
 }
 
 // fresh returns the cached session while it is within its refresh
-// interval; for use (Ensure) only one the backend was asked about.
-func (s *Service) fresh(k cacheKey, use bool) (*cached, bool) {
+// interval and its org's agents and environments did not change since it
+// was read; for use (Ensure) only one the backend was asked about.
+func (s *Service) fresh(ctx context.Context, k cacheKey, use bool) (*cached, bool) {
 	c, ok := s.rt().get(k)
-	if !ok || s.now().Sub(c.checked) >= c.refresh || (use && c.located) {
+	if !ok || s.now().Sub(c.checked) >= c.refresh || (use && c.located) || !s.current(ctx, c.version) {
 		return nil, false
 	}
 	return c, true
@@ -99,8 +102,9 @@ func (s *Service) fresh(k cacheKey, use bool) (*cached, bool) {
 
 // ensure is Ensure's slow path, one caller per session in this process at
 // a time. sess is the row the caller just read; it is read again only when
-// another caller held the gate meanwhile (and may have changed it).
-func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, check func(Target) error) (Target, error) {
+// another caller held the gate meanwhile (and may have changed it). st is
+// the config version read before sess: what is cached here is valid for it.
+func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, check func(Target) error, st stamp) (Target, error) {
 	k := s.key(sess.ID)
 	g := s.rt().gate(k)
 	contended := !g.TryLock()
@@ -108,7 +112,7 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		g.Lock()
 	}
 	defer g.Unlock()
-	if c, ok := s.fresh(k, true); ok {
+	if c, ok := s.fresh(ctx, k, true); ok {
 		return checked(c.target, check)
 	}
 	var err error
@@ -148,7 +152,9 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		t.AgentdURL = env.URL
 	}
 	t.Session, t.Workspace = sess, sess.Workspace
-	s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(ag.IdleTimeout())})
+	if st.ok {
+		s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(ag.IdleTimeout()), version: st.version})
+	}
 	return t, nil
 }
 
@@ -417,7 +423,7 @@ func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, t
 	}
 	set := map[string]any{"state": StateRunning, "reason": reason, "sandbox_id": sb.ID, "sandbox_domain": sb.Domain, "create_token": "",
 		"started_at": now, "last_used_at": now, "backend_state": string(sandbox.StateRunning), "backend_seen_at": now,
-		"agentd_failures": 0, "version": gorm.Expr("version + 1"), "updated_at": now}
+		"agentd_failures": 0, "unreachable_since": nil, "version": gorm.Expr("version + 1"), "updated_at": now}
 	// Attach even if the caller left: the sandbox exists now.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
@@ -637,15 +643,21 @@ func (s *Service) markLost(ctx context.Context, sessionID int64, reason string) 
 	return nil
 }
 
-// ReportUnreachable is the gateway's word that agentd of a session did not
-// answer (cause says how). After Runtime.LostAfter consecutive failures
-// the session is lost, unless the backend shows its sandbox paused (then
-// the next use resumes it). It reports whether the session is now lost.
+// ReportUnreachable is the gateway's (or the recorder's) word that a call
+// to the session's agentd got no answer, or a 5xx one (cause says how).
+// Only a session whose agentd fails every call for Runtime.UnreachableWindow
+// is lost, however many calls failed meanwhile: a network blip or an agentd
+// restart leaves the session and its commands running. A sandbox the
+// backend says is gone makes the session lost at once; one the backend
+// shows paused is left for the next use to resume. It reports whether the
+// session is now lost.
 func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause error) (bool, error) {
+	now := s.now()
 	res := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND state = ?", sessionID, StateRunning).
-		Update("agentd_failures", gorm.Expr("agentd_failures + 1"))
+		Updates(map[string]any{"agentd_failures": gorm.Expr("agentd_failures + 1"),
+			"unreachable_since": gorm.Expr("COALESCE(unreachable_since, ?)", now)})
 	if res.Error != nil {
-		return false, fmt.Errorf("count agentd failure: %w", res.Error)
+		return false, fmt.Errorf("record agentd failure: %w", res.Error)
 	}
 	s.rt().forget(s.key(sessionID))
 	if res.RowsAffected == 0 {
@@ -655,8 +667,9 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 	if err != nil {
 		return false, err
 	}
-	if sess.AgentdFailures < s.rt().lostAfter() {
-		return false, nil
+	msg := "unknown error"
+	if cause != nil {
+		msg = truncate(failure(cause), 200)
 	}
 	if sess.SandboxMode == agents.SandboxPerSession && sess.SandboxID != "" {
 		b, _, err := s.backendOf(ctx, sess)
@@ -666,26 +679,33 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 		info, err := b.Get(ctx, sess.SandboxID)
 		switch {
 		case errors.Is(err, sandbox.ErrNotFound):
-		case err != nil:
-			// The backend is down too: nothing is judged from it.
-			return false, nil
-		case info.State != sandbox.StateRunning:
-			return false, nil
+			return true, s.markLost(ctx, sessionID, "the sandbox backend says the sandbox is gone (agentd: "+msg+")")
+		case err == nil && info.State != sandbox.StateRunning:
+			return false, nil // paused: the next use resumes it
 		}
+		// Running, or the backend is away too: judged by the window.
 	}
-	msg := "unknown error"
-	if cause != nil {
-		msg = failure(cause)
+	if sess.UnreachableSince == nil || now.Sub(*sess.UnreachableSince) < s.rt().unreachableWindow() {
+		return false, nil
 	}
-	reason := fmt.Sprintf("agentd did not answer %d consecutive times (last: %s)", sess.AgentdFailures, truncate(msg, 200))
+	reason := fmt.Sprintf("agentd did not answer for %s (since %s; last: %s)", s.rt().unreachableWindow(),
+		sess.UnreachableSince.UTC().Format(time.RFC3339), msg)
 	return true, s.markLost(ctx, sessionID, reason)
 }
 
 // ReportReachable is the gateway's word that agentd answered: it ends a
-// run of failures. It writes only when failures were counted.
+// run of failures. It writes only when failures were recorded.
 func (s *Service) ReportReachable(ctx context.Context, sessionID int64) error {
-	if c, ok := s.rt().get(s.key(sessionID)); ok && c.target.Session.AgentdFailures == 0 {
+	if c, ok := s.rt().get(s.key(sessionID)); ok && c.target.Session.AgentdFailures == 0 && c.target.Session.UnreachableSince == nil {
 		return nil
 	}
-	return s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND agentd_failures > 0", sessionID).Update("agentd_failures", 0).Error
+	res := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND (agentd_failures > 0 OR unreachable_since IS NOT NULL)", sessionID).
+		Updates(map[string]any{"agentd_failures": 0, "unreachable_since": nil})
+	if res.Error != nil {
+		return res.Error
+	}
+	if res.RowsAffected > 0 {
+		s.rt().forget(s.key(sessionID))
+	}
+	return nil
 }

@@ -475,45 +475,86 @@ func TestReclaimerLoop(t *testing.T) {
 
 func sessionsLockKey(slug string) int64 { return store.LockKey("gatehouse-reclaim:" + slug) }
 
-// TestLostAfterUnreachable: the gateway's reports of an unreachable agentd
-// make the session lost only after the threshold of consecutive failures,
-// and a success in between resets the count.
+// TestLostAfterUnreachable: a session is lost only when its agentd failed
+// every call for the unreachable window, however many calls failed
+// meanwhile (a blip with quick retries, many commands followed at once);
+// an answer in between starts the window over, and a sandbox the backend
+// says is gone makes the session lost at once.
 func TestLostAfterUnreachable(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, store.SQLite, e2bfake.Config{Launcher: e2bfake.NopLauncher{}})
-	ctx := context.Background()
-	svc := w.svc(&sessions.Runtime{Now: w.clock.Now, LostAfter: 3})
-	sess := w.newSession(t, svc, sys())
-	if _, err := svc.Ensure(ctx, sys(), sess.ID); err != nil {
-		t.Fatal(err)
-	}
+	const window = 30 * time.Second
 	cause := errors.New("dial tcp: connection refused")
-	report := func() bool {
-		lost, err := svc.ReportUnreachable(ctx, sess.ID, cause)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return lost
-	}
-	// Two failures, a success, then three failures: lost at the third
-	// consecutive one only.
-	for i, want := range []bool{false, false, false, false, true} {
-		if i == 2 {
-			if err := svc.ReportReachable(ctx, sess.ID); err != nil {
+	for _, tc := range []struct {
+		name string
+		// steps: "fail" reports a failure, "ok" an answer, "+10s" moves the
+		// clock, "gone" kills the sandbox at the backend.
+		steps    []string
+		wantLost bool
+	}{
+		{"a hundred quick failures inside the window", append(repeat("fail", 100), "+10s", "fail", "+10s", "fail"), false},
+		{"failures across the window", []string{"fail", "+10s", "fail", "+10s", "fail", "+10s", "fail"}, true},
+		{"an answer starts the window over", []string{"fail", "+10s", "+10s", "ok", "+10s", "fail", "+10s", "fail", "+10s", "fail"}, false},
+		{"the backend says the sandbox is gone", []string{"gone", "fail"}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t, store.SQLite, e2bfake.Config{Launcher: e2bfake.NopLauncher{}})
+			ctx := context.Background()
+			svc := w.svc(&sessions.Runtime{Now: w.clock.Now, UnreachableWindow: window})
+			sess := w.newSession(t, svc, sys())
+			tg, err := svc.Ensure(ctx, sys(), sess.ID)
+			if err != nil {
 				t.Fatal(err)
 			}
-		}
-		if got := report(); got != want {
-			t.Fatalf("report %d: lost = %v, want %v", i+1, got, want)
-		}
+			lost := false
+			for i, step := range tc.steps {
+				if lost {
+					t.Fatalf("step %d (%s): the session was lost already", i, step)
+				}
+				switch step {
+				case "fail":
+					if lost, err = svc.ReportUnreachable(ctx, sess.ID, cause); err != nil {
+						t.Fatal(err)
+					}
+				case "ok":
+					if err := svc.ReportReachable(ctx, sess.ID); err != nil {
+						t.Fatal(err)
+					}
+				case "+10s":
+					w.fake.Advance(10 * time.Second)
+				case "gone":
+					b, err := w.envs.Backend(w.env)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := b.Kill(ctx, tg.Session.SandboxID); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			if lost != tc.wantLost {
+				t.Fatalf("lost = %v, want %v", lost, tc.wantLost)
+			}
+			if !tc.wantLost {
+				wantState(t, svc, sess.ID, sessions.StateRunning)
+				return
+			}
+			s := wantState(t, svc, sess.ID, sessions.StateLost)
+			if !strings.Contains(s.Reason, "refused the connection") && !strings.Contains(s.Reason, "connection refused") {
+				t.Errorf("reason %q does not say how agentd failed", s.Reason)
+			}
+			if len(w.tagged(t, sess.ID)) != 0 {
+				t.Errorf("the lost session's sandbox was left behind")
+			}
+		})
 	}
-	s := wantState(t, svc, sess.ID, sessions.StateLost)
-	if !strings.Contains(s.Reason, "connection refused") {
-		t.Errorf("reason %q", s.Reason)
+}
+
+func repeat(s string, n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = s
 	}
-	if len(w.tagged(t, sess.ID)) != 0 {
-		t.Errorf("the lost session's sandbox was left behind")
-	}
+	return out
 }
 
 // TestHostSessions: with sandbox mode off a session is a workspace

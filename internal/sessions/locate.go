@@ -14,12 +14,13 @@ import (
 // (a command's output, its history); a session not running answers a
 // conflict naming its state.
 func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
-	if c, ok := s.fresh(s.key(sessionID), false); ok {
+	if c, ok := s.fresh(ctx, s.key(sessionID), false); ok {
 		if err := s.authorize(ctx, a, c.target.Session, false); err != nil {
 			return Target{}, err
 		}
 		return c.target, nil
 	}
+	st := s.stampNow(ctx)
 	sess, err := s.visible(ctx, a, sessionID, false)
 	if err != nil {
 		return Target{}, err
@@ -50,11 +51,35 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 			return Target{}, err
 		}
 	}
-	if sess.State == StateRunning {
+	if sess.State == StateRunning && st.ok {
 		// Output polls and the recorder Locate on every call: keep what
 		// was read for as long as Ensure would keep its own.
 		s.rt().put(s.key(sessionID), &cached{target: t, checked: s.now(), located: true,
-			refresh: s.rt().refreshEvery(ag.IdleTimeout())})
+			refresh: s.rt().refreshEvery(ag.IdleTimeout()), version: st.version})
+	}
+	return t, nil
+}
+
+// LocateForClose authorizes a to close session id (closing is using it)
+// and then says where its agentd is, as Locate does, changing nothing: the
+// gateway ends the session's commands through it before the session
+// closes. A refusal comes back with no session; a session already final,
+// or one whose agentd cannot be located (its environment deleted, no
+// sandbox yet), comes back with its Session and, for the latter, the
+// error that says why.
+func (s *Service) LocateForClose(ctx context.Context, a *authz.Actor, id int64) (Target, error) {
+	sess, err := s.visible(ctx, a, id, true)
+	if err != nil {
+		return Target{}, err
+	}
+	if sess.Final() {
+		return Target{Session: sess}, nil
+	}
+	// a was authorized above: where it runs is read as the system
+	// rather than authorizing a a second time.
+	t, err := s.Locate(ctx, systemReader(), id)
+	if err != nil {
+		return Target{Session: sess}, err
 	}
 	return t, nil
 }

@@ -42,8 +42,8 @@ const (
 	StatePaused  = "paused"
 	// StateClosed is final: closed by a user or reclaimed; the record stays.
 	StateClosed = "closed"
-	// StateLost is final: the sandbox vanished or agentd stayed
-	// unreachable.
+	// StateLost is final: the backend said the sandbox is gone, or
+	// agentd stayed unreachable for Runtime.UnreachableWindow.
 	StateLost = "lost"
 )
 
@@ -92,11 +92,14 @@ type Session struct {
 	CreateStartedAt *time.Time
 	CreateAttempts  int
 	AgentdFailures  int `gorm:"column:agentd_failures"`
-	CreatedAt       time.Time
-	StartedAt       *time.Time
-	LastUsedAt      *time.Time
-	ClosedAt        *time.Time
-	UpdatedAt       time.Time
+	// UnreachableSince is when the current run of failed calls to the
+	// session's agentd began; nil while it answers.
+	UnreachableSince *time.Time
+	CreatedAt        time.Time
+	StartedAt        *time.Time
+	LastUsedAt       *time.Time
+	ClosedAt         *time.Time
+	UpdatedAt        time.Time
 
 	// AgentName and AgentDepartmentID are read with the session (a join)
 	// for display and authorization; they are the agent's, not stored
@@ -123,9 +126,12 @@ func AuditTarget(s Session) audit.Target {
 // Defaults of the process-wide Runtime.
 const (
 	DefaultRefreshEvery = 5 * time.Second
-	DefaultLostAfter    = 3
-	DefaultCreateLease  = 2 * time.Minute
-	DefaultHostDir      = "gatehouse-sessions"
+	// DefaultUnreachableWindow is how long a session's agentd may fail
+	// every call before the session is lost: long enough for a network
+	// blip, a restarting agentd or a rescheduled pod.
+	DefaultUnreachableWindow = time.Minute
+	DefaultCreateLease       = 2 * time.Minute
+	DefaultHostDir           = "gatehouse-sessions"
 )
 
 // Runtime is what a console process keeps across requests for the
@@ -137,9 +143,11 @@ type Runtime struct {
 	// refreshed (and its row re-read); it is further capped at a tenth of
 	// the agent's idle timeout.
 	RefreshEvery time.Duration
-	// LostAfter is how many consecutive agentd failures make a session
-	// lost.
-	LostAfter int
+	// UnreachableWindow is how long every call to a session's agentd must
+	// fail, with no success in between, before the session is lost
+	// (0: DefaultUnreachableWindow). A backend that says the sandbox is
+	// gone makes it lost at once.
+	UnreachableWindow time.Duration
 	// CreateLease is how long a replica's "creating" marker holds off the
 	// others; after it a crashed creator's marker is taken over.
 	CreateLease time.Duration
@@ -149,16 +157,30 @@ type Runtime struct {
 	// SandboxWorkspace is the working directory inside a sandbox ("" is
 	// agentd's own root there).
 	SandboxWorkspace string
+	// Limits caps the sessions open at once per user and per agent (zero
+	// values: no cap).
+	Limits Limits
 	// Now is the clock (the backend's reported times are compared with
 	// it).
 	Now func() time.Time
+	// ConfigCheckEvery is how often the cache reads an org's
+	// config_version (0: DefaultConfigCheckEvery): another replica's change
+	// of an agent or environment applies here within it. See freshness.go.
+	ConfigCheckEvery time.Duration
 
-	mu    sync.Mutex
-	cache map[cacheKey]*cached
-	gates map[cacheKey]*sync.Mutex
+	mu     sync.Mutex
+	cache  map[cacheKey]*cached
+	gates  map[cacheKey]*sync.Mutex
+	config configVersions
 }
 
+// cacheKey names a session of one org database. It holds the database
+// handle (Service.Pool): an org deleted and created again under the same
+// slug has a new database whose session ids start over, and must not find
+// the old org's sessions and the machines they ran on. The slug is kept
+// for ForgetOrg.
 type cacheKey struct {
+	db  *gorm.DB
 	org string
 	id  int64
 }
@@ -172,6 +194,9 @@ type cached struct {
 	// the backend: it serves reads (output polls, the recorder), not
 	// Ensure, which must still resume or refresh the sandbox.
 	located bool
+	// version is the org's config_version read before the target's rows;
+	// once the org's version moves on, the entry is a miss.
+	version int64
 }
 
 // NewRuntime returns a runtime with the defaults.
@@ -195,11 +220,11 @@ func (r *Runtime) refreshEvery(idle time.Duration) time.Duration {
 	return d
 }
 
-func (r *Runtime) lostAfter() int {
-	if r.LostAfter > 0 {
-		return r.LostAfter
+func (r *Runtime) unreachableWindow() time.Duration {
+	if r.UnreachableWindow > 0 {
+		return r.UnreachableWindow
 	}
-	return DefaultLostAfter
+	return DefaultUnreachableWindow
 }
 
 func (r *Runtime) createLease() time.Duration {
@@ -285,7 +310,11 @@ func (r *Runtime) gate(k cacheKey) *sync.Mutex {
 // Service manages one org's sessions. It is cheap to make per request; the
 // Runtime it points to is shared by the process.
 type Service struct {
-	DB     *gorm.DB
+	DB *gorm.DB
+	// Pool is the org's open database, the key of the process caches: set
+	// it when DB is a transaction (or any other session) made from it, so
+	// the service finds what the org's other services cached. Nil means DB.
+	Pool   *gorm.DB
 	Envs   *envs.Service
 	Agents *agents.Service
 	// Org is the org's slug, written into every sandbox's metadata.
@@ -314,7 +343,7 @@ func (s *Service) rt() *Runtime {
 
 func (s *Service) now() time.Time { return s.rt().now() }
 
-func (s *Service) key(id int64) cacheKey { return cacheKey{org: s.Org, id: id} }
+func (s *Service) key(id int64) cacheKey { return cacheKey{db: s.pool(), org: s.Org, id: id} }
 
 // systemReader is the actor the service reads configuration as: an
 // agent's environments and template are what the agent grants its users,
@@ -346,6 +375,13 @@ type CreateInput struct {
 	// EnvironmentID chooses one of the agent's allowed environments; nil
 	// or 0 takes the agent's default.
 	EnvironmentID *int64
+	// Record writes the creation's audit record in the creating
+	// transaction (nil: none), so the session and its record commit
+	// together. The checks before it run outside that transaction: a
+	// policy check may read the database on another connection, and on
+	// SQLite a burst of creates would otherwise hold every pooled
+	// connection waiting for the writer that needs one more.
+	Record func(tx *gorm.DB, sess Session) error
 }
 
 // create stores a pending session of agent ag for a.
@@ -394,6 +430,11 @@ func (s *Service) create(ctx context.Context, a *authz.Actor, ag agents.Agent, i
 		sess.Workspace = s.rt().SandboxWorkspace
 	}
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Counted in the creating transaction, so a burst of creates
+		// cannot overshoot the caps; a refusal writes nothing.
+		if err := s.checkOpen(ctx, tx, a, ag); err != nil {
+			return err
+		}
 		if err := tx.Omit("AgentName", "AgentDepartmentID").Create(&sess).Error; err != nil {
 			return err
 		}
@@ -407,8 +448,14 @@ func (s *Service) create(ctx context.Context, a *authz.Actor, ag agents.Agent, i
 			}
 			sess.Workspace, sess.WorkspaceMount = m.MountPath, m.HostPath
 		}
-		return tx.Table("sessions").Where("id = ?", sess.ID).
+		err := tx.Table("sessions").Where("id = ?", sess.ID).
 			Updates(map[string]any{"workspace": sess.Workspace, "workspace_mount": sess.WorkspaceMount}).Error
+		if err != nil || in.Record == nil {
+			return err
+		}
+		named := sess
+		named.AgentName, named.AgentDepartmentID = ag.Name, ag.DepartmentID
+		return in.Record(tx, named)
 	})
 	if err != nil {
 		return Session{}, fmt.Errorf("save session: %w", err)

@@ -18,6 +18,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
 // Tenant is one org's runtime.
@@ -121,6 +122,11 @@ func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error
 	}
 	ac, err := directory.NewAuthCache(h.DB)
 	if err != nil {
+		return nil, fmt.Errorf("org %s: %w", h.Org.Slug, err)
+	}
+	// Every write to agents and environments through the pool tells the
+	// session caches of every replica (config_version).
+	if err := sessions.WatchConfig(h.DB); err != nil {
 		return nil, fmt.Errorf("org %s: %w", h.Org.Slug, err)
 	}
 	rt := &runtime{

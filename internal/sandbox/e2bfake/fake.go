@@ -64,6 +64,9 @@ type Config struct {
 	AgentdToken string
 	// AgentdEnv is extra environment (KEY=VALUE) for every agentd.
 	AgentdEnv []string
+	// AgentdEnviron, when set, is each agentd's whole base environment
+	// (see ExecLauncher.Environ); nil inherits the fake's own.
+	AgentdEnviron func(spec LaunchSpec) ([]string, error)
 	// WorkDir holds one directory per sandbox; empty means a temporary
 	// directory removed by Close.
 	WorkDir string
@@ -163,6 +166,7 @@ func New(cfg Config) (*Server, error) {
 			Binary:   cfg.AgentdBinary,
 			Token:    cfg.AgentdToken,
 			ExtraEnv: cfg.AgentdEnv,
+			Environ:  cfg.AgentdEnviron,
 			Log:      slogWriter{cfg.Logger},
 		}
 	}

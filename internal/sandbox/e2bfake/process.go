@@ -57,6 +57,11 @@ type ExecLauncher struct {
 	Token  string
 	// ExtraEnv is added to every process's environment (KEY=VALUE).
 	ExtraEnv []string
+	// Environ, when set, gives each process its whole base environment
+	// instead of the launcher's own (os.Environ), which would hand the
+	// sandbox whatever secrets the process running the fake holds.
+	// AGENTD_TOKEN, ExtraEnv and the sandbox's envVars are added to it.
+	Environ func(spec LaunchSpec) ([]string, error)
 	// Log receives agentd's stderr; nil discards it.
 	Log io.Writer
 	// StartTimeout bounds the wait for agentd to listen (default 15 s).
@@ -73,7 +78,14 @@ func (l ExecLauncher) Launch(ctx context.Context, spec LaunchSpec) (Process, err
 	addrFile := filepath.Join(spec.StateDir, "agentd.addr")
 	cmd := exec.Command(l.Binary, "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--root", spec.Workspace)
 	cmd.Dir = spec.Workspace
-	cmd.Env = append(os.Environ(), "AGENTD_TOKEN="+l.Token)
+	base := os.Environ()
+	if l.Environ != nil {
+		var err error
+		if base, err = l.Environ(spec); err != nil {
+			return nil, fmt.Errorf("e2bfake: environment of sandbox %s: %w", spec.SandboxID, err)
+		}
+	}
+	cmd.Env = append(base, "AGENTD_TOKEN="+l.Token)
 	cmd.Env = append(cmd.Env, l.ExtraEnv...)
 	for k, v := range spec.Env {
 		cmd.Env = append(cmd.Env, k+"="+v)

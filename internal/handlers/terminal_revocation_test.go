@@ -1,0 +1,215 @@
+package handlers_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// dialTerminalAs opens the terminal's WebSocket as a browser with the
+// sign-in cookie tok, or (key true) as an agent runtime with tok as its
+// bearer API key.
+func (f *terminalFixture) dialTerminalAs(t *testing.T, tok string, key bool) *websocket.Conn {
+	t.Helper()
+	u := strings.Replace(f.e.srv.URL, "http://", "ws://", 1) + fmt.Sprintf("/o/acme/sessions/%d/terminal?rows=24&cols=80", f.session)
+	h := http.Header{}
+	protos := []string{"gatehouse.v1"}
+	if key {
+		h.Set("Authorization", "Bearer "+tok)
+	} else {
+		h.Add("Cookie", "gh_org_acme="+tok)
+		h.Add("Cookie", "gh_csrf="+wsCSRF)
+		h.Set("Origin", f.e.srv.URL)
+		protos = append(protos, "csrf."+wsCSRF)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{HTTPHeader: h, Subprotocols: protos})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CloseNow() })
+	return c
+}
+
+// typeAndSee types line into the terminal and waits for want on screen.
+func typeAndSee(t *testing.T, c *websocket.Conn, line, want string) {
+	t.Helper()
+	sendInput(t, c, proxy.ClientMessage{Type: "input", Data: line})
+	screen := ""
+	readUntil(t, c, func(m proxy.ServerMessage) bool {
+		screen += string(m.Data)
+		return strings.Contains(screen, want)
+	})
+}
+
+// closedWith reads until the terminal ends and returns the error message it
+// sent and the close reason.
+func closedWith(t *testing.T, c *websocket.Conn) (msg, reason string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for {
+		_, b, err := c.Read(ctx)
+		if err != nil {
+			var ce websocket.CloseError
+			if errors.As(err, &ce) {
+				return msg, ce.Reason
+			}
+			t.Fatalf("the terminal did not close: %v", err)
+		}
+		var m proxy.ServerMessage
+		if json.Unmarshal(b, &m) == nil && m.Type == "error" {
+			msg = m.Message
+		}
+	}
+}
+
+// TestTerminalRevocation: an open browser terminal obeys revocation at
+// once. After a logout, after the user is disabled and after the API key is
+// revoked, the terminal closes with a message naming the cause — without a
+// keystroke, and a keystroke typed after the revocation runs nothing. On
+// SQLite and Postgres, against a real agentd.
+func TestTerminalRevocation(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		admin := f.tokens["admin"]
+		for _, tc := range []struct {
+			name    string
+			key     bool
+			revoke  func(t *testing.T, tok string)
+			wantMsg string
+		}{
+			{"the API key is revoked", true, func(t *testing.T, tok string) {
+				var keys struct {
+					Items []struct {
+						ID     int64
+						Prefix string
+					}
+				}
+				r := f.call(http.MethodGet, "/api-keys", "member", nil)
+				r.decode(t, &keys)
+				for _, k := range keys.Items {
+					if strings.HasPrefix(tok, "gh_"+k.Prefix) {
+						wantStatus(t, "revoke the key", f.call(http.MethodDelete, fmt.Sprintf("/api-keys/%d", k.ID), "member", nil), http.StatusNoContent)
+						return
+					}
+				}
+				t.Fatal("the member's key is not listed")
+			}, "API key"},
+			{"the person signs out", false, func(t *testing.T, tok string) {
+				wantStatus(t, "logout", f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/logout", tok, nil), http.StatusNoContent)
+				wantStatus(t, "me after logout", f.e.json(http.MethodGet, "/api/v1/orgs/acme/me", tok, nil), http.StatusUnauthorized)
+			}, "signed out"},
+			{"an admin disables the user", false, func(t *testing.T, _ string) {
+				r := f.e.json(http.MethodPatch, fmt.Sprintf("/api/v1/orgs/acme/users/%d", f.ids["member"]), admin, map[string]any{"status": "disabled"})
+				wantStatus(t, "disable the member", r, http.StatusOK)
+			}, "access was removed"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				tok := f.keys["member-key"]
+				if !tc.key {
+					tok = f.e.orgLogin("acme", "member@acme.test", userPassword)
+				}
+				c := f.dialTerminalAs(t, tok, tc.key)
+				readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+				typeAndSee(t, c, "echo before-$((6*7))\r", "before-42")
+				tc.revoke(t, tok)
+				marker := "after-" + randomHex(6)
+				// Typed right after the revocation: refused, never run.
+				sendInputQuiet(c, proxy.ClientMessage{Type: "input", Data: "touch " + marker + "\r"})
+				msg, reason := closedWith(t, c)
+				if !strings.Contains(msg, tc.wantMsg) || !strings.Contains(reason, tc.wantMsg) {
+					t.Fatalf("closed with message %q, reason %q; want them to say %q", msg, reason, tc.wantMsg)
+				}
+				time.Sleep(300 * time.Millisecond)
+				if f.agentdHasFile(t, marker) {
+					t.Fatalf("a keystroke typed after the revocation ran (%s exists)", marker)
+				}
+			})
+		}
+
+		t.Run("an idle terminal closes without a keystroke", func(t *testing.T) {
+			r := f.e.json(http.MethodPatch, fmt.Sprintf("/api/v1/orgs/acme/users/%d", f.ids["member"]), admin, map[string]any{"status": "active"})
+			wantStatus(t, "enable the member again", r, http.StatusOK)
+			tok := f.e.orgLogin("acme", "member@acme.test", userPassword)
+			c := f.dialTerminalAs(t, tok, false)
+			readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+			wantStatus(t, "logout", f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/logout", tok, nil), http.StatusNoContent)
+			if msg, _ := closedWith(t, c); !strings.Contains(msg, "signed out") {
+				t.Fatalf("an idle terminal closed with %q, want it to say signed out", msg)
+			}
+		})
+	})
+}
+
+// TestTerminalHandshakeRefusalsAudited: a refused terminal handshake (a
+// foreign Origin, no CSRF token) is in the audit log as terminal.refused,
+// written when it happens.
+func TestTerminalHandshakeRefusalsAudited(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		if _, resp, err := f.dialTerminal(t, "member", "", "https://evil.example", wsCSRF); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("cross-site handshake: %v %v", resp, err)
+		}
+		if _, resp, err := f.dialTerminal(t, "member", "", f.e.srv.URL, ""); err == nil || resp == nil || resp.StatusCode != http.StatusForbidden {
+			t.Fatalf("handshake without csrf: %v %v", resp, err)
+		}
+		ten, err := f.e.c.Tenants.Open(context.Background(), "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ten.Release()
+		var rows []struct {
+			Decision string
+			Details  string
+		}
+		if err := ten.DB.Table(audit.OrgTable).Where("action = ?", "terminal.refused").Order("seq").Find(&rows).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(rows) != 2 || rows[0].Decision != audit.Deny || !strings.Contains(rows[0].Details, "evil.example") ||
+			!strings.Contains(rows[1].Details, "CSRF") {
+			t.Fatalf("terminal.refused records: %+v, want the foreign origin and the missing CSRF token", rows)
+		}
+	})
+}
+
+// sendInputQuiet writes a message and ignores a closed connection: the
+// console may have closed it already.
+func sendInputQuiet(c *websocket.Conn, msg proxy.ClientMessage) {
+	b, _ := json.Marshal(msg)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = c.Write(ctx, websocket.MessageText, b)
+}
+
+// agentdHasFile reports whether name exists in the session's workspace,
+// asking agentd directly.
+func (f *terminalFixture) agentdHasFile(t *testing.T, name string) bool {
+	t.Helper()
+	var ws string
+	r := f.call(http.MethodGet, f.sessionPath(""), "admin", nil)
+	var s struct{ Workspace string }
+	r.decode(t, &s)
+	ws = s.Workspace
+	res, err := agentd.NewClient(f.agentd.url, f.agentd.token, nil).Stat(context.Background(), ws+"/"+name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(res) == 1 && res[0].Exists
+}

@@ -1,0 +1,223 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+// Closing a session ends what it started. The session is closed by the
+// sessions service; before that, the gateway kills each of its running
+// commands (API commands and browser shells alike) through agentd and lets
+// their followers record them to the end, so no process outlives the
+// session and no output goes unrecorded.
+
+const (
+	// closeBudget bounds what a session's close spends on its commands:
+	// agentd's kill grace (3 s by default) and drain, recording the last
+	// output and the end, and slack. An environment that does not answer
+	// delays a close by at most this.
+	closeBudget = 15 * time.Second
+	// closeKillTimeout bounds one kill: agentd answers once the command
+	// ended, after its kill grace at the latest.
+	closeKillTimeout = 10 * time.Second
+	// closeKillers bounds the kills a close sends at once.
+	closeKillers = 8
+	// endedPollEvery is how often a close looks whether its commands'
+	// ends are recorded.
+	endedPollEvery = 100 * time.Millisecond
+)
+
+// The reasons a command ended by its session's close is recorded with (in
+// its end event too).
+const (
+	reasonClosed            = "ended by the session's close"
+	reasonClosedUnreachable = "ended by the session's close while its environment was unreachable: what was recorded before is all there is"
+	reasonClosedPaused      = "ended by the session's close while its sandbox was paused: what was recorded before the pause is all there is"
+)
+
+// EndCommands ends every running command of session sessionID as part of
+// its close, and is called before the sessions service closes it. a must
+// be allowed to close the session; no terminal policy is asked beyond
+// that, since the close is the operation. Each command is killed through
+// agentd with the environment's token (its whole process group, after
+// agentd's kill grace) and followed until its end is recorded with all it
+// printed; the close waits for that, within closeBudget, and then goes on
+// whatever is left. The close is what the audit log records (the session's
+// close event): no command.kill is written, and each command's end event
+// gives the close as its reason. A command agentd cannot be asked about
+// (the environment unreachable, the sandbox paused) is ended lost by its
+// follower once the session closed, its reason saying why. EndCommands
+// fails only when the close must not go on: a refused caller, or commands
+// that cannot be read or marked.
+func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sessionID int64) error {
+	t, err := org.Sessions.LocateForClose(ctx, a, sessionID)
+	if err != nil && t.Session.ID == 0 {
+		return err
+	}
+	if t.Session.Final() {
+		return nil
+	}
+	located := err
+	ctx, cancel := context.WithTimeout(ctx, closeBudget)
+	defer cancel()
+	running, err := runningCommands(ctx, org, sessionID)
+	if err != nil || len(running) == 0 {
+		return err
+	}
+	ids := make([]int64, len(running))
+	for i, c := range running {
+		ids[i] = c.ID
+	}
+	log := g.logger().With("org", org.Slug, "session", sessionID)
+	reason := reasonClosed
+	switch {
+	case located != nil:
+		log.Warn("gateway: closing a session whose agentd cannot be located; its commands end lost", "error", located)
+		reason = reasonClosedUnreachable
+	case t.Session.State == sessions.StatePaused:
+		// Asking its agentd would mean resuming the sandbox only to kill
+		// it; the close kills the sandbox with everything in it.
+		reason = reasonClosedPaused
+	}
+	// Durable before anything is forwarded: whoever records the ends
+	// (this replica's followers or another's) records this reason.
+	if err := recordings.MarkEnding(ctx, org.DB, ids, reason); err != nil {
+		return err
+	}
+	if reason != reasonClosed {
+		g.followAll(org, ids)
+		return nil
+	}
+	killed := g.killAll(ctx, org, t, running)
+	g.followAll(org, ids)
+	if len(killed) == 0 {
+		return nil
+	}
+	if left := waitEnded(ctx, org, sessionID, killed); len(left) > 0 {
+		log.Warn("gateway: closing a session before the ends of its killed commands were recorded", "commands", left)
+	}
+	return nil
+}
+
+// runningCommands lists every running command of a session.
+func runningCommands(ctx context.Context, org Org, sessionID int64) ([]recordings.Command, error) {
+	var out []recordings.Command
+	f := recordings.Filter{SessionID: sessionID, State: recordings.StateRunning, Limit: 200}
+	for {
+		page, err := recordings.List(ctx, org.DB, f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, page...)
+		if len(page) < f.Limit {
+			return out, nil
+		}
+		f.Before = page[len(page)-1].ID
+	}
+}
+
+// killAll kills running, a few at a time, and returns the ids of the
+// commands agentd ended: those the close waits for.
+func (g *Gateway) killAll(ctx context.Context, org Org, t sessions.Target, running []recordings.Command) []int64 {
+	ended := make([]bool, len(running))
+	slots := make(chan struct{}, closeKillers)
+	var wg sync.WaitGroup
+	for i, c := range running {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			slots <- struct{}{}
+			defer func() { <-slots }()
+			ended[i] = g.killForClose(ctx, org, t, c)
+		}()
+	}
+	wg.Wait()
+	var out []int64
+	for i, c := range running {
+		if ended[i] {
+			out = append(out, c.ID)
+		}
+	}
+	return out
+}
+
+// killForClose kills one command of a closing session and reports whether
+// agentd ended it, so that its follower will record the end soon.
+func (g *Gateway) killForClose(ctx context.Context, org Org, t sessions.Target, c recordings.Command) bool {
+	kctx, cancel := context.WithTimeout(ctx, min(g.callTimeout(), closeKillTimeout))
+	defer cancel()
+	_, err := g.client(t).Kill(kctx, c.AgentdID)
+	if err == nil {
+		return true
+	}
+	log := g.logger().With("org", org.Slug, "session", c.SessionID, "command", c.ID, "error", err)
+	var ae *agentd.Error
+	switch {
+	case errors.As(err, &ae) && ae.Unknown() && !c.Acked:
+		// Its create has not reached agentd, or never will: it must not
+		// be sent again for a closing session. Its follower ends it lost
+		// once the session closed.
+		g.Followers.createDone(org, c.ID)
+		return false
+	case errors.As(err, &ae) && ae.Unknown():
+		// agentd forgot it (its environment restarted): its follower
+		// records it lost at its next read.
+		return true
+	case isTransport(err):
+		// agentd did not answer: what was recorded is all there is.
+		log.Warn("gateway: a closing session's command could not be killed; it ends lost")
+		if err := recordings.MarkEnding(ctx, org.DB, []int64{c.ID}, reasonClosedUnreachable); err != nil {
+			log.Warn("gateway: could not record why a closing session's command ends", "mark_error", err)
+		}
+		return false
+	default:
+		// A refusal: agentd knows the command and has not ended it.
+		log.Warn("gateway: agentd refused to kill a closing session's command")
+		return false
+	}
+}
+
+// followAll makes sure each command has a follower to record its end.
+func (g *Gateway) followAll(org Org, ids []int64) {
+	for _, id := range ids {
+		g.Followers.Follow(org.Slug, id)
+	}
+}
+
+// waitEnded waits until the followers recorded the end of every command of
+// ids, or ctx ends, and returns those still running.
+func waitEnded(ctx context.Context, org Org, sessionID int64, ids []int64) []int64 {
+	left := ids
+	tick := time.NewTicker(endedPollEvery)
+	defer tick.Stop()
+	for {
+		running, err := runningCommands(ctx, org, sessionID)
+		if err == nil {
+			still := map[int64]bool{}
+			for _, c := range running {
+				still[c.ID] = true
+			}
+			var next []int64
+			for _, id := range left {
+				if still[id] {
+					next = append(next, id)
+				}
+			}
+			if left = next; len(left) == 0 {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return left
+		case <-tick.C:
+		}
+	}
+}
