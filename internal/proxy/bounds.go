@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
@@ -38,7 +39,7 @@ const (
 // so a refused exec leaves no record and reaches no agentd.
 func (r ExecRequest) Validate() error {
 	v := apperr.Validation()
-	if len(r.Command) == 0 || len(r.Command) > maxCommandLen {
+	if strings.TrimSpace(r.Command) == "" || len(r.Command) > maxCommandLen {
 		v.Add("command", "Give the command to run, at most 64 KiB.")
 	}
 	if r.TimeoutMS < 0 || r.TimeoutMS > maxExecTimeout.Milliseconds() {
