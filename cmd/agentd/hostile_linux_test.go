@@ -135,13 +135,20 @@ func TestKillGraceHonouredForMembers(t *testing.T) {
 			d := startDaemon(t, "--cgroup", mode, "--kill-grace", "4s")
 			ctx := ctxFor(t)
 			termFile := filepath.Join(d.root, "got-term")
+			readyFile := filepath.Join(d.root, "trap-set")
 			resp, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{
-				Command: fmt.Sprintf("sh -c 'trap \"touch %s\" TERM; while :; do sleep 0.05; done; : 3121' & echo started; wait", termFile),
+				Command: fmt.Sprintf("sh -c 'trap \"touch %s\" TERM; touch %s; while :; do sleep 0.05; done; : 3121' & echo started; wait", termFile, readyFile),
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			waitSome(t, ": 3121")
+			// The member exists before its trap is set: a SIGTERM in between
+			// (a loaded machine) would kill it at once and prove nothing.
+			eventually(t, "the member to set its trap", func() bool {
+				_, err := os.Stat(readyFile)
+				return err == nil
+			})
 			final, err := d.client.Kill(ctx, resp.SessionID)
 			if err != nil {
 				t.Fatal(err)
