@@ -456,8 +456,16 @@ func (s *Server) apiAssignRole(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// apiUnassignRole takes the assignment as the API reference documents it,
+// a JSON body like the assign's; the query parameters it was once read
+// from still work.
 func (s *Server) apiUnassignRole(c echo.Context) error {
 	a := rbac.Assignment{Subject: c.QueryParam("subject"), Role: c.QueryParam("role"), Domain: c.QueryParam("domain")}
+	if a == (rbac.Assignment{}) {
+		if err := decodeJSON(c, &a); err != nil {
+			return err
+		}
+	}
 	if err := s.unassign(c, a); err != nil {
 		return err
 	}

@@ -203,3 +203,42 @@ func waitCommandEndedWithin(t *testing.T, f *terminalFixture, cid int64, d time.
 	t.Fatalf("command %d was not recorded as ended within %s", cid, d)
 	return commandHistory{}
 }
+
+// TestExecDuringCloseIsRefused: from the moment a session's close began no
+// command starts in it, so nothing started during the close (while it waits
+// for a TERM-ignoring command's kill grace) outlives the session. On SQLite
+// and Postgres, against a real agentd.
+func TestExecDuringCloseIsRefused(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "trap '' TERM; sleep 100 & wait"})
+		wantStatus(t, "exec a command that ignores SIGTERM", r, http.StatusCreated)
+		marker := fmt.Sprintf("sleep 98%04d", time.Now().UnixNano()%10000)
+		closed := make(chan response, 1)
+		// (f.e.json, not f.call: call's body log is not for two goroutines.)
+		go func() { closed <- f.e.json(http.MethodDelete, "/api/v1/orgs/acme"+f.sessionPath(""), f.tokens["member"], nil) }()
+		// The close now waits out agentd's kill grace; an exec meanwhile
+		// must be refused, however it races the close's first step.
+		var refused response
+		for deadline := time.Now().Add(10 * time.Second); ; {
+			refused = f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": marker})
+			if refused.status == http.StatusConflict {
+				break
+			}
+			if refused.status != http.StatusCreated || time.Now().After(deadline) {
+				t.Fatalf("exec during the close: %d %s", refused.status, refused.body)
+			}
+			// Started before the close began: the close must end it too.
+			time.Sleep(20 * time.Millisecond)
+		}
+		if code := refused.envelope(t).Error.Code; code != "session_closing" && code != "session_closed" {
+			t.Fatalf("exec during the close: code %q, want session_closing", code)
+		}
+		wantStatus(t, "close", <-closed, http.StatusOK)
+		time.Sleep(500 * time.Millisecond)
+		if processWith(t, marker) {
+			t.Fatalf("%q outlived the session's close", marker)
+		}
+	})
+}

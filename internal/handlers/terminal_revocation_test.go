@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
@@ -111,6 +112,16 @@ func TestTerminalRevocation(t *testing.T) {
 				}
 				t.Fatal("the member's key is not listed")
 			}, "API key"},
+			{"the member's role is removed", false, func(t *testing.T, _ string) {
+				r := f.e.json(http.MethodDelete, "/api/v1/orgs/acme/roles", admin, rbac.Assignment{
+					Subject: fmt.Sprintf("user:%d", f.ids["member"]), Role: rbac.RoleMember, Domain: rbac.DeptDomain(f.dept1)})
+				wantStatus(t, "remove the member's role", r, http.StatusNoContent)
+				t.Cleanup(func() {
+					r := f.e.json(http.MethodPost, "/api/v1/orgs/acme/roles", admin, rbac.Assignment{
+						Subject: fmt.Sprintf("user:%d", f.ids["member"]), Role: rbac.RoleMember, Domain: rbac.DeptDomain(f.dept1)})
+					wantStatus(t, "give the role back", r, http.StatusNoContent)
+				})
+			}, "access to this terminal was removed"},
 			{"the person signs out", false, func(t *testing.T, tok string) {
 				wantStatus(t, "logout", f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/logout", tok, nil), http.StatusNoContent)
 				wantStatus(t, "me after logout", f.e.json(http.MethodGet, "/api/v1/orgs/acme/me", tok, nil), http.StatusUnauthorized)

@@ -75,28 +75,53 @@ func WatchPrincipal(ctx context.Context, recheck func(context.Context) (*authz.A
 	if recheck == nil {
 		return watched, func() { cancel(context.Canceled) }
 	}
-	done := make(chan struct{})
+	exited := make(chan struct{})
 	go func() {
+		defer close(exited)
 		t := time.NewTicker(RecheckEvery)
 		defer t.Stop()
 		for {
 			select {
-			case <-done:
-				return
 			case <-watched.Done():
 				return
 			case <-t.C:
-				if _, err := recheck(watched); err != nil && watched.Err() == nil {
+				_, err := recheck(watched)
+				if revocation(err) && watched.Err() == nil {
 					cancel(err)
 					return
 				}
+				// Anything else (the database away for a moment) is not
+				// a revocation: check again on the next tick.
 			}
 		}
 	}()
+	// stop waits for the watcher: its recheck reads the request it was
+	// made for, which must not be used once the request is over.
 	return watched, func() {
-		close(done)
 		cancel(context.Canceled)
+		<-exited
 	}
+}
+
+// revocation reports an error that says the credential or the access no
+// longer stands.
+func revocation(err error) bool {
+	return errors.Is(err, apperr.ErrUnauthorized) || errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrNotFound)
+}
+
+// lostAccess words a refusal met inside an open terminal: the person's
+// access changed since it opened (a role removed, a policy added), and the
+// terminal closes saying so rather than "nothing at this address".
+func lostAccess(err error) error {
+	var ae *apperr.Error
+	if !errors.Is(err, apperr.ErrForbidden) && !errors.Is(err, apperr.ErrNotFound) {
+		return err
+	}
+	msg := "Your access to this terminal was removed."
+	if errors.As(err, &ae) && ae.Code != "not_found" && ae.Message != "" {
+		msg += " " + ae.Message
+	}
+	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
 }
 
 // endedBy is the error that ended ctx when it was a revocation or another
@@ -248,8 +273,14 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		return err
 	}
 
-	// Keystrokes and window changes, in order, through the gateway.
+	// Keystrokes and window changes, in order, through the gateway. The
+	// bridge returns only once this reader did: it acts for the request,
+	// which must not be used once the request is over.
+	reader := make(chan struct{})
+	defer func() { <-reader }()
+	defer conn.CloseNow()
 	go func() {
+		defer close(reader)
 		defer cancel()
 		for {
 			typ, b, err := conn.Read(readCtx)
@@ -282,7 +313,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 				}
 			}
 			if err != nil {
-				_ = fail(err)
+				_ = fail(lostAccess(err))
 				return
 			}
 		}
@@ -299,7 +330,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			if ctx.Err() != nil {
 				break
 			}
-			return fail(err)
+			return fail(lostAccess(err))
 		}
 		for _, ch := range out.Chunks {
 			if ch.ID <= cursor {

@@ -3,13 +3,19 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"time"
 
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Closing a session ends what it started. The session is closed by the
@@ -65,8 +71,14 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 		return nil
 	}
 	located := err
-	ctx, cancel := context.WithTimeout(ctx, closeBudget)
+	// A caller that leaves does not stop a close half-way.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeBudget)
 	defer cancel()
+	// First, and durable: no command starts in the session from now on
+	// (an exec's commit checks the mark), so the list below is complete.
+	if err := markClosing(ctx, org, a, t.Session); err != nil {
+		return err
+	}
 	running, err := runningCommands(ctx, org, sessionID)
 	if err != nil || len(running) == 0 {
 		return err
@@ -102,6 +114,42 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 	}
 	if left := waitEnded(ctx, org, sessionID, killed); len(left) > 0 {
 		log.Warn("gateway: closing a session before the ends of its killed commands were recorded", "commands", left)
+	}
+	return nil
+}
+
+// markClosing records that the session's close began, with who closed it,
+// in one commit: from then on an exec in it is refused (see startable).
+func markClosing(ctx context.Context, org Org, a *authz.Actor, s sessions.Session) error {
+	err := org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Table("sessions").Where("id = ? AND closing_at IS NULL", s.ID).Update("closing_at", time.Now().UTC()).Error; err != nil {
+			return fmt.Errorf("mark session %d closing: %w", s.ID, err)
+		}
+		_, err := org.Audit.AppendTx(ctx, tx, event(a, Meta{}, "session.closing", sessions.AuditTarget(s),
+			map[string]any{"session_id": s.ID}))
+		return err
+	})
+	return durable(err)
+}
+
+// startable refuses, inside an exec's commit, a session whose close began
+// or that ended: the row is read under a shared lock on Postgres, so a
+// close's mark waits for this commit (and then lists its command) or this
+// read waits for the mark (and refuses). SQLite serializes the two.
+func startable(tx *gorm.DB, sessionID int64) error {
+	var row struct {
+		State     string
+		ClosingAt *time.Time
+	}
+	q := tx.Table("sessions").Select("state, closing_at").Where("id = ?", sessionID)
+	if store.DialectOfDB(tx) == store.Postgres {
+		q = q.Clauses(clause.Locking{Strength: "SHARE"})
+	}
+	if err := q.Take(&row).Error; err != nil {
+		return fmt.Errorf("read session %d: %w", sessionID, err)
+	}
+	if row.ClosingAt != nil || row.State == sessions.StateClosed || row.State == sessions.StateLost {
+		return apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", sessionID)
 	}
 	return nil
 }

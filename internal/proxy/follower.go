@@ -328,6 +328,15 @@ var errNotStarted = errors.New("agentd has not started the command yet")
 // the console's, so a create that did arrive answers id_in_use), else
 // the follower waits out createGrace before calling the command lost.
 func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, c recordings.Command) (stepResult, *aheadRead, error) {
+	// A command being ended (its session's close marked it) is never sent
+	// again: read the mark as it stands, not as this follower last saw it.
+	if fresh, err := recordings.Get(ctx, org.DB, c.ID); err != nil {
+		return stepResult{}, nil, err
+	} else if fresh.Reason != "" {
+		f.createDone(org, c.ID)
+		return stepResult{ended: true}, nil, f.finish(ctx, org, fresh, recordings.End{State: recordings.StateLost,
+			Reason: fresh.Reason, At: f.now()})
+	}
 	if req, ok := f.pendingCreate(org, c.ID); ok {
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()

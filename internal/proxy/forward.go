@@ -71,9 +71,6 @@ func (g *Gateway) unreachable(ctx context.Context, org Org, t sessions.Target, c
 }
 
 func (g *Gateway) reachable(ctx context.Context, org Org, t sessions.Target) {
-	if t.Session.AgentdFailures == 0 && t.Session.UnreachableSince == nil {
-		return
-	}
 	if err := org.Sessions.ReportReachable(ctx, t.Session.ID); err != nil {
 		g.logger().Warn("gateway: could not clear agentd failures", "org", org.Slug, "session", t.Session.ID, "error", err)
 	}

@@ -117,6 +117,11 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	// One commit: the command's record and its audit event, before agentd
 	// hears of it.
 	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// A session whose close began starts nothing more: its close kills
+		// what runs, and a command started now would outlive it.
+		if err := startable(tx, sessionID); err != nil {
+			return err
+		}
 		// The running-command caps are counted in this commit, so a burst
 		// of execs cannot overshoot them; a refusal writes nothing.
 		if err := g.checkRunning(ctx, tx, a, t); err != nil {

@@ -653,13 +653,19 @@ func (s *Service) markLost(ctx context.Context, sessionID int64, reason string) 
 // session is now lost.
 func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause error) (bool, error) {
 	now := s.now()
+	// A failure more than half a window after the run's last one starts a
+	// new run: "unreachable for the window" means failures all along it,
+	// not two isolated ones an hour apart.
+	gap := s.rt().unreachableWindow() / 2
 	res := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND state = ?", sessionID, StateRunning).
-		Updates(map[string]any{"agentd_failures": gorm.Expr("agentd_failures + 1"),
-			"unreachable_since": gorm.Expr("COALESCE(unreachable_since, ?)", now)})
+		Updates(map[string]any{"agentd_failures": gorm.Expr("agentd_failures + 1"), "last_unreachable_at": now,
+			"unreachable_since": gorm.Expr("CASE WHEN unreachable_since IS NULL OR last_unreachable_at IS NULL OR last_unreachable_at < ? THEN ? ELSE unreachable_since END",
+				now.Add(-gap), now)})
 	if res.Error != nil {
 		return false, fmt.Errorf("record agentd failure: %w", res.Error)
 	}
 	s.rt().forget(s.key(sessionID))
+	s.rt().unreachable(s.key(sessionID))
 	if res.RowsAffected == 0 {
 		return false, nil
 	}
@@ -696,11 +702,14 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 // ReportReachable is the gateway's word that agentd answered: it ends a
 // run of failures. It writes only when failures were recorded.
 func (s *Service) ReportReachable(ctx context.Context, sessionID int64) error {
-	if c, ok := s.rt().get(s.key(sessionID)); ok && c.target.Session.AgentdFailures == 0 && c.target.Session.UnreachableSince == nil {
+	// Another replica may have recorded failures this one's cache does not
+	// show: the conditional update runs whatever the cache says, at most
+	// once a second per session here.
+	if !s.rt().reachableDue(s.key(sessionID)) {
 		return nil
 	}
 	res := s.DB.WithContext(ctx).Table("sessions").Where("id = ? AND (agentd_failures > 0 OR unreachable_since IS NOT NULL)", sessionID).
-		Updates(map[string]any{"agentd_failures": 0, "unreachable_since": nil})
+		Updates(map[string]any{"agentd_failures": 0, "unreachable_since": nil, "last_unreachable_at": nil})
 	if res.Error != nil {
 		return res.Error
 	}

@@ -495,6 +495,8 @@ func TestLostAfterUnreachable(t *testing.T) {
 		{"failures across the window", []string{"fail", "+10s", "fail", "+10s", "fail", "+10s", "fail"}, true},
 		{"an answer starts the window over", []string{"fail", "+10s", "+10s", "ok", "+10s", "fail", "+10s", "fail", "+10s", "fail"}, false},
 		{"the backend says the sandbox is gone", []string{"gone", "fail"}, true},
+		{"isolated failures far apart", []string{"fail", "+10s", "+10s", "+10s", "+10s", "fail", "+10s", "+10s", "+10s", "+10s", "fail"}, false},
+		{"an answer on another replica clears a failure", []string{"warm-elsewhere", "fail", "+10s", "fail", "ok-elsewhere", "+10s", "fail", "+10s", "fail"}, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := newWorld(t, store.SQLite, e2bfake.Config{Launcher: e2bfake.NopLauncher{}})
@@ -505,6 +507,7 @@ func TestLostAfterUnreachable(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			other := w.svc(&sessions.Runtime{Now: w.clock.Now, UnreachableWindow: window})
 			lost := false
 			for i, step := range tc.steps {
 				if lost {
@@ -517,6 +520,16 @@ func TestLostAfterUnreachable(t *testing.T) {
 					}
 				case "ok":
 					if err := svc.ReportReachable(ctx, sess.ID); err != nil {
+						t.Fatal(err)
+					}
+				case "warm-elsewhere":
+					// Another replica caches the session as it is before
+					// the failures.
+					if _, err := other.Locate(ctx, sys(), sess.ID); err != nil {
+						t.Fatal(err)
+					}
+				case "ok-elsewhere":
+					if err := other.ReportReachable(ctx, sess.ID); err != nil {
 						t.Fatal(err)
 					}
 				case "+10s":

@@ -95,6 +95,12 @@ type Session struct {
 	// UnreachableSince is when the current run of failed calls to the
 	// session's agentd began; nil while it answers.
 	UnreachableSince *time.Time
+	// LastUnreachableAt is the run's latest failure: one long after it
+	// starts a new run (isolated failures never add up to a loss).
+	LastUnreachableAt *time.Time
+	// ClosingAt is when a close of the session began: from then on no
+	// command starts in it.
+	ClosingAt *time.Time
 	CreatedAt        time.Time
 	StartedAt        *time.Time
 	LastUsedAt       *time.Time
@@ -172,6 +178,33 @@ type Runtime struct {
 	cache  map[cacheKey]*cached
 	gates  map[cacheKey]*sync.Mutex
 	config configVersions
+	// reachable is when each session's failures were last cleared (or
+	// found clear) by this process: ReportReachable writes at most once a
+	// second per session.
+	reachable map[cacheKey]time.Time
+}
+
+// unreachable notes a failure of k: the next answer clears it at once.
+func (r *Runtime) unreachable(k cacheKey) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.reachable, k)
+}
+
+// reachableDue reports whether k's failures may be cleared now (at most
+// once a second), and notes that they are.
+func (r *Runtime) reachableDue(k cacheKey) bool {
+	now := time.Now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if at, ok := r.reachable[k]; ok && now.Sub(at) < time.Second {
+		return false
+	}
+	if r.reachable == nil || len(r.reachable) >= maxCached {
+		r.reachable = map[cacheKey]time.Time{}
+	}
+	r.reachable[k] = now
+	return true
 }
 
 // cacheKey names a session of one org database. It holds the database
