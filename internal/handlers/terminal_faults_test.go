@@ -217,7 +217,9 @@ func TestExecDuringCloseIsRefused(t *testing.T) {
 		marker := fmt.Sprintf("sleep 98%04d", time.Now().UnixNano()%10000)
 		closed := make(chan response, 1)
 		// (f.e.json, not f.call: call's body log is not for two goroutines.)
-		go func() { closed <- f.e.json(http.MethodDelete, "/api/v1/orgs/acme"+f.sessionPath(""), f.tokens["member"], nil) }()
+		go func() {
+			closed <- f.e.json(http.MethodDelete, "/api/v1/orgs/acme"+f.sessionPath(""), f.tokens["member"], nil)
+		}()
 		// The close now waits out agentd's kill grace; an exec meanwhile
 		// must be refused, however it races the close's first step.
 		var refused response

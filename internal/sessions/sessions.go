@@ -100,12 +100,12 @@ type Session struct {
 	LastUnreachableAt *time.Time
 	// ClosingAt is when a close of the session began: from then on no
 	// command starts in it.
-	ClosingAt *time.Time
-	CreatedAt        time.Time
-	StartedAt        *time.Time
-	LastUsedAt       *time.Time
-	ClosedAt         *time.Time
-	UpdatedAt        time.Time
+	ClosingAt  *time.Time
+	CreatedAt  time.Time
+	StartedAt  *time.Time
+	LastUsedAt *time.Time
+	ClosedAt   *time.Time
+	UpdatedAt  time.Time
 
 	// AgentName and AgentDepartmentID are read with the session (a join)
 	// for display and authorization; they are the agent's, not stored
