@@ -224,3 +224,48 @@ func (f *terminalFixture) agentdHasFile(t *testing.T, name string) bool {
 	}
 	return len(res) == 1 && res[0].Exists
 }
+
+// TestLongPollEndsOnRevocation: an API long-poll waiting for output ends
+// as soon as its API key is revoked, answering 401 credential_revoked with
+// the cause, not when its wait runs out. On SQLite and Postgres.
+func TestLongPollEndsOnRevocation(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": "sleep 60"})
+		wantStatus(t, "exec", r, http.StatusCreated)
+		var o outputJSON
+		r.decode(t, &o)
+		// A long-poll that ran its wait out would answer 200 with no
+		// output: the 401 says the revocation ended it.
+		polled := make(chan response, 1)
+		go func() {
+			polled <- f.e.json(http.MethodGet, "/api/v1/orgs/acme"+f.sessionPath("/commands/%d/output?cursor=0&wait_ms=30000", o.CommandID),
+				f.keys["member-key"], nil)
+		}()
+		time.Sleep(500 * time.Millisecond)
+		var keys struct {
+			Items []struct {
+				ID     int64
+				Prefix string
+			}
+		}
+		f.e.json(http.MethodGet, "/api/v1/orgs/acme/api-keys", f.tokens["member"], nil).decode(t, &keys)
+		revoked := false
+		for _, k := range keys.Items {
+			if strings.HasPrefix(f.keys["member-key"], "gh_"+k.Prefix) {
+				r := f.e.json(http.MethodDelete, fmt.Sprintf("/api/v1/orgs/acme/api-keys/%d", k.ID), f.tokens["member"], nil)
+				wantStatus(t, "revoke the key", r, http.StatusNoContent)
+				revoked = true
+			}
+		}
+		if !revoked {
+			t.Fatal("the member's key is not listed")
+		}
+		r = <-polled
+		wantStatus(t, "the waiting long-poll", r, http.StatusUnauthorized)
+		if e := r.envelope(t).Error; e.Code != "credential_revoked" || !strings.Contains(e.Message, "API key") {
+			t.Fatalf("the long-poll ended with %+v, want credential_revoked naming the key", e)
+		}
+	})
+}
