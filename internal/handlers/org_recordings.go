@@ -42,14 +42,7 @@ func (s *Server) recordedCommand(c echo.Context) (recordings.Command, error) {
 	if err := s.Gateway.AuthorizeRead(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid); err != nil {
 		return recordings.Command{}, err
 	}
-	cmd, err := recordings.Get(c.Request().Context(), tenantOf(c).DB, cid)
-	if err != nil {
-		return cmd, err
-	}
-	if cmd.SessionID != sid {
-		return recordings.Command{}, notFoundErr()
-	}
-	return cmd, nil
+	return recordings.GetInSession(c.Request().Context(), tenantOf(c).DB, sid, cid)
 }
 
 func recordingURL(slug string, cmd recordings.Command) string {

@@ -244,7 +244,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		if err != nil {
 			return fail(err)
 		}
-		c, err := commandOf(ctx, org, at.SessionID, cid)
+		c, err := recordings.GetInSession(ctx, org.DB, at.SessionID, cid)
 		if err != nil {
 			return fail(err)
 		}

@@ -201,7 +201,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	}
 	k, ok := g.recall(org, commandID)
 	if !ok || !live {
-		c, err := commandOf(ctx, org, sessionID, commandID)
+		c, err := recordings.GetInSession(ctx, org.DB, sessionID, commandID)
 		if err != nil {
 			return Output{}, err
 		}
@@ -332,7 +332,7 @@ func (g *Gateway) sessionCommand(ctx context.Context, org Org, a *authz.Actor, s
 	if err != nil {
 		return t, recordings.Command{}, err
 	}
-	c, err := commandOf(ctx, org, sessionID, commandID)
+	c, err := recordings.GetInSession(ctx, org.DB, sessionID, commandID)
 	return t, c, err
 }
 

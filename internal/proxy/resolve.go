@@ -6,7 +6,6 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
@@ -102,19 +101,6 @@ func policyCheck(a *authz.Actor, t sessions.Target, command string) error {
 	return a.Deny(authz.Denial{Target: audit.Target{Type: "command", Name: truncate(command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
 		Object: terminalObject(t.Session.ID), Action: ActExec, Rule: "command policy of agent " + t.Agent.Name + ": " + pattern},
 		"The command matches the agent's command policy ("+pattern+") and was not run.")
-}
-
-// commandOf reads a command of the session, as not found when it belongs
-// to another session.
-func commandOf(ctx context.Context, org Org, sessionID, commandID int64) (recordings.Command, error) {
-	c, err := recordings.Get(ctx, org.DB, commandID)
-	if err != nil {
-		return c, err
-	}
-	if c.SessionID != sessionID {
-		return recordings.Command{}, authz.NotFound()
-	}
-	return c, nil
 }
 
 func truncate(s string, n int) string {

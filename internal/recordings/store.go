@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -100,6 +101,20 @@ func Start(ctx context.Context, tx *gorm.DB, c *Command) error {
 // Get reads one command.
 func Get(ctx context.Context, db *gorm.DB, id int64) (Command, error) {
 	return store.ByID[Command](ctx, db, id, "command")
+}
+
+// GetInSession reads command id of session sessionID. A command of another
+// session is not found, as anything the caller may not see is: a session's
+// reader learns nothing of the others' commands.
+func GetInSession(ctx context.Context, db *gorm.DB, sessionID, id int64) (Command, error) {
+	c, err := Get(ctx, db, id)
+	if err != nil {
+		return c, err
+	}
+	if c.SessionID != sessionID {
+		return Command{}, authz.NotFound()
+	}
+	return c, nil
 }
 
 // Filter narrows a command listing.
