@@ -8,7 +8,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/bench"
 )
 
 // benchCmd runs `console bench gateway`: the terminal gateway against
@@ -23,14 +23,14 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 			return err
 		}
 		defer os.RemoveAll(root)
-		return proxybench.ServeAgentdChild(ctx, root, os.Stdin, stdout)
+		return bench.ServeAgentdChild(ctx, root, os.Stdin, stdout)
 	}
 	if len(args) == 0 || args[0] != "gateway" {
 		return fmt.Errorf("usage: console bench gateway [flags] (see console bench gateway -h)")
 	}
 	fs := flag.NewFlagSet("console bench gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var cfg proxybench.Config
+	var cfg bench.Config
 	fs.IntVar(&cfg.Runs, "runs", 300, "execs and keystrokes timed per path")
 	outMiB := fs.Int64("output-mib", 256, "MiB of output per throughput run")
 	fs.IntVar(&cfg.Polls, "polls", 2000, "concurrent idle long-polls for the memory figure")
@@ -59,7 +59,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		fmt.Fprintln(stderr, "bench: Postgres skipped (give --postgres DSN or DATABASE_URL)")
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	var results []*proxybench.Result
+	var results []*bench.Result
 	for _, dsn := range dsns {
 		r, err := benchOne(ctx, dsn, ad, cfg, profiles{heap: *heap, cpu: *cpu}, logger, stderr)
 		if err != nil {
@@ -67,21 +67,21 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		}
 		results = append(results, r)
 	}
-	proxybench.Print(stdout, cfg, results)
+	bench.Print(stdout, cfg, results)
 	return nil
 }
 
-func benchAgentd(inProcess bool) (*proxybench.Agentd, error) {
+func benchAgentd(inProcess bool) (*bench.Agentd, error) {
 	if !inProcess {
 		if exe, err := os.Executable(); err == nil {
-			return proxybench.SpawnAgentd(exe, "bench", "agentd")
+			return bench.SpawnAgentd(exe, "bench", "agentd")
 		}
 	}
 	root, err := os.MkdirTemp("", "gatehouse-bench-agentd-")
 	if err != nil {
 		return nil, err
 	}
-	a, err := proxybench.StartAgentd(root)
+	a, err := bench.StartAgentd(root)
 	if err != nil {
 		return nil, err
 	}
@@ -97,13 +97,13 @@ func benchAgentd(inProcess bool) (*proxybench.Agentd, error) {
 type profiles struct{ heap, cpu string }
 
 // benchOne measures one database on a fresh console.
-func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxybench.Config, prof profiles, logger *slog.Logger, progress io.Writer) (*proxybench.Result, error) {
+func benchOne(ctx context.Context, dsn string, ad *bench.Agentd, cfg bench.Config, prof profiles, logger *slog.Logger, progress io.Writer) (*bench.Result, error) {
 	dir, err := os.MkdirTemp("", "gatehouse-bench-console-")
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(dir)
-	s, err := proxybench.Start(ctx, proxybench.Options{PostgresDSN: dsn, DataDir: dir, Agentd: ad, Logger: logger})
+	s, err := bench.Start(ctx, bench.Options{PostgresDSN: dsn, DataDir: dir, Agentd: ad, Logger: logger})
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func benchOne(ctx context.Context, dsn string, ad *proxybench.Agentd, cfg proxyb
 	if prof.cpu != "" {
 		s.CPUProfile = prof.cpu + "." + string(s.Dialect)
 	}
-	r, err := proxybench.Run(ctx, s, cfg, progress)
+	r, err := bench.Run(ctx, s, cfg, progress)
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", s.Dialect, err)
 	}

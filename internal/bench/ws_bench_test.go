@@ -1,11 +1,11 @@
-package proxy_test
+package bench_test
 
 import (
 	"context"
 	"testing"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/bench"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
 
@@ -14,15 +14,15 @@ import (
 // terminal's WebSocket, on SQLite and Postgres (target: the WebSocket's
 // p50 at most the JSON API's + 2 ms):
 //
-//	go test ./internal/proxy/ -run '^$' -bench KeystrokeWebSocket -benchtime 500x
+//	go test ./internal/bench/ -run '^$' -bench KeystrokeWebSocket -benchtime 500x
 func BenchmarkKeystrokeWebSocket(b *testing.B) {
 	ctx := context.Background()
 	stacks := benchStacks(b)
 	for _, d := range storetest.Dialects {
 		s := stacks[d]
-		for _, p := range []proxybench.Path{proxybench.GatewayPath{S: s}, &proxybench.WSPath{S: s}} {
+		for _, p := range []bench.Path{bench.GatewayPath{S: s}, &bench.WSPath{S: s}} {
 			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) {
-				ty, err := proxybench.NewTypist(ctx, p)
+				ty, err := bench.NewTypist(ctx, p)
 				if err != nil {
 					b.Fatal(err)
 				}

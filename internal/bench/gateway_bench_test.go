@@ -1,4 +1,4 @@
-package proxy_test
+package bench_test
 
 import (
 	"context"
@@ -7,28 +7,28 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/bench"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
 
 // benchStacks stands up, per database, a console whose member has a
 // session on a host environment served by a real in-process agentd,
-// everything set up through the JSON API (see proxybench).
-func benchStacks(b *testing.B) map[store.Dialect]*proxybench.Stack {
+// everything set up through the JSON API (see package bench).
+func benchStacks(b *testing.B) map[store.Dialect]*bench.Stack {
 	b.Helper()
-	ad, err := proxybench.StartAgentd(b.TempDir())
+	ad, err := bench.StartAgentd(b.TempDir())
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Cleanup(ad.Close)
-	out := map[store.Dialect]*proxybench.Stack{}
+	out := map[store.Dialect]*bench.Stack{}
 	for _, d := range storetest.Dialects {
-		o := proxybench.Options{DataDir: b.TempDir(), Agentd: ad, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
+		o := bench.Options{DataDir: b.TempDir(), Agentd: ad, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}
 		if d == store.Postgres {
 			o.PostgresDSN = storetest.AdminDSN(b)
 		}
-		s, err := proxybench.Start(context.Background(), o)
+		s, err := bench.Start(context.Background(), o)
 		if err != nil {
 			b.Fatalf("%s: %v", d, err)
 		}
@@ -51,17 +51,17 @@ func timed(b *testing.B, op func() (time.Duration, error)) {
 		ds = append(ds, d)
 	}
 	b.StopTimer()
-	b.ReportMetric(float64(proxybench.Percentile(ds, 50))/1e6, "p50-ms")
-	b.ReportMetric(float64(proxybench.Percentile(ds, 99))/1e6, "p99-ms")
+	b.ReportMetric(float64(bench.Percentile(ds, 50))/1e6, "p50-ms")
+	b.ReportMetric(float64(bench.Percentile(ds, 99))/1e6, "p99-ms")
 }
 
 // eachPath runs fn as a sub-benchmark per database and path (direct to
 // agentd, through the gateway).
-func eachPath(b *testing.B, fn func(b *testing.B, p proxybench.Path)) {
+func eachPath(b *testing.B, fn func(b *testing.B, p bench.Path)) {
 	stacks := benchStacks(b)
 	for _, d := range storetest.Dialects {
 		s := stacks[d]
-		for _, p := range []proxybench.Path{proxybench.DirectPath{C: s.Direct}, proxybench.GatewayPath{S: s}} {
+		for _, p := range []bench.Path{bench.DirectPath{C: s.Direct}, bench.GatewayPath{S: s}} {
 			b.Run(string(d)+"/"+p.Name(), func(b *testing.B) { fn(b, p) })
 		}
 	}
@@ -71,8 +71,8 @@ func eachPath(b *testing.B, fn func(b *testing.B, p proxybench.Path)) {
 // gateway (target: gateway p50 at most 1.5× direct on Postgres).
 func BenchmarkExec(b *testing.B) {
 	ctx := context.Background()
-	eachPath(b, func(b *testing.B, p proxybench.Path) {
-		timed(b, func() (time.Duration, error) { return proxybench.ExecTrue(ctx, p) })
+	eachPath(b, func(b *testing.B, p bench.Path) {
+		timed(b, func() (time.Duration, error) { return bench.ExecTrue(ctx, p) })
 	})
 }
 
@@ -80,8 +80,8 @@ func BenchmarkExec(b *testing.B) {
 // with a long-poll (target: gateway p50 at most direct + 2 ms).
 func BenchmarkKeystroke(b *testing.B) {
 	ctx := context.Background()
-	eachPath(b, func(b *testing.B, p proxybench.Path) {
-		ty, err := proxybench.NewTypist(ctx, p)
+	eachPath(b, func(b *testing.B, p bench.Path) {
+		ty, err := bench.NewTypist(ctx, p)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -1,11 +1,11 @@
-// Package proxybench measures the terminal gateway against agentd itself:
+// Package bench measures the terminal gateway against agentd itself:
 // it stands up a real console (in this process, so its memory can be read)
 // on SQLite or Postgres, sets up an org, a host environment on a real
 // agentd, an agent, a member with a personal API key and a session, all
 // through the JSON API, and then times the same operations direct to
 // agentd and through the gateway. `console bench gateway` prints the
-// figures; internal/proxy's go test benchmarks reuse the stack.
-package proxybench
+// figures; this package's go test benchmarks reuse the stack.
+package bench
 
 import (
 	"bytes"

@@ -1,4 +1,4 @@
-package proxy_test
+package bench_test
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy/proxybench"
+	"github.com/gatehouse/gatehouse/internal/bench"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
 
@@ -29,7 +29,7 @@ func BenchmarkConcurrentFileReads(b *testing.B) {
 	for _, d := range storetest.Dialects {
 		s := stacks[d]
 		b.Run(string(d), func(b *testing.B) {
-			if _, out, err := (proxybench.GatewayPath{S: s}).Exec(ctx, agentd.CreateSessionRequest{
+			if _, out, err := (bench.GatewayPath{S: s}).Exec(ctx, agentd.CreateSessionRequest{
 				Command: fmt.Sprintf("head -c %d /dev/zero > big.bin", size), WaitMS: 30000}); err != nil || out.State != agentd.StateExited {
 				b.Fatalf("write the file: %v (%s)", err, out.State)
 			}
@@ -91,7 +91,7 @@ func heapGrowthDuring(b *testing.B, fn func()) uint64 {
 
 // readFile reads url through the console as the member and returns how
 // many bytes arrived.
-func readFile(ctx context.Context, s *proxybench.Stack, url string) (int64, error) {
+func readFile(ctx context.Context, s *bench.Stack, url string) (int64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return 0, err

@@ -1,4 +1,4 @@
-package proxybench
+package bench
 
 import (
 	"bufio"
