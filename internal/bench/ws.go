@@ -13,7 +13,7 @@ import (
 	"github.com/coder/websocket/wsjson"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 )
 
 // WSPath is the browser terminal's WebSocket, as xterm.js uses it: the
@@ -42,7 +42,7 @@ func (w *WSPath) Exec(ctx context.Context, req agentd.CreateSessionRequest) (str
 	if err != nil {
 		return id, out, fmt.Errorf("websocket: dial: %w", err)
 	}
-	var m proxy.ServerMessage
+	var m terminal.ServerMessage
 	if err := wsjson.Read(ctx, conn, &m); err != nil || m.Type != "attached" {
 		conn.CloseNow()
 		return id, out, fmt.Errorf("websocket: attach: %v (%s %s)", err, m.Type, m.Message)
@@ -56,7 +56,7 @@ func (w *WSPath) Poll(ctx context.Context, _ string, cursor uint64, wait time.Du
 	out := output{State: agentd.StateRunning, NextCursor: cursor}
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	var m proxy.ServerMessage
+	var m terminal.ServerMessage
 	if err := wsjson.Read(rctx, w.conn, &m); err != nil {
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			return out, nil // nothing within wait, as a long-poll answers
@@ -77,7 +77,7 @@ func (w *WSPath) Poll(ctx context.Context, _ string, cursor uint64, wait time.Du
 
 // Stdin implements Path.
 func (w *WSPath) Stdin(ctx context.Context, _ string, data []byte) error {
-	b, err := json.Marshal(proxy.ClientMessage{Type: "input", Data: string(data)})
+	b, err := json.Marshal(terminal.ClientMessage{Type: "input", Data: string(data)})
 	if err != nil {
 		return err
 	}

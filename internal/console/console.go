@@ -29,6 +29,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/tenant"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 )
 
 // Console is the assembled application.
@@ -54,9 +55,11 @@ type Console struct {
 	SessionsRT *sessions.Runtime
 	// Gateway is the terminal gateway; its followers record commands.
 	Gateway *proxy.Gateway
-	stop    context.CancelFunc
-	done    chan struct{}
-	Logger  *slog.Logger
+	// Terminal bridges browser terminals to the gateway.
+	Terminal *terminal.Bridge
+	stop     context.CancelFunc
+	done     chan struct{}
+	Logger   *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
 	OneTimePassword string
@@ -169,6 +172,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.SessionsRT = sessions.NewRuntime()
 	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
+	c.Terminal = &terminal.Bridge{Gateway: c.Gateway}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
@@ -191,7 +195,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		logger.Warn(c.Local.Describe())
 	}
 	c.Server = handlers.New(handlers.Deps{
-		Gateway: c.Gateway, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
+		Gateway: c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -47,7 +47,7 @@ func (s *Server) wsTerminal(c echo.Context) error {
 				apperr.New(apperr.ErrForbidden, "csrf_failed", "This page has expired or did not come from Gatehouse. Reload it and try again."))
 		}
 	}
-	at := proxy.Attach{SessionID: sid, Watch: c.QueryParam("watch") == "1", Recheck: s.terminalRecheck(c)}
+	at := terminal.Attach{SessionID: sid, Watch: c.QueryParam("watch") == "1", Recheck: s.terminalRecheck(c)}
 	if v := c.QueryParam("command"); v != "" {
 		if at.CommandID, err = strconv.ParseInt(v, 10, 64); err != nil || at.CommandID < 1 {
 			return &apperr.ValidationError{Fields: map[string]string{"command": "command must be a command id."}}
@@ -70,7 +70,7 @@ func (s *Server) wsTerminal(c echo.Context) error {
 	}
 	conn.SetReadLimit(64 << 10)
 	// Bridge reports its own failures to the client; the request is over.
-	_ = s.Gateway.Bridge(r.Context(), conn, s.terminalOrg(c), actorOf(c), meta(c), at)
+	_ = s.Terminal.Serve(r.Context(), conn, s.terminalOrg(c), actorOf(c), meta(c), at)
 	return nil
 }
 

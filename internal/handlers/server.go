@@ -25,6 +25,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/sso"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 	"github.com/gatehouse/gatehouse/web"
@@ -46,6 +47,9 @@ type Deps struct {
 	BaseURL string
 	// Gateway is the audited terminal gateway.
 	Gateway *proxy.Gateway
+	// Terminal bridges browser terminals to the gateway (nil: one over
+	// Gateway).
+	Terminal *terminal.Bridge
 	// SessionsRT is the process's agent-session runtime (hot-path cache).
 	SessionsRT *sessions.Runtime
 	// Throttle slows repeated org sign-in failures per address and account.
@@ -85,6 +89,9 @@ func New(d Deps) *Server {
 	}
 	if d.SessionsRT == nil {
 		d.SessionsRT = sessions.NewRuntime()
+	}
+	if d.Terminal == nil {
+		d.Terminal = &terminal.Bridge{Gateway: d.Gateway}
 	}
 	e := echo.New()
 	e.HideBanner = true

@@ -17,9 +17,9 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 )
 
 // closedCommand is a command as the history lists it after its session's
@@ -147,11 +147,11 @@ func TestSessionCloseEndsCommands(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			att := readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+			att := readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 			shell = att[len(att)-1].CommandID
-			sendInput(t, c, proxy.ClientMessage{Type: "input", Data: "echo shell-$((40+2))\r"})
+			sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "echo shell-$((40+2))\r"})
 			screen := ""
-			readUntil(t, c, func(m proxy.ServerMessage) bool {
+			readUntil(t, c, func(m terminal.ServerMessage) bool {
 				screen += string(m.Data)
 				return strings.Contains(screen, "shell-42")
 			})

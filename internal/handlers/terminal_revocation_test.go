@@ -14,10 +14,10 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 )
 
 // dialTerminalAs opens the terminal's WebSocket as a browser with the
@@ -49,9 +49,9 @@ func (f *terminalFixture) dialTerminalAs(t *testing.T, tok string, key bool) *we
 // typeAndSee types line into the terminal and waits for want on screen.
 func typeAndSee(t *testing.T, c *websocket.Conn, line, want string) {
 	t.Helper()
-	sendInput(t, c, proxy.ClientMessage{Type: "input", Data: line})
+	sendInput(t, c, terminal.ClientMessage{Type: "input", Data: line})
 	screen := ""
-	readUntil(t, c, func(m proxy.ServerMessage) bool {
+	readUntil(t, c, func(m terminal.ServerMessage) bool {
 		screen += string(m.Data)
 		return strings.Contains(screen, want)
 	})
@@ -72,7 +72,7 @@ func closedWith(t *testing.T, c *websocket.Conn) (msg, reason string) {
 			}
 			t.Fatalf("the terminal did not close: %v", err)
 		}
-		var m proxy.ServerMessage
+		var m terminal.ServerMessage
 		if json.Unmarshal(b, &m) == nil && m.Type == "error" {
 			msg = m.Message
 		}
@@ -137,12 +137,12 @@ func TestTerminalRevocation(t *testing.T) {
 					tok = f.e.orgLogin("acme", "member@acme.test", userPassword)
 				}
 				c := f.dialTerminalAs(t, tok, tc.key)
-				readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+				readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 				typeAndSee(t, c, "echo before-$((6*7))\r", "before-42")
 				tc.revoke(t, tok)
 				marker := "after-" + randomHex(6)
 				// Typed right after the revocation: refused, never run.
-				sendInputQuiet(c, proxy.ClientMessage{Type: "input", Data: "touch " + marker + "\r"})
+				sendInputQuiet(c, terminal.ClientMessage{Type: "input", Data: "touch " + marker + "\r"})
 				msg, reason := closedWith(t, c)
 				if !strings.Contains(msg, tc.wantMsg) || !strings.Contains(reason, tc.wantMsg) {
 					t.Fatalf("closed with message %q, reason %q; want them to say %q", msg, reason, tc.wantMsg)
@@ -159,7 +159,7 @@ func TestTerminalRevocation(t *testing.T) {
 			wantStatus(t, "enable the member again", r, http.StatusOK)
 			tok := f.e.orgLogin("acme", "member@acme.test", userPassword)
 			c := f.dialTerminalAs(t, tok, false)
-			readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+			readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 			wantStatus(t, "logout", f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/logout", tok, nil), http.StatusNoContent)
 			if msg, _ := closedWith(t, c); !strings.Contains(msg, "signed out") {
 				t.Fatalf("an idle terminal closed with %q, want it to say signed out", msg)
@@ -202,7 +202,7 @@ func TestTerminalHandshakeRefusalsAudited(t *testing.T) {
 
 // sendInputQuiet writes a message and ignores a closed connection: the
 // console may have closed it already.
-func sendInputQuiet(c *websocket.Conn, msg proxy.ClientMessage) {
+func sendInputQuiet(c *websocket.Conn, msg terminal.ClientMessage) {
 	b, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

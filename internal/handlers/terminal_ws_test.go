@@ -13,8 +13,8 @@ import (
 
 	"github.com/coder/websocket"
 
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 )
 
 const wsCSRF = "ws-test-csrf-token-0123456789"
@@ -46,17 +46,17 @@ func (f *terminalFixture) dialTerminal(t *testing.T, who, query, origin, csrf st
 
 // readUntil reads server messages until cond says stop, or fails after
 // 20 s.
-func readUntil(t *testing.T, c *websocket.Conn, cond func(proxy.ServerMessage) bool) []proxy.ServerMessage {
+func readUntil(t *testing.T, c *websocket.Conn, cond func(terminal.ServerMessage) bool) []terminal.ServerMessage {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	var got []proxy.ServerMessage
+	var got []terminal.ServerMessage
 	for {
 		_, b, err := c.Read(ctx)
 		if err != nil {
 			t.Fatalf("read after %d messages: %v", len(got), err)
 		}
-		var m proxy.ServerMessage
+		var m terminal.ServerMessage
 		if err := json.Unmarshal(b, &m); err != nil {
 			t.Fatal(err)
 		}
@@ -67,7 +67,7 @@ func readUntil(t *testing.T, c *websocket.Conn, cond func(proxy.ServerMessage) b
 	}
 }
 
-func sendInput(t *testing.T, c *websocket.Conn, msg proxy.ClientMessage) {
+func sendInput(t *testing.T, c *websocket.Conn, msg terminal.ClientMessage) {
 	t.Helper()
 	b, _ := json.Marshal(msg)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -106,11 +106,11 @@ func TestTerminalWebSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.CloseNow()
-		att := readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+		att := readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 		cid = att[len(att)-1].CommandID
-		sendInput(t, c, proxy.ClientMessage{Type: "input", Data: "echo h''i\r"})
+		sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "echo h''i\r"})
 		screen := ""
-		readUntil(t, c, func(m proxy.ServerMessage) bool {
+		readUntil(t, c, func(m terminal.ServerMessage) bool {
 			if m.Type == "output" {
 				screen += string(m.Data)
 				cursor = m.ID
@@ -124,11 +124,11 @@ func TestTerminalWebSocket(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		readUntil(t, c, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
-		sendInput(t, c, proxy.ClientMessage{Type: "input", Data: "seq 1 2000; echo done-$((40+2))\r"})
+		readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
+		sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "seq 1 2000; echo done-$((40+2))\r"})
 		var got strings.Builder
 		seen := map[uint64]bool{}
-		collect := func(m proxy.ServerMessage) {
+		collect := func(m terminal.ServerMessage) {
 			if m.Type != "output" {
 				return
 			}
@@ -139,8 +139,8 @@ func TestTerminalWebSocket(t *testing.T) {
 			got.Write(m.Data)
 			cursor = m.ID
 		}
-		readUntil(t, c, func(m proxy.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "\n1000\r\n") })
-		if n := f.e.c.Gateway.Terminals.DropAll(); n < 1 {
+		readUntil(t, c, func(m terminal.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "\n1000\r\n") })
+		if n := f.e.c.Terminal.Open.DropAll(); n < 1 {
 			t.Fatalf("dropped %d connections", n)
 		}
 		c, _, err = f.dialTerminal(t, "member", fmt.Sprintf("command=%d&cursor=%d", cid, cursor), origin, wsCSRF)
@@ -148,7 +148,7 @@ func TestTerminalWebSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer c.CloseNow()
-		readUntil(t, c, func(m proxy.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "done-42") })
+		readUntil(t, c, func(m terminal.ServerMessage) bool { collect(m); return strings.Contains(got.String(), "done-42") })
 		plain := ansiEscape.ReplaceAllString(got.String(), "")
 		lines := strings.Split(strings.ReplaceAll(plain, "\r\n", "\n"), "\n")
 		count := map[string]int{}
@@ -168,16 +168,16 @@ func TestTerminalWebSocket(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer w.CloseNow()
-		att := readUntil(t, w, func(m proxy.ServerMessage) bool { return m.Type == "attached" })
+		att := readUntil(t, w, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 		if !att[len(att)-1].ReadOnly {
 			t.Fatal("the watch is not read-only")
 		}
 		var screen strings.Builder
-		readUntil(t, w, func(m proxy.ServerMessage) bool {
+		readUntil(t, w, func(m terminal.ServerMessage) bool {
 			screen.Write(m.Data)
 			return strings.Contains(screen.String(), "done-42")
 		})
-		sendInput(t, w, proxy.ClientMessage{Type: "input", Data: "touch /tmp/auditor-was-here\r"})
+		sendInput(t, w, terminal.ClientMessage{Type: "input", Data: "touch /tmp/auditor-was-here\r"})
 		time.Sleep(300 * time.Millisecond)
 		// The watcher's long-poll may reach agentd; a stdin may not.
 		evs, err := openAudit(t, f.orgFixture).Query(context.Background(), mustParse(t, "action:command.watch"), 0, 10)
@@ -268,7 +268,7 @@ func TestTerminalWatchOfClosedSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		var screen strings.Builder
-		msgs := readUntil(t, w, func(m proxy.ServerMessage) bool {
+		msgs := readUntil(t, w, func(m terminal.ServerMessage) bool {
 			if m.Type == "error" {
 				t.Fatalf("%s's watch of a closed session's command failed: %s", who, m.Message)
 			}

@@ -181,7 +181,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	defer release()
 	// A create still unanswered when following ends is not sent again.
 	defer f.createDone(org, id)
-	ctx, cancel := bindRevoked(ctx, org.Revoked)
+	ctx, cancel := BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
 	// retry waits before the next attempt after a failure that may pass

@@ -70,8 +70,6 @@ type Gateway struct {
 	CallTimeout time.Duration
 	// Followers records the output of running commands.
 	Followers *Followers
-	// Terminals are the open browser terminals.
-	Terminals Terminals
 	// Limits caps the commands running at once per user and per agent
 	// (zero values: no cap).
 	Limits CommandLimits
@@ -119,11 +117,11 @@ func event(a *authz.Actor, m Meta, action string, target audit.Target, details a
 		Decision: audit.Allow, Details: audit.Details(details)}
 }
 
-// bindRevoked returns ctx limited to the org's life: it ends when ctx ends
+// BindRevoked returns ctx limited to the org's life: it ends when ctx ends
 // or when revoked does (the org was suspended or deleted, or the console
 // is shutting down), and context.Cause of it says which: a revocation
 // keeps its own cause. A nil revoked never ends. Call cancel when done.
-func bindRevoked(ctx context.Context, revoked context.Context) (context.Context, context.CancelFunc) {
+func BindRevoked(ctx context.Context, revoked context.Context) (context.Context, context.CancelFunc) {
 	bound, cancel := context.WithCancelCause(ctx)
 	if revoked == nil {
 		return bound, func() { cancel(context.Canceled) }

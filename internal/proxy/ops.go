@@ -53,6 +53,10 @@ const (
 	auditFailedMsg = "Nothing was sent to the environment: the operation's audit record could not be written. Try again shortly."
 )
 
+// Unrecorded is durable for the terminal bridge: an operation's record (a
+// refusal's) could not be written.
+func Unrecorded(err error) error { return durable(err) }
+
 // durable reports an operation whose record could not be written: nothing
 // was forwarded.
 func durable(err error) error {
@@ -222,7 +226,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	pctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
 	// A suspended or deleted org ends its long-polls at once.
-	pctx, stop := bindRevoked(pctx, org.Revoked)
+	pctx, stop := BindRevoked(pctx, org.Revoked)
 	defer stop()
 	// A reader peeks: only the recorder lets agentd drop what it read.
 	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
@@ -241,7 +245,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		}
 		// Ended by the caller's own revocation (signed out, key revoked):
 		// answered with why.
-		if cause := endedBy(ctx); cause != nil {
+		if cause := EndedBy(ctx); cause != nil {
 			return Output{}, cause
 		}
 		return Output{}, g.upstream(ctx, org, t, err)
@@ -334,6 +338,33 @@ func (g *Gateway) sessionCommand(ctx context.Context, org Org, a *authz.Actor, s
 	}
 	c, err := recordings.GetInSession(ctx, org.DB, sessionID, commandID)
 	return t, c, err
+}
+
+// Watch opens command commandID of a session read-only, audited
+// (command.watch): the read the watch page made, and the one Poll makes,
+// so a command of a closed session is replayed from its recording.
+func (g *Gateway) Watch(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64) error {
+	t, _, err := resolveRecorded(ctx, org, a, sessionID)
+	if err != nil {
+		return err
+	}
+	c, err := recordings.GetInSession(ctx, org.DB, sessionID, commandID)
+	if err != nil {
+		return err
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "command.watch", c.Target(), map[string]any{"session_id": t.Session.ID})); err != nil {
+		return durable(err)
+	}
+	return nil
+}
+
+// Continue checks that a may go on typing into command commandID of a
+// session (a terminal reconnecting): authorized before anything, even
+// whether the command exists, is said. A command that ended meanwhile is
+// not refused: the terminal gets the output it missed and the end.
+func (g *Gateway) Continue(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64) error {
+	_, _, err := g.sessionCommand(ctx, org, a, sessionID, commandID, ActStdin)
+	return err
 }
 
 // running resolves a command that must still run for act.

@@ -163,7 +163,7 @@ func (g *Gateway) flushResize(k knownKey) {
 	if !ok {
 		return
 	}
-	ctx, cancel := bindRevoked(context.Background(), r.org.Revoked)
+	ctx, cancel := BindRevoked(context.Background(), r.org.Revoked)
 	defer cancel()
 	c, err := recordings.Get(ctx, r.org.DB, r.command.ID)
 	if err != nil || c.Ended() {

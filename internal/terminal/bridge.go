@@ -1,4 +1,4 @@
-package proxy
+package terminal
 
 import (
 	"context"
@@ -11,9 +11,15 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 )
 
+// Package terminal is the browser terminal: a WebSocket bridged to the
+// terminal gateway's operations (internal/proxy), each checked, recorded and
+// audited there as if it came through the JSON API. It keeps the open
+// connections, so they can be dropped (tests) and closed on revocation.
+//
 // The browser terminal speaks JSON text messages over a WebSocket that the
 // console bridges to the same operations as the JSON API: every keystroke
 // is a Stdin (recorded before it is forwarded), every window change a
@@ -57,56 +63,10 @@ type Attach struct {
 	Rows, Cols uint16
 	// Recheck authenticates the connection's credential again and returns
 	// the actor to act as now (roles as they stand). It runs before every
-	// keystroke, window change and poll, and every RecheckEvery while the
+	// keystroke, window change and poll, and every proxy.RecheckEvery while the
 	// terminal is idle; its error (signed out, access removed) closes the
 	// terminal with its message. Nil keeps the handshake's actor.
 	Recheck func(ctx context.Context) (*authz.Actor, error)
-}
-
-// RecheckEvery is how often an idle terminal or a waiting long-poll
-// checks its credential again: a revocation reaches it within this.
-const RecheckEvery = time.Second
-
-// WatchPrincipal returns ctx ended, with recheck's error as its cause, as
-// soon as recheck fails; it checks every RecheckEvery. A nil recheck never
-// ends it. Call stop when done.
-func WatchPrincipal(ctx context.Context, recheck func(context.Context) (*authz.Actor, error)) (watched context.Context, stop func()) {
-	watched, cancel := context.WithCancelCause(ctx)
-	if recheck == nil {
-		return watched, func() { cancel(context.Canceled) }
-	}
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(RecheckEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-watched.Done():
-				return
-			case <-t.C:
-				_, err := recheck(watched)
-				if revocation(err) && watched.Err() == nil {
-					cancel(err)
-					return
-				}
-				// Anything else (the database away for a moment) is not
-				// a revocation: check again on the next tick.
-			}
-		}
-	}()
-	// stop waits for the watcher: its recheck reads the request it was
-	// made for, which must not be used once the request is over.
-	return watched, func() {
-		cancel(context.Canceled)
-		<-exited
-	}
-}
-
-// revocation reports an error that says the credential or the access no
-// longer stands.
-func revocation(err error) bool {
-	return errors.Is(err, apperr.ErrUnauthorized) || errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrNotFound)
 }
 
 // lostAccess words a refusal met inside an open terminal: the person's
@@ -122,19 +82,6 @@ func lostAccess(err error) error {
 		msg += " " + ae.Message
 	}
 	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
-}
-
-// endedBy is the error that ended ctx when it was a revocation or another
-// failure to report (not a plain cancel); nil otherwise.
-func endedBy(ctx context.Context) error {
-	if ctx.Err() == nil {
-		return nil
-	}
-	cause := context.Cause(ctx)
-	if errors.Is(cause, context.Canceled) || errors.Is(cause, context.DeadlineExceeded) {
-		return nil
-	}
-	return cause
 }
 
 // shellCommand starts the user's login shell, or sh where bash is missing.
@@ -178,18 +125,26 @@ func (t *Terminals) DropAll() int {
 // nothing, so they do not spin.
 const idlePollPause = 250 * time.Millisecond
 
-// Bridge serves one browser terminal over conn until either side ends it.
-func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *authz.Actor, m Meta, at Attach) error {
-	g.Terminals.add(conn)
-	defer g.Terminals.remove(conn)
+// Bridge serves browser terminals through a gateway. One per process.
+type Bridge struct {
+	Gateway *proxy.Gateway
+	// Open are the open browser terminals.
+	Open Terminals
+}
+
+// Serve serves one browser terminal over conn until either side ends it.
+func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org, a *authz.Actor, m proxy.Meta, at Attach) error {
+	g := b.Gateway
+	b.Open.add(conn)
+	defer b.Open.remove(conn)
 	// Reads use the request's own context: a read canceled by a revocation
 	// would close the connection before the message saying why is sent.
 	readCtx := ctx
-	ctx, cancel := bindRevoked(ctx, org.Revoked)
+	ctx, cancel := proxy.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	// The credential is checked again while the terminal is open, typed
-	// into or not: a revocation closes it within RecheckEvery.
-	ctx, stopWatch := WatchPrincipal(ctx, at.Recheck)
+	// into or not: a revocation closes it within proxy.RecheckEvery.
+	ctx, stopWatch := proxy.WatchPrincipal(ctx, at.Recheck)
 	defer stopWatch()
 	// now is the actor of one operation: the credential checked again,
 	// with its roles as they stand.
@@ -203,7 +158,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 	// when the connection ends (a crash would lose them).
 	done := func(act *authz.Actor, err error) error {
 		if ferr := act.Flush(context.WithoutCancel(ctx)); ferr != nil {
-			return durable(ferr)
+			return proxy.Unrecorded(ferr)
 		}
 		return err
 	}
@@ -238,21 +193,11 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		if cid == 0 {
 			return fail(&apperr.ValidationError{Fields: map[string]string{"command": "Say which command to watch."}})
 		}
-		// The read the watch page made, and the one Poll makes: a command
-		// of a closed session is replayed from its recording, then ends.
-		t, _, err := resolveRecorded(ctx, org, a, at.SessionID)
-		if err != nil {
+		if err := g.Watch(ctx, org, a, m, at.SessionID, cid); err != nil {
 			return fail(err)
-		}
-		c, err := recordings.GetInSession(ctx, org.DB, at.SessionID, cid)
-		if err != nil {
-			return fail(err)
-		}
-		if _, err := org.Audit.Append(ctx, event(a, m, "command.watch", c.Target(), map[string]any{"session_id": t.Session.ID})); err != nil {
-			return fail(durable(err))
 		}
 	} else if cid == 0 {
-		out, err := g.Exec(ctx, org, a, m, at.SessionID, ExecRequest{Command: shellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
+		out, err := g.Exec(ctx, org, a, m, at.SessionID, proxy.ExecRequest{Command: shellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
 		if err != nil {
 			return fail(err)
 		}
@@ -262,7 +207,7 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 		// anything, even whether the command exists, is said (running's
 		// lookup). A command that ended meanwhile is not refused: the
 		// reconnecting terminal gets the output it missed and the end.
-		if _, _, err := g.sessionCommand(ctx, org, a, at.SessionID, cid, ActStdin); err != nil {
+		if err := g.Continue(ctx, org, a, at.SessionID, cid); err != nil {
 			return fail(err)
 		}
 	}
@@ -359,10 +304,17 @@ func (g *Gateway) Bridge(ctx context.Context, conn *websocket.Conn, org Org, a *
 			}
 		}
 	}
-	if cause := endedBy(ctx); cause != nil {
+	if cause := proxy.EndedBy(ctx); cause != nil {
 		// Revoked (signed out, access removed, org suspended): say why.
 		return fail(cause)
 	}
 	_ = conn.Close(websocket.StatusGoingAway, "the terminal was closed")
 	return nil
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "…"
 }
