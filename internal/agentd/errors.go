@@ -132,3 +132,10 @@ func newError(code, format string, args ...any) *Error {
 	status, _ := codeInfo(code)
 	return &Error{Status: status, Code: code, Message: fmt.Sprintf(format, args...)}
 }
+
+// Unanswered reports a failure that says nothing of the request: no
+// answer, a 5xx, or an answer of something in front of agentd.
+func Unanswered(err error) bool {
+	var ae *Error
+	return !errors.As(err, &ae) || ae.Status >= 500 || ae.Foreign
+}

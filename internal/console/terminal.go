@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
@@ -44,7 +45,7 @@ func agentdHTTP() *http.Client {
 // newGateway builds the terminal gateway and its recording followers.
 func (c *Console) newGateway() *proxy.Gateway {
 	hc := agentdHTTP()
-	f := &proxy.Followers{
+	f := &recorder.Followers{
 		Owner:    "console-" + uuid.NewString(),
 		ListOrgs: c.activeOrgs,
 		OpenOrg:  c.followerOrg,
@@ -56,12 +57,12 @@ func (c *Console) newGateway() *proxy.Gateway {
 }
 
 // followerOrg opens an org for a recording follower, acting as the system.
-func (c *Console) followerOrg(ctx context.Context, slug string) (proxy.Org, func(), error) {
+func (c *Console) followerOrg(ctx context.Context, slug string) (recorder.Org, func(), error) {
 	t, err := c.Tenants.Open(ctx, slug)
 	if err != nil {
-		return proxy.Org{}, nil, err
+		return recorder.Org{}, nil, err
 	}
-	return proxy.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: c.orgSessions(t, slug), Revoked: t.Context()}, t.Release, nil
+	return recorder.Org{Slug: slug, DB: t.DB, Audit: t.Audit, Sessions: c.orgSessions(t, slug), Revoked: t.Context()}, t.Release, nil
 }
 
 // orgSessions is org slug's sessions service over its open tenant t,

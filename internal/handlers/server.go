@@ -25,9 +25,9 @@ import (
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
-	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/sso"
 	"github.com/gatehouse/gatehouse/internal/tenant"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/web"
 )
 

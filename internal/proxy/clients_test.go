@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/netguard"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 )
 
 // landedConn is a connection that reports landing at another address, as
@@ -43,7 +44,7 @@ func TestPrivateEnvironmentClientReusesConnections(t *testing.T) {
 		}
 		return landedConn{conn, landed}, nil
 	}}}
-	f := &Followers{HTTP: base}
+	f := &recorder.Followers{HTTP: base}
 	g := &Gateway{HTTP: base, Followers: f}
 	owner := int64(7)
 	private := envs.Environment{ID: 3, OwnerUserID: &owner}
@@ -57,7 +58,7 @@ func TestPrivateEnvironmentClientReusesConnections(t *testing.T) {
 		_, err = io.ReadAll(res.Body)
 		return err
 	}
-	clients := []*http.Client{g.agentdHTTP(private), f.clients.forEnv(f.HTTP, private), g.agentdHTTP(private)}
+	clients := []*http.Client{g.agentdHTTP(private), f.HTTPFor(private), g.agentdHTTP(private)}
 	for i, hc := range clients {
 		if hc.CheckRedirect == nil {
 			t.Fatal("the private environment's client follows redirects")

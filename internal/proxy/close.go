@@ -212,13 +212,13 @@ func (g *Gateway) killForClose(ctx context.Context, org Org, t sessions.Target, 
 		// Its create has not reached agentd, or never will: it must not
 		// be sent again for a closing session. Its follower ends it lost
 		// once the session closed.
-		g.Followers.createDone(org, c.ID)
+		g.Followers.CreateDone(org.rec(), c.ID)
 		return false
 	case errors.As(err, &ae) && ae.Unknown():
 		// agentd forgot it (its environment restarted): its follower
 		// records it lost at its next read.
 		return true
-	case isTransport(err):
+	case agentd.Unanswered(err):
 		// agentd did not answer: what was recorded is all there is.
 		log.Warn("gateway: a closing session's command could not be killed; it ends lost")
 		if err := recordings.MarkEnding(ctx, org.DB, []int64{c.ID}, reasonClosedUnreachable); err != nil {

@@ -24,6 +24,8 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -55,6 +57,11 @@ type Org struct {
 	Revoked context.Context
 }
 
+// rec is the org as the recorder works in it.
+func (o Org) rec() recorder.Org {
+	return recorder.Org{Slug: o.Slug, DB: o.DB, Audit: o.Audit, Sessions: o.Sessions, Revoked: o.Revoked}
+}
+
 // Meta is what the audit log records about the caller's connection.
 type Meta struct {
 	SourceIP  string
@@ -69,7 +76,7 @@ type Gateway struct {
 	// bounded by their wait.
 	CallTimeout time.Duration
 	// Followers records the output of running commands.
-	Followers *Followers
+	Followers *recorder.Followers
 	// Limits caps the commands running at once per user and per agent
 	// (zero values: no cap).
 	Limits CommandLimits
@@ -86,7 +93,7 @@ type Gateway struct {
 	nKnown   atomic.Int64
 	settings sync.Map // org database (*gorm.DB) → cachedSetting
 	polls    pollHub
-	clients  agentdClients // without Followers; else theirs
+	clients  envs.AgentdClients // without Followers; else theirs
 	Logger   *slog.Logger
 	Now      func() time.Time
 }
@@ -115,22 +122,6 @@ func (g *Gateway) callTimeout() time.Duration {
 func event(a *authz.Actor, m Meta, action string, target audit.Target, details any) audit.Event {
 	return audit.Event{Actor: a.AuditActor(), SourceIP: m.SourceIP, UserAgent: m.UserAgent, Action: action, Target: target,
 		Decision: audit.Allow, Details: audit.Details(details)}
-}
-
-// BindRevoked returns ctx limited to the org's life: it ends when ctx ends
-// or when revoked does (the org was suspended or deleted, or the console
-// is shutting down), and context.Cause of it says which: a revocation
-// keeps its own cause. A nil revoked never ends. Call cancel when done.
-func BindRevoked(ctx context.Context, revoked context.Context) (context.Context, context.CancelFunc) {
-	bound, cancel := context.WithCancelCause(ctx)
-	if revoked == nil {
-		return bound, func() { cancel(context.Canceled) }
-	}
-	stop := context.AfterFunc(revoked, func() { cancel(context.Cause(revoked)) })
-	return bound, func() {
-		stop()
-		cancel(context.Canceled)
-	}
 }
 
 // revokedErr is what an operation the org's revocation ended answers: the

@@ -16,6 +16,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // ExecRequest runs a command in a session; the fields mirror agentd's.
@@ -112,7 +113,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, err
 	}
 	now := g.now()
-	lease := now.Add(g.Followers.lease())
+	lease := now.Add(g.Followers.LeaseFor())
 	cmd := recordings.Command{SessionID: sessionID, AgentdID: newAgentdID(), Command: req.Command, Cwd: inWorkspace(t, req.Cwd), TTY: req.TTY,
 		ActorType: a.Kind, ActorID: a.ID, ActorName: a.Name, StartedAt: now, LeaseOwner: g.Followers.Owner, LeaseUntil: &lease}
 	if cmd.StdinContent, err = g.stdinContent(ctx, org); err != nil {
@@ -151,23 +152,23 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		Overflow: agentd.OverflowBlock}
 	// Until agentd answers, the follower may send the create again (a
 	// follower that meets "unknown" before the create arrived).
-	g.Followers.createPending(org, cmd.ID, create)
+	g.Followers.CreatePending(org.rec(), cmd.ID, create)
 	create.WaitMS = wait.Milliseconds()
 	resp, err := g.client(t).CreateSession(fctx, create)
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign {
 		// The follower sent the create again while this one was on its
 		// way, and that one arrived first: the command runs, once.
-		g.Followers.createDone(org, cmd.ID)
+		g.Followers.CreateDone(org.rec(), cmd.ID)
 		g.remember(org, cmd)
 		g.Followers.Follow(org.Slug, cmd.ID)
 		return Output{CommandID: cmd.ID, SessionID: sessionID, TTY: req.TTY, State: agentd.StateRunning, Chunks: []agentd.Chunk{}}, nil
 	}
 	if errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign {
 		// agentd refused the command: it never ran. Its record ends here.
-		g.Followers.createDone(org, cmd.ID)
+		g.Followers.CreateDone(org.rec(), cmd.ID)
 		g.reachable(ctx, org, t)
-		g.Followers.finishRefused(ctx, org, cmd, ae)
+		g.Followers.FinishRefused(ctx, org.rec(), cmd, ae)
 		return Output{}, fromAgentd(ae)
 	}
 	// From here the command may be running whatever agentd answered: the
@@ -179,7 +180,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		g.Followers.Follow(org.Slug, cmd.ID)
 		return Output{}, mayStillStart(g.upstream(ctx, org, t, err), cmd.ID)
 	}
-	g.Followers.createDone(org, cmd.ID)
+	g.Followers.CreateDone(org.rec(), cmd.ID)
 	g.Followers.FollowNew(org.Slug, cmd, resp)
 	g.reachable(ctx, org, t)
 	return toOutput(cmd, resp), nil
@@ -226,7 +227,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	pctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
 	// A suspended or deleted org ends its long-polls at once.
-	pctx, stop := BindRevoked(pctx, org.Revoked)
+	pctx, stop := tenant.BindRevoked(pctx, org.Revoked)
 	defer stop()
 	// A reader peeks: only the recorder lets agentd drop what it read.
 	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)

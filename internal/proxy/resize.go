@@ -10,6 +10,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // resizeEvery is how often at most one command's window changes are
@@ -163,7 +164,7 @@ func (g *Gateway) flushResize(k knownKey) {
 	if !ok {
 		return
 	}
-	ctx, cancel := BindRevoked(context.Background(), r.org.Revoked)
+	ctx, cancel := tenant.BindRevoked(context.Background(), r.org.Revoked)
 	defer cancel()
 	c, err := recordings.Get(ctx, r.org.DB, r.command.ID)
 	if err != nil || c.Ended() {

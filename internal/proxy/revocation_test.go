@@ -74,7 +74,7 @@ func TestRevocationEndsWaitingRequests(t *testing.T) {
 					}
 					defer ten.Release()
 					org := Org{Slug: "acme", DB: ten.DB, Revoked: ten.Context()}
-					bound, cancel := BindRevoked(r.Context(), org.Revoked)
+					bound, cancel := tenant.BindRevoked(r.Context(), org.Revoked)
 					defer cancel()
 					waiting <- ten
 					<-bound.Done()
@@ -147,7 +147,7 @@ func TestRevocationEndsWaitingRequests(t *testing.T) {
 // context never ends it; nothing revoked answers no revocation.
 func TestBindRevokedFollowsItsParent(t *testing.T) {
 	parent, cancelParent := context.WithCancel(context.Background())
-	bound, cancel := BindRevoked(parent, nil)
+	bound, cancel := tenant.BindRevoked(parent, nil)
 	defer cancel()
 	if bound.Err() != nil {
 		t.Fatal("bound to nothing revoked, the context ended at once")
@@ -161,7 +161,7 @@ func TestBindRevokedFollowsItsParent(t *testing.T) {
 		t.Fatalf("an org never revoked answers %v", err)
 	}
 	revoked, revoke := context.WithCancelCause(context.Background())
-	bound, cancel = BindRevoked(context.Background(), revoked)
+	bound, cancel = tenant.BindRevoked(context.Background(), revoked)
 	cancel()
 	revoke(errors.New("late"))
 	if c := context.Cause(bound); !errors.Is(c, context.Canceled) {

@@ -83,3 +83,12 @@ func (s *Service) LocateForClose(ctx context.Context, a *authz.Actor, id int64) 
 	}
 	return t, nil
 }
+
+// IsFinal reports a session that will not come back: closed, lost, or its
+// environment deleted (the session then has nowhere to run; following on
+// would retry for ever).
+func IsFinal(err error) bool {
+	var ae *apperr.Error
+	return errors.As(err, &ae) && (ae.Code == "session_"+StateClosed || ae.Code == "session_"+StateLost ||
+		ae.Code == CodeEnvironmentGone)
+}

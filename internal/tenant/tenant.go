@@ -152,3 +152,19 @@ func (r *Registry) Forget(slug string) {
 	defer r.mu.Unlock()
 	delete(r.cache, slug)
 }
+
+// BindRevoked returns ctx limited to the org's life: it ends when ctx ends
+// or when revoked does (the org was suspended or deleted, or the console
+// is shutting down), and context.Cause of it says which: a revocation
+// keeps its own cause. A nil revoked never ends. Call cancel when done.
+func BindRevoked(ctx context.Context, revoked context.Context) (context.Context, context.CancelFunc) {
+	bound, cancel := context.WithCancelCause(ctx)
+	if revoked == nil {
+		return bound, func() { cancel(context.Canceled) }
+	}
+	stop := context.AfterFunc(revoked, func() { cancel(context.Cause(revoked)) })
+	return bound, func() {
+		stop()
+		cancel(context.Canceled)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // Package terminal is the browser terminal: a WebSocket bridged to the
@@ -140,7 +141,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 	// Reads use the request's own context: a read canceled by a revocation
 	// would close the connection before the message saying why is sent.
 	readCtx := ctx
-	ctx, cancel := proxy.BindRevoked(ctx, org.Revoked)
+	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	// The credential is checked again while the terminal is open, typed
 	// into or not: a revocation closes it within proxy.RecheckEvery.

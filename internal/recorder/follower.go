@@ -1,4 +1,4 @@
-package proxy
+package recorder
 
 import (
 	"context"
@@ -11,13 +11,34 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/tenant"
 )
+
+// Org is one organization as the recorder works in it.
+type Org struct {
+	Slug  string
+	DB    *gorm.DB
+	Audit *audit.Log
+	// Sessions locates a command's session and hears whether its agentd
+	// answered.
+	Sessions Sessions
+	// Revoked ends when the org is suspended or deleted: followers stop at
+	// once. Nil never ends.
+	Revoked context.Context
+}
+
+// Sessions is what the recorder needs of the sessions domain.
+type Sessions interface {
+	Locate(ctx context.Context, a *authz.Actor, sessionID int64) (sessions.Target, error)
+	ReportUnreachable(ctx context.Context, sessionID int64, cause error) (bool, error)
+	ReportReachable(ctx context.Context, sessionID int64) error
+}
 
 // Followers record the output of running commands, each from its start
 // until it ends, whether or not any client polls. A follower holds a lease
@@ -43,7 +64,7 @@ type Followers struct {
 	Now    func() time.Time
 
 	// clients reach agentd; the gateway uses them too.
-	clients agentdClients
+	clients envs.AgentdClients
 
 	// pending holds creates sent without an answer (pendingKey →
 	// agentd.CreateSessionRequest).
@@ -67,8 +88,16 @@ type followKey struct {
 	id  int64
 }
 
-// recorder is the actor the followers act as.
-func recorder() *authz.Actor { return authz.System("recorder") }
+// recorderActor is the actor the followers act as.
+func recorderActor() *authz.Actor { return authz.System("recorder") }
+
+// LeaseFor is how long a follower's claim lasts without a write: a
+// command's starter sets it on the record it writes.
+func (f *Followers) LeaseFor() time.Duration { return f.lease() }
+
+// HTTPFor is the client for calls to e's agentd, shared with the gateway
+// so both reuse one pool of connections.
+func (f *Followers) HTTPFor(e envs.Environment) *http.Client { return f.clients.For(f.HTTP, e) }
 
 func (f *Followers) lease() time.Duration {
 	if f.Lease > 0 {
@@ -180,8 +209,8 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	}
 	defer release()
 	// A create still unanswered when following ends is not sent again.
-	defer f.createDone(org, id)
-	ctx, cancel := BindRevoked(ctx, org.Revoked)
+	defer f.CreateDone(org, id)
+	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
 	// retry waits before the next attempt after a failure that may pass
@@ -243,9 +272,9 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		if c.Ended() {
 			return nil
 		}
-		t, err := org.Sessions.Locate(ctx, recorder(), c.SessionID)
+		t, err := org.Sessions.Locate(ctx, recorderActor(), c.SessionID)
 		if err != nil {
-			if final(err) {
+			if sessions.IsFinal(err) {
 				return f.finish(ctx, org, *c, recordings.End{State: recordings.StateLost, Reason: "its session ended: " + err.Error(), At: f.now()})
 			}
 			// Read the command again next time: another replica may
@@ -263,7 +292,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			if errors.Is(err, recordings.ErrLeaseLost) {
 				return nil
 			}
-			if store.IsUnavailable(err) || isTransport(err) {
+			if store.IsUnavailable(err) || agentd.Unanswered(err) {
 				// The database or agentd is away: keep the lease alive
 				// where possible and try again; nothing is judged from
 				// a failed read.
@@ -298,22 +327,6 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// final reports a session that will not come back: closed, lost, or its
-// environment deleted (the session then has nowhere to run; following on
-// would retry for ever).
-func final(err error) bool {
-	var ae *apperr.Error
-	return errors.As(err, &ae) && (ae.Code == "session_"+sessions.StateClosed || ae.Code == "session_"+sessions.StateLost ||
-		ae.Code == sessions.CodeEnvironmentGone)
-}
-
-// isTransport reports a failure that says nothing of the request: no
-// answer, a 5xx, or an answer of something in front of agentd.
-func isTransport(err error) bool {
-	var ae *agentd.Error
-	return !errors.As(err, &ae) || ae.Status >= 500 || ae.Foreign
-}
-
 // createGrace is how long after its record a command agentd never
 // acknowledged may still be starting: the exec's own create is bounded by
 // the longest wait plus the call timeout, well inside it.
@@ -333,7 +346,7 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 	if fresh, err := recordings.Get(ctx, org.DB, c.ID); err != nil {
 		return stepResult{}, nil, err
 	} else if fresh.Reason != "" {
-		f.createDone(org, c.ID)
+		f.CreateDone(org, c.ID)
 		return stepResult{ended: true}, nil, f.finish(ctx, org, fresh, recordings.End{State: recordings.StateLost,
 			Reason: fresh.Reason, At: f.now()})
 	}
@@ -344,14 +357,14 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 		var ae *agentd.Error
 		switch {
 		case err == nil:
-			f.createDone(org, c.ID)
+			f.CreateDone(org, c.ID)
 			stored, err := f.record(ctx, org, c, resp)
 			return stored, nil, err
 		case errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign:
-			f.createDone(org, c.ID) // it did arrive: read it next
+			f.CreateDone(org, c.ID) // it did arrive: read it next
 			return stepResult{cmd: c}, nil, nil
 		case errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign:
-			f.createDone(org, c.ID)
+			f.CreateDone(org, c.ID)
 			return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
 				Reason: "agentd refused to start it: " + ae.Message, At: f.now()})
 		}
@@ -371,10 +384,10 @@ type pendingKey struct {
 	id int64
 }
 
-// createPending keeps a command's create until agentd answered it, so a
+// CreatePending keeps a command's create until agentd answered it, so a
 // follower can send it again (it holds the environment variables, which
 // are never stored).
-func (f *Followers) createPending(org Org, id int64, req agentd.CreateSessionRequest) {
+func (f *Followers) CreatePending(org Org, id int64, req agentd.CreateSessionRequest) {
 	f.pending.Store(pendingKey{org.DB, id}, req)
 }
 
@@ -386,8 +399,8 @@ func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionReques
 	return v.(agentd.CreateSessionRequest), true
 }
 
-// createDone forgets a create agentd answered.
-func (f *Followers) createDone(org Org, id int64) { f.pending.Delete(pendingKey{org.DB, id}) }
+// CreateDone forgets a create agentd answered.
+func (f *Followers) CreateDone(org Org, id int64) { f.pending.Delete(pendingKey{org.DB, id}) }
 
 // stepResult is what one step left: the command as stored, and whether it
 // ended.
@@ -434,7 +447,7 @@ func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID s
 // slow part of following bulk output; overlapping it with the next read
 // roughly doubles the rate agentd's output is recorded at.
 func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c recordings.Command, ahead *aheadRead) (stepResult, *aheadRead, error) {
-	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.clients.forEnv(f.HTTP, t.Environment))
+	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.HTTPFor(t.Environment))
 	var resp *agentd.SessionResponse
 	var err error
 	if ahead != nil {
@@ -465,7 +478,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 			Reason: "agentd no longer knows the command (its environment restarted)", At: f.now()})
 	}
 	if err != nil {
-		if isTransport(err) {
+		if agentd.Unanswered(err) {
 			// Only an agentd that did not answer (or answered 5xx) counts
 			// toward losing the session; its refusals describe the request.
 			if _, rerr := org.Sessions.ReportUnreachable(ctx, c.SessionID, err); rerr != nil {
@@ -504,7 +517,7 @@ func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, r
 	}
 	if resp.State != agentd.StateRunning && !resp.More {
 		stored, err := recordings.Complete(ctx, org.DB, org.Audit, c.ID, f.Owner, out,
-			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorder().AuditActor())
+			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorderActor().AuditActor())
 		return stepResult{cmd: stored, ended: err == nil}, err
 	}
 	stored, err := recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, at.Add(f.lease()))
@@ -513,15 +526,15 @@ func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, r
 
 // finish records the end of c with its end event.
 func (f *Followers) finish(ctx context.Context, org Org, c recordings.Command, end recordings.End) error {
-	_, err := recordings.Finish(ctx, org.DB, org.Audit, c.ID, f.Owner, end, recorder().AuditActor())
+	_, err := recordings.Finish(ctx, org.DB, org.Audit, c.ID, f.Owner, end, recorderActor().AuditActor())
 	if errors.Is(err, recordings.ErrLeaseLost) {
 		return nil
 	}
 	return err
 }
 
-// finishRefused ends the record of a command agentd refused to start.
-func (f *Followers) finishRefused(ctx context.Context, org Org, c recordings.Command, ae *agentd.Error) {
+// FinishRefused ends the record of a command agentd refused to start.
+func (f *Followers) FinishRefused(ctx context.Context, org Org, c recordings.Command, ae *agentd.Error) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	end := recordings.End{State: recordings.StateLost, Reason: "agentd refused to start it: " + ae.Message, At: f.now()}
