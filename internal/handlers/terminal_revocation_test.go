@@ -269,3 +269,21 @@ func TestLongPollEndsOnRevocation(t *testing.T) {
 		}
 	})
 }
+
+// TestRevocationReachesOtherReplica: a terminal open on replica B closes,
+// saying why, when the person signs out through replica A (two consoles on
+// one Postgres): credentials are cached for at most a second.
+func TestRevocationReachesOtherReplica(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.Postgres)
+	b := secondConsole(t, f.e)
+	tok := f.e.orgLogin("acme", "member@acme.test", userPassword)
+	onB := &terminalFixture{orgFixture: &orgFixture{e: b}, session: f.session}
+	c := onB.dialTerminalAs(t, tok, false)
+	readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
+	typeAndSee(t, c, "echo on-b-$((6*7))\r", "on-b-42")
+	wantStatus(t, "logout through replica A", f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/logout", tok, nil), http.StatusNoContent)
+	if msg, _ := closedWith(t, c); !strings.Contains(msg, "signed out") {
+		t.Fatalf("the terminal on replica B closed with %q, want it to say signed out", msg)
+	}
+}
