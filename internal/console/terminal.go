@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,11 +26,17 @@ import (
 // (netguard.Metadata, the rule for every environment; envs.ClientFor keeps
 // this transport for shared environments and adds the stricter rule for
 // private ones).
-func agentdHTTP() *http.Client {
+func agentdHTTP() *http.Client { return agentdClient(netguard.Metadata) }
+
+// agentdClient is a kept-alive client whose dialer refuses, before
+// connecting, every address rule refuses: netguard.Metadata for shared
+// environments, netguard.Blocked (the console's own machine too) for
+// private ones.
+func agentdClient(rule func(netip.Addr) string) *http.Client {
 	return &http.Client{
 		Transport: &http.Transport{
 			DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second,
-				Control: netguard.ControlFor(netguard.Metadata)}).DialContext,
+				Control: netguard.ControlFor(rule)}).DialContext,
 			MaxIdleConns:        1024,
 			MaxIdleConnsPerHost: 256,
 			IdleConnTimeout:     90 * time.Second,
@@ -52,6 +59,9 @@ func (c *Console) newGateway() *proxy.Gateway {
 		HTTP:     hc,
 		Lease:    c.Config.FollowerLease,
 		Logger:   c.Logger,
+		// Private environments get a dialer that checks before it
+		// connects: no handshake reaches the console's own machine.
+		Clients: envs.AgentdClients{Private: agentdClient(netguard.Blocked)},
 	}
 	return &proxy.Gateway{HTTP: hc, Followers: f, Logger: c.Logger}
 }

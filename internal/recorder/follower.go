@@ -63,8 +63,8 @@ type Followers struct {
 	Logger *slog.Logger
 	Now    func() time.Time
 
-	// clients reach agentd; the gateway uses them too.
-	clients envs.AgentdClients
+	// Clients reach agentd; the gateway uses them too.
+	Clients envs.AgentdClients
 
 	// pending holds creates sent without an answer (pendingKey →
 	// agentd.CreateSessionRequest).
@@ -97,7 +97,7 @@ func (f *Followers) LeaseFor() time.Duration { return f.lease() }
 
 // HTTPFor is the client for calls to e's agentd, shared with the gateway
 // so both reuse one pool of connections.
-func (f *Followers) HTTPFor(e envs.Environment) *http.Client { return f.clients.For(f.HTTP, e) }
+func (f *Followers) HTTPFor(e envs.Environment) *http.Client { return f.Clients.For(f.HTTP, e) }
 
 func (f *Followers) lease() time.Duration {
 	if f.Lease > 0 {
