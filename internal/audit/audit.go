@@ -320,8 +320,8 @@ type VerifyResult struct {
 	BrokenAt int64  `json:"broken_at,omitempty"`
 	Reason   string `json:"reason,omitempty"`
 	// HeadSeq and HeadHash are the last verified event. The chain cannot
-	// show that events were cut off its end; recording the head elsewhere
-	// (a ticket, another system's log) and comparing later can.
+	// show that events were cut off its end; an anchor recorded outside
+	// its database can (see Anchor and WithAnchor).
 	HeadSeq  int64  `json:"head_seq,omitempty"`
 	HeadHash string `json:"head_hash,omitempty"`
 	// StartSeq and StartPrevHash say where verification started when it
@@ -330,6 +330,9 @@ type VerifyResult struct {
 	// equal the hash that ends the archive before it.
 	StartSeq      int64  `json:"start_seq,omitempty"`
 	StartPrevHash string `json:"start_prev_hash,omitempty"`
+	// Anchor is the comparison with the checkpoints kept outside the
+	// log's database, when there are any.
+	Anchor *AnchorCheck `json:"anchor,omitempty"`
 }
 
 // Verify walks the whole chain in sequence order, in batches, and reports

@@ -249,7 +249,26 @@ func (l *Log) WriteArchive(ctx context.Context, id int64, w io.Writer) (Archive,
 // earlier one, or the chain, left off); StartSeq and StartPrevHash report it
 // so it can be matched against the archive before.
 func VerifyJSONL(r io.Reader) (VerifyResult, error) {
+	res, _, err := verifyJSONL(r, 0)
+	return res, err
+}
+
+// VerifyJSONLAnchored is VerifyJSONL that also compares the file with an
+// anchor (an exported checkpoint): the file must reach the anchored event
+// and hold it with the anchored hash, or it fails naming what is missing.
+func VerifyJSONLAnchored(r io.Reader, a Anchor) (VerifyResult, error) {
+	res, at, err := verifyJSONL(r, a.Seq)
+	if err != nil {
+		return res, err
+	}
+	return res.WithAnchor(CheckAnchorInFile(res, a, at)), nil
+}
+
+// verifyJSONL verifies a file of events and returns, besides, the hash of
+// its event at seq ("" when it holds none).
+func verifyJSONL(r io.Reader, seq int64) (VerifyResult, string, error) {
 	var res VerifyResult
+	var at string
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 16<<20)
 	line := 0
@@ -263,21 +282,24 @@ func VerifyJSONL(r io.Reader) (VerifyResult, error) {
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.DisallowUnknownFields()
 		if err := dec.Decode(&e); err != nil {
-			return broken(res, c.seq+1, fmt.Sprintf("line %d is not an audit event: %v", line, err)), nil
+			return broken(res, c.seq+1, fmt.Sprintf("line %d is not an audit event: %v", line, err)), at, nil
 		}
 		if res.Checked == 0 {
 			res.StartSeq, res.StartPrevHash = e.Seq, e.PrevHash
 		}
 		if !c.add(&res, e) {
-			return res, nil
+			return res, at, nil
+		}
+		if e.Seq == seq {
+			at = e.Hash
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return res, fmt.Errorf("read events: %w", err)
+		return res, at, fmt.Errorf("read events: %w", err)
 	}
 	if res.Checked == 0 {
-		return broken(res, 0, "the file holds no audit events"), nil
+		return broken(res, 0, "the file holds no audit events"), at, nil
 	}
 	res.OK = true
-	return res, nil
+	return res, at, nil
 }

@@ -15,6 +15,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
@@ -42,6 +43,10 @@ type Console struct {
 	Audit    *audit.Log
 	Server   *handlers.Server
 	Tenants  *tenant.Registry
+	// Anchors keeps signed checkpoints of every org's audit chain head in
+	// the catalog; Checkpoints is the loop that takes them.
+	Anchors     *anchor.Service
+	Checkpoints *anchor.Runner
 	// Metrics is the process's Prometheus registry and collectors.
 	Metrics *metrics.Metrics
 	// Retention applies each org's audit and recording retention policy.
@@ -133,6 +138,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c := &Console{Config: cfg, Catalog: cat, Box: box, Logger: logger,
 		Metrics: metrics.New(metrics.Options{PerOrgDB: cfg.MetricsPerOrgDB})}
 	c.Audit = audit.NewLog(cat, audit.PlatformTable, nil).Observe(c.Metrics.AuditAppended)
+	c.Anchors = &anchor.Service{Catalog: cat, Box: box, Audit: c.Audit}
 	c.Platform = &platform.Service{
 		DB:       cat,
 		Signer:   auth.NewSigner(kid, key, "platform", cfg.TokenTTL, nil),
@@ -199,9 +205,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
+		Anchors: c.Anchors,
 	})
 	c.watchMetrics()
 	c.Retention = c.newRetention()
+	c.Checkpoints = c.newCheckpoints()
 	return c, nil
 }
 
@@ -305,6 +313,13 @@ func (c *Console) Start() {
 	go func() {
 		defer wg.Done()
 		c.Retention.Run(ctx)
+	}()
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(anchor.Interval)
+		defer t.Stop()
+		c.Checkpoints.Run(ctx, t.C)
 	}()
 	go func() {
 		wg.Wait()

@@ -23,7 +23,11 @@ func (s *Server) apiOrgAudit(c echo.Context) error {
 func (s *Server) apiOrgAuditExport(c echo.Context) error {
 	t := tenantOf(c)
 	return s.exportLog(c, t.Audit, t.Org.Slug, func(q, format string) error {
-		return s.audited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": q, "format": format})
+		if err := s.audited(c, "audit.export", audit.Target{Type: "audit_log"}, map[string]any{"q": q, "format": format}); err != nil {
+			return err
+		}
+		s.checkpointAfter(c, t)
+		return nil
 	})
 }
 
@@ -68,12 +72,22 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 }
 
 func (s *Server) verifyAudit(c echo.Context) (audit.VerifyResult, error) {
-	// The chain, and the recordings its command end events vouch for.
-	res, err := recordings.VerifyOrg(c.Request().Context(), tenantOf(c).DB, tenantOf(c).Audit)
+	t := tenantOf(c)
+	ctx := c.Request().Context()
+	// The chain, and the recordings its command end events vouch for,
+	// then whether it still holds what its checkpoints recorded.
+	res, err := recordings.VerifyOrg(ctx, t.DB, t.Audit)
 	if err != nil {
 		return res, err
 	}
-	return res, s.audited(c, "audit.verify", audit.Target{Type: "audit_log"}, res)
+	if res, err = s.Anchors.Verify(ctx, t.Org, t.Audit, res); err != nil {
+		return res, err
+	}
+	if err := s.audited(c, "audit.verify", audit.Target{Type: "audit_log"}, res); err != nil {
+		return res, err
+	}
+	s.checkpointAfter(c, t)
+	return res, nil
 }
 
 func (s *Server) apiOrgAuditVerify(c echo.Context) error {

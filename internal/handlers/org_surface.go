@@ -105,6 +105,7 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.apiOrgAudit)
 	api.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	api.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.apiOrgAuditVerify)
+	api.handle(http.MethodGet, "/audit/checkpoint", rbac.Org("audit", "export"), s.apiOrgCheckpoint)
 
 	pg := s.group("/o/:org", orgSurface)
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)

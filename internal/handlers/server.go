@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/apidoc"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
@@ -38,6 +39,9 @@ type Deps struct {
 	Platform      *platform.Service
 	PlatformAudit *audit.Log
 	Tenants       *tenant.Registry
+	// Anchors keeps the signed checkpoints of every org's audit chain
+	// head; verify and export take one and check against them.
+	Anchors *anchor.Service
 	// Box seals and opens secrets (environment tokens, backend keys).
 	Box *sealed.Box
 	// OutboundHTTP reaches agentd hosts and sandbox backends.
@@ -211,6 +215,7 @@ func (s *Server) registerPlatformAPI() {
 	api.handle(http.MethodGet, "/audit", rbac.Platform("audit", "read"), s.apiPlatformAudit)
 	api.handle(http.MethodGet, "/audit/export", rbac.Platform("audit", "export"), s.apiPlatformAuditExport)
 	api.handle(http.MethodPost, "/audit/verify", rbac.Platform("audit", "verify"), s.apiPlatformAuditVerify)
+	api.handle(http.MethodGet, "/audit/checkpoints/:org", rbac.Platform("audit", "export"), s.apiPlatformOrgCheckpoint)
 }
 
 // registerPlatformPages is the platform admin console.

@@ -1,0 +1,127 @@
+package anchor
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// Interval is how often the console checkpoints every org's head.
+const Interval = time.Minute
+
+// roundLockKey lets one replica run a round at a time; the others skip
+// theirs (Take is safe without it: this only saves their reads).
+var roundLockKey = store.LockKey("gatehouse-audit-anchor-round")
+
+// OrgDeps is what a round needs of one org.
+type OrgDeps struct {
+	Org     orgs.Org
+	Audit   *audit.Log
+	Release func()
+}
+
+// Stats is what one round did.
+type Stats struct {
+	// Skipped is set when another replica was running a round.
+	Skipped   bool
+	Orgs      int
+	Written   int
+	Unchanged int
+	// Mismatched counts orgs whose log no longer holds their newest
+	// checkpoint (logged as errors; verify names the missing events).
+	Mismatched int
+	Failed     int
+}
+
+// Runner checkpoints every active org's head on each tick.
+type Runner struct {
+	Anchors  *Service
+	ListOrgs func(ctx context.Context) ([]string, error)
+	OpenOrg  func(ctx context.Context, slug string) (OrgDeps, error)
+	Logger   *slog.Logger
+	// Stats, when set, receives every round's stats (tests wait on it).
+	Stats chan<- Stats
+}
+
+// Run runs a round at start and one per tick until ctx ends.
+func (r *Runner) Run(ctx context.Context, tick <-chan time.Time) {
+	for {
+		st := r.Round(ctx)
+		if r.Stats != nil {
+			select {
+			case r.Stats <- st:
+			case <-ctx.Done():
+				return
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick:
+		}
+	}
+}
+
+// Round checkpoints each active org whose head moved; an org that fails
+// is logged and tried again next round.
+func (r *Runner) Round(ctx context.Context) Stats {
+	var st Stats
+	unlock, ok, err := store.TryAdvisoryLock(ctx, r.Anchors.Catalog, roundLockKey)
+	if err != nil {
+		r.logger().Warn("audit checkpoints: round skipped, catalog unavailable", "error", err)
+		st.Failed++
+		return st
+	}
+	if !ok {
+		st.Skipped = true
+		return st
+	}
+	defer unlock()
+	slugs, err := r.ListOrgs(ctx)
+	if err != nil {
+		r.logger().Warn("audit checkpoints: round skipped, orgs unreadable", "error", err)
+		st.Failed++
+		return st
+	}
+	for _, slug := range slugs {
+		if ctx.Err() != nil {
+			return st
+		}
+		st.Orgs++
+		res, err := r.takeOrg(ctx, slug)
+		switch {
+		case err != nil:
+			st.Failed++
+			r.logger().Warn("audit checkpoint failed; retried next round", "org", slug, "error", err)
+		case res.Mismatch != nil:
+			st.Mismatched++
+			r.logger().Error("audit log no longer holds its newest checkpoint; no newer checkpoint is taken until it does",
+				"org", slug, "checkpoint_seq", res.Mismatch.Anchor.Seq, "head_seq", res.Mismatch.HeadSeq, "reason", res.Mismatch.Reason)
+		case res.Written:
+			st.Written++
+		default:
+			st.Unchanged++
+		}
+	}
+	return st
+}
+
+func (r *Runner) takeOrg(ctx context.Context, slug string) (Result, error) {
+	d, err := r.OpenOrg(ctx, slug)
+	if err != nil {
+		return Result{}, err
+	}
+	defer d.Release()
+	return r.Anchors.Take(ctx, d.Org, d.Audit)
+}
+
+func (r *Runner) logger() *slog.Logger {
+	if r.Logger == nil {
+		return slog.Default()
+	}
+	return r.Logger
+}
