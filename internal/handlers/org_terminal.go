@@ -174,9 +174,14 @@ func (s *Server) apiOutput(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// A long-poll ends as soon as its credential is revoked, with why.
-	ctx, stop := proxy.WatchPrincipal(c.Request().Context(), s.terminalRecheck(c))
-	defer stop()
+	// A long-poll ends as soon as its credential is revoked, with why. A
+	// poll that does not wait was checked as it came in: no watcher.
+	ctx := c.Request().Context()
+	if wait > 0 {
+		var stop func()
+		ctx, stop = proxy.WatchPrincipal(ctx, s.terminalRecheck(c))
+		defer stop()
+	}
 	out, err := s.Gateway.Poll(ctx, s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)
 	if err != nil {
 		return err
