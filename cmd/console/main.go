@@ -7,6 +7,9 @@
 //	console admin reset-password <email>               give a platform admin a new one-time password
 //	console admin create <email>                       add a platform admin with a one-time password
 //	console admin list                                 list the platform admins' emails
+//	console retention run --org <slug> [--as-of TIME]   apply the org's retention policy once
+//
+// The console's flags (--data-dir, --listen, ...) go anywhere on the line.
 package main
 
 import (
@@ -20,6 +23,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -40,31 +44,114 @@ func main() {
 	}
 }
 
+// usage lists the commands; the console's flags (console -h) go anywhere
+// on the line, before or after the command.
+const usage = `usage: console [command] [flags]
+
+commands:
+  serve                                  run the server (the default)
+  migrate                                apply catalog and org migrations, then exit
+  audit verify --org <slug> | --platform | --file <events.jsonl> [--checkpoint <file>]
+  admin list | create <email> | reset-password <email>
+  retention run --org <slug> [--as-of <time>]
+  bench gateway [bench flags]            time the terminal gateway against agentd
+
+The console's flags (--data-dir, --listen, ...; console -h lists them) may
+stand before or after the command; DATABASE_URL and GATEHOUSE_MASTER_KEY
+come from the environment.`
+
 func run(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
-	cmd := "serve"
-	if len(args) > 0 && len(args[0]) > 0 && args[0][0] != '-' {
-		cmd, args = args[0], args[1:]
+	global, rest, err := config.Split(args)
+	if err != nil {
+		return fmt.Errorf("%w\n%s", err, usage)
 	}
-	if cmd == "bench" { // its own flags: no console configuration
-		return benchCmd(ctx, args, getenv, stdout, stderr)
+	if len(rest) > 0 && rest[0] == "--" {
+		rest = rest[1:]
 	}
-	cfg, rest, err := config.Load("console "+cmd, args, getenv, stderr)
+	cmd, sub := "serve", rest
+	if len(rest) > 0 {
+		switch {
+		case isHelp(rest[0]):
+			return help(global, getenv, stderr)
+		case rest[0] == "-" || rest[0][0] != '-':
+			cmd, sub = rest[0], rest[1:]
+		default:
+			return fmt.Errorf("flag provided but not defined: %s\n%s", rest[0], usage)
+		}
+	}
+	if cmd == "bench" { // its own flags and throwaway databases
+		if len(global) > 0 {
+			return fmt.Errorf("console bench runs on throwaway databases of its own and takes none of the console's flags (%s); see console bench gateway -h", global[0])
+		}
+		return benchCmd(ctx, sub, getenv, stdout, stderr)
+	}
+	if (cmd == "serve" || cmd == "migrate") && len(sub) > 0 && isHelp(sub[0]) {
+		return help(global, getenv, stderr)
+	}
+	runCmd, ok := command(cmd)
+	if !ok {
+		return fmt.Errorf("unknown command %q\n%s", cmd, usage)
+	}
+	cfg, _, err := config.Load("console "+cmd, global, getenv, stderr)
 	if err != nil {
 		return err
 	}
 	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	switch cmd {
+	return runCmd(ctx, cfg, logger, sub, stdout)
+}
+
+// cmdFunc runs a subcommand on the console's configuration, given the
+// arguments after its name that are not console flags.
+type cmdFunc func(ctx context.Context, cfg config.Config, logger *slog.Logger, args []string, stdout io.Writer) error
+
+// command is the subcommand called name.
+func command(name string) (cmdFunc, bool) {
+	switch name {
 	case "serve":
-		return serve(ctx, cfg, logger, stdout)
+		return func(ctx context.Context, cfg config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
+			// Anything serve does not understand is refused: a mistyped
+			// command must never start a second server on the same data.
+			if err := noArgs("serve", args); err != nil {
+				return err
+			}
+			return serve(ctx, cfg, logger, stdout)
+		}, true
 	case "migrate":
-		return migrate(ctx, cfg, logger, stdout)
+		return func(ctx context.Context, cfg config.Config, logger *slog.Logger, args []string, stdout io.Writer) error {
+			if err := noArgs("migrate", args); err != nil {
+				return err
+			}
+			return migrate(ctx, cfg, logger, stdout)
+		}, true
 	case "audit":
-		return auditCmd(ctx, cfg, logger, rest, stdout)
+		return auditCmd, true
 	case "admin":
-		return adminCmd(ctx, cfg, logger, rest, stdout)
-	default:
-		return fmt.Errorf("unknown command %q (want serve, migrate, audit verify or admin)", cmd)
+		return adminCmd, true
+	case "retention":
+		return retentionCmd, true
 	}
+	return nil, false
+}
+
+// noArgs refuses arguments a command does not take.
+func noArgs(cmd string, args []string) error {
+	if len(args) == 0 {
+		return nil
+	}
+	return fmt.Errorf("console %s takes no argument %q (did you mean console %s?)\n%s", cmd, args[0], strings.Join(args, " "), usage)
+}
+
+func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
+
+// help prints the commands and the console's flags.
+func help(global []string, getenv func(string) string, stderr io.Writer) error {
+	fmt.Fprintln(stderr, usage)
+	fmt.Fprintln(stderr, "\nflags:")
+	_, _, err := config.Load("console", append(global, "-h"), getenv, stderr)
+	if err == nil {
+		err = flag.ErrHelp
+	}
+	return err
 }
 
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {

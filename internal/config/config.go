@@ -10,6 +10,7 @@ import (
 	"net"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -55,7 +56,7 @@ type Config struct {
 	// metrics. It is a separate listener so the metrics never share the
 	// public address.
 	MetricsListen string
-	// MetricsPerOrgDB labels database pool stats with org slugs (an
+	// MetricsPerOrgDB labels database pool stats and retention rounds with org slugs (an
 	// unbounded label set, hence opt-in); off, org pools are summed.
 	MetricsPerOrgDB bool
 	// RetentionInterval is how often each org's retention policy is applied.
@@ -83,14 +84,100 @@ const (
 )
 
 // Load parses args (without the program name) with getenv for defaults.
+// Its flags may stand anywhere on the line, before or after a command and
+// among the command's own flags (see Split); everything else is returned,
+// in order, for the command to parse.
 func Load(name string, args []string, getenv func(string) string, out io.Writer) (Config, []string, error) {
+	var c Config
+	fs, err := flagSet(name, &c, getenv, out)
+	if err != nil {
+		return c, nil, err
+	}
+	own, rest, err := split(fs, args)
+	if err != nil {
+		return c, nil, err
+	}
+	if err := fs.Parse(own); err != nil {
+		return c, nil, err
+	}
+	if err := c.finish(getenv); err != nil {
+		return c, nil, err
+	}
+	return c, rest, nil
+}
+
+// Split separates the console's own flags (those Load defines) from the
+// rest of a command line, wherever they stand: `console --data-dir D
+// audit verify --org x` and `console audit verify --org x --data-dir D`
+// give the same flags and the same rest (audit verify --org x). A flag
+// that takes a value takes the next argument unless written --flag=value.
+// Everything after "--" is rest.
+func Split(args []string) (own, rest []string, err error) {
+	fs, err := flagSet("console", &Config{}, func(string) string { return "" }, io.Discard)
+	if err != nil {
+		return nil, nil, err
+	}
+	return split(fs, args)
+}
+
+func split(fs *flag.FlagSet, args []string) (own, rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			return own, append(rest, args[i:]...), nil
+		}
+		name, inline, ok := flagName(a)
+		f := fs.Lookup(name)
+		if !ok || f == nil {
+			rest = append(rest, a)
+			continue
+		}
+		own = append(own, a)
+		if inline || isBool(f) {
+			continue
+		}
+		if i+1 == len(args) {
+			return nil, nil, fmt.Errorf("flag needs an argument: --%s", name)
+		}
+		i++
+		own = append(own, args[i])
+	}
+	return own, rest, nil
+}
+
+// flagName is the name of a -flag, --flag or --flag=value argument, and
+// whether it carries its value.
+func flagName(a string) (name string, inline, ok bool) {
+	if len(a) < 2 || a[0] != '-' {
+		return "", false, false
+	}
+	name = a[1:]
+	if name[0] == '-' {
+		name = name[1:]
+	}
+	if name == "" || name[0] == '-' || name[0] == '=' {
+		return "", false, false
+	}
+	if i := strings.IndexByte(name, '='); i >= 0 {
+		return name[:i], true, true
+	}
+	return name, false, true
+}
+
+// isBool reports a flag that takes no value (as the flag package decides).
+func isBool(f *flag.Flag) bool {
+	b, ok := f.Value.(interface{ IsBoolFlag() bool })
+	return ok && b.IsBoolFlag()
+}
+
+// flagSet defines the console's flags on c, with defaults from getenv.
+func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) (*flag.FlagSet, error) {
 	env := func(k, def string) string {
 		if v := getenv(k); v != "" {
 			return v
 		}
 		return def
 	}
-	var c Config
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(out)
 	fs.StringVar(&c.Listen, "listen", env("GATEHOUSE_LISTEN", "127.0.0.1:8080"), "address to serve on (GATEHOUSE_LISTEN)")
@@ -101,34 +188,34 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	fs.BoolVar(&c.TrustProxy, "trust-proxy", trust, "take client addresses from X-Forwarded-For (GATEHOUSE_TRUST_PROXY)")
 	ttl, err := time.ParseDuration(env("GATEHOUSE_TOKEN_TTL", "12h"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_TOKEN_TTL: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_TOKEN_TTL: %w", err)
 	}
 	fs.DurationVar(&c.TokenTTL, "token-ttl", ttl, "how long a sign-in lasts (GATEHOUSE_TOKEN_TTL)")
 	hi, err := time.ParseDuration(env("GATEHOUSE_HEALTH_INTERVAL", "30s"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_HEALTH_INTERVAL: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_HEALTH_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.HealthInterval, "health-interval", hi, "how often environments are health-checked (GATEHOUSE_HEALTH_INTERVAL)")
 	ri, err := time.ParseDuration(env("GATEHOUSE_RECLAIM_INTERVAL", "60s"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_RECLAIM_INTERVAL: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_RECLAIM_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.ReclaimInterval, "reclaim-interval", ri, "how often idle sandboxes are reclaimed and orphans killed (GATEHOUSE_RECLAIM_INTERVAL)")
 	fl, err := time.ParseDuration(env("GATEHOUSE_FOLLOWER_LEASE", "1m"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_FOLLOWER_LEASE: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_FOLLOWER_LEASE: %w", err)
 	}
 	fs.DurationVar(&c.FollowerLease, "follower-lease", fl,
 		"how long a recording follower's claim on a running command lasts without a write; another replica adopts the command after it (GATEHOUSE_FOLLOWER_LEASE)")
 	fsi, err := time.ParseDuration(env("GATEHOUSE_FOLLOWER_SWEEP_INTERVAL", "10s"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_FOLLOWER_SWEEP_INTERVAL: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_FOLLOWER_SWEEP_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.FollowerSweepInterval, "follower-sweep-interval", fsi,
 		"how often running commands whose follower lease lapsed are adopted (GATEHOUSE_FOLLOWER_SWEEP_INTERVAL)")
 	uw, err := time.ParseDuration(env("GATEHOUSE_UNREACHABLE_WINDOW", "60s"))
 	if err != nil || uw <= 0 {
-		return c, nil, fmt.Errorf("GATEHOUSE_UNREACHABLE_WINDOW must be a positive duration such as 60s")
+		return nil, fmt.Errorf("GATEHOUSE_UNREACHABLE_WINDOW must be a positive duration such as 60s")
 	}
 	fs.DurationVar(&c.UnreachableWindow, "unreachable-window", uw,
 		"how long a session's environment may fail every call before the session is lost (GATEHOUSE_UNREACHABLE_WINDOW)")
@@ -139,10 +226,10 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 		"address to serve Prometheus /metrics on; off when empty (GATEHOUSE_METRICS_LISTEN)")
 	perOrg, _ := strconv.ParseBool(env("GATEHOUSE_METRICS_PER_ORG_DB", "false"))
 	fs.BoolVar(&c.MetricsPerOrgDB, "metrics-per-org-db", perOrg,
-		"label database pool metrics with each org's slug instead of summing them (GATEHOUSE_METRICS_PER_ORG_DB)")
+		"label per-org metrics (database pools, retention rounds) with each org's slug instead of org=\"all\" (GATEHOUSE_METRICS_PER_ORG_DB)")
 	rti, err := time.ParseDuration(env("GATEHOUSE_RETENTION_INTERVAL", "1h"))
 	if err != nil {
-		return c, nil, fmt.Errorf("GATEHOUSE_RETENTION_INTERVAL: %w", err)
+		return nil, fmt.Errorf("GATEHOUSE_RETENTION_INTERVAL: %w", err)
 	}
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", rti,
 		"how often each org's audit and recording retention is applied (GATEHOUSE_RETENTION_INTERVAL)")
@@ -163,15 +250,24 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	} {
 		def, err := strconv.Atoi(env(cp.env, strconv.Itoa(cp.def)))
 		if err != nil {
-			return c, nil, fmt.Errorf("%s must be a whole number: %w", cp.env, err)
+			return nil, fmt.Errorf("%s must be a whole number: %w", cp.env, err)
 		}
 		fs.IntVar(cp.dst, cp.flag, def, cp.usage+" ("+cp.env+")")
 	}
-	if err := fs.Parse(args); err != nil {
-		return c, nil, err
+	return fs, nil
+}
+
+// finish reads the secrets from the environment and checks and completes
+// the parsed settings.
+func (c *Config) finish(getenv func(string) string) error {
+	env := func(k, def string) string {
+		if v := getenv(k); v != "" {
+			return v
+		}
+		return def
 	}
 	if c.UnreachableWindow <= 0 {
-		return c, nil, fmt.Errorf("--unreachable-window must be a positive duration such as 60s, not %s", c.UnreachableWindow)
+		return fmt.Errorf("--unreachable-window must be a positive duration such as 60s, not %s", c.UnreachableWindow)
 	}
 	// Secrets come only from the environment: flag values show in ps.
 	c.DatabaseURL = getenv("DATABASE_URL")
@@ -180,7 +276,7 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	c.AdminPassword = getenv("GATEHOUSE_ADMIN_PASSWORD")
 	host, _, err := net.SplitHostPort(c.Listen)
 	if err != nil {
-		return c, nil, fmt.Errorf("--listen %q: %w", c.Listen, err)
+		return fmt.Errorf("--listen %q: %w", c.Listen, err)
 	}
 	if c.BaseURL == "" {
 		h := host
@@ -197,18 +293,18 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 	c.SecureCookies, _ = strconv.ParseBool(env("GATEHOUSE_SECURE_COOKIES", secureDefault))
 	if c.MetricsListen != "" {
 		if _, _, err := net.SplitHostPort(c.MetricsListen); err != nil {
-			return c, nil, fmt.Errorf("--metrics-listen %q: %w", c.MetricsListen, err)
+			return fmt.Errorf("--metrics-listen %q: %w", c.MetricsListen, err)
 		}
 	}
 	if c.RetentionInterval <= 0 {
-		return c, nil, fmt.Errorf("--retention-interval must be positive")
+		return fmt.Errorf("--retention-interval must be positive")
 	}
 	if c.MaxOpenSessionsPerUser < 0 || c.MaxOpenSessionsPerAgent < 0 || c.MaxRunningCommandsPerUser < 0 || c.MaxRunningCommandsPerAgent < 0 {
-		return c, nil, fmt.Errorf("the --max-open-sessions-… and --max-running-commands-… caps cannot be negative (0 turns one off)")
+		return fmt.Errorf("the --max-open-sessions-… and --max-running-commands-… caps cannot be negative (0 turns one off)")
 	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
-		return c, nil, fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
+		return fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
 	}
 	c.DataDir = filepath.Clean(c.DataDir)
-	return c, fs.Args(), nil
+	return nil
 }

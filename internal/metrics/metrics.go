@@ -25,8 +25,9 @@ const namespace = "gatehouse"
 
 // Options choose what is exported beyond the defaults.
 type Options struct {
-	// PerOrgDB labels database pool stats with the org slug. Off, the org
-	// pools are summed into one series (org="all").
+	// PerOrgDB labels database pool stats and retention counts with the
+	// org slug. Off, the org pools are summed into one series (org="all")
+	// and retention is counted as org="all".
 	PerOrgDB bool
 }
 
@@ -43,6 +44,7 @@ type Metrics struct {
 	probeLatency *prometheus.HistogramVec
 	lifecycle    *prometheus.CounterVec
 	retention    *prometheus.CounterVec
+	rounds       *prometheus.CounterVec
 }
 
 // New registers the console's collectors (and the Go and process ones) in
@@ -65,9 +67,11 @@ func New(opts Options) *Metrics {
 		lifecycle: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "sandbox_lifecycle_total",
 			Help: "Session sandbox lifecycle actions recorded (create, start, pause, resume, close, reclaim, lost)."}, []string{"action"}),
 		retention: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retention_removed_total",
-			Help: "Audit events and recorded commands removed by retention."}, []string{"kind"}),
+			Help: "Audit events and recorded commands removed by retention, by org (\"all\" unless per-org labels are on) and kind."}, []string{"org", "kind"}),
+		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retention_rounds_total",
+			Help: "Retention rounds by org (\"all\" unless per-org labels are on) and outcome (removed, nothing, keep_all, busy, error)."}, []string{"org", "outcome"}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.lifecycle, m.retention,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.lifecycle, m.retention, m.rounds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -133,12 +137,30 @@ func (m *Metrics) HealthProbe(kind, status string, latency time.Duration) {
 	m.probeLatency.WithLabelValues(boundLabel(kind)).Observe(latency.Seconds())
 }
 
-// RetentionRemoved records what a retention pass removed.
-func (m *Metrics) RetentionRemoved(kind string, n int64) {
+// RetentionRemoved records what one org's retention round removed.
+func (m *Metrics) RetentionRemoved(org, kind string, n int64) {
 	if m == nil || n <= 0 {
 		return
 	}
-	m.retention.WithLabelValues(kind).Add(float64(n))
+	m.retention.WithLabelValues(m.orgLabel(org), kind).Add(float64(n))
+}
+
+// RetentionRound counts one org's retention round by its outcome, so a
+// round that removed nothing is seen to have run.
+func (m *Metrics) RetentionRound(org, outcome string) {
+	if m == nil {
+		return
+	}
+	m.rounds.WithLabelValues(m.orgLabel(org), boundLabel(outcome)).Inc()
+}
+
+// orgLabel is the org label's value: the slug when the operator opted in
+// to per-org labels (an unbounded set), else "all".
+func (m *Metrics) orgLabel(slug string) string {
+	if m.opts.PerOrgDB {
+		return slug
+	}
+	return "all"
 }
 
 // boundLabel keeps a value from the code's own small vocabulary (kinds,

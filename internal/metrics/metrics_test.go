@@ -20,7 +20,8 @@ func TestNilMetrics(t *testing.T) {
 	m.ObserveHTTP("/x", "GET", 200, time.Millisecond)
 	m.AuditAppended("org", "authz.deny", nil)
 	m.HealthProbe("agentd", "healthy", time.Millisecond)
-	m.RetentionRemoved("recordings", 3)
+	m.RetentionRemoved("acme", "recordings", 3)
+	m.RetentionRound("acme", "nothing")
 	m.Watch(Gauges{})
 	if m.PerOrgDB() {
 		t.Fatal("nil metrics opted in")
@@ -136,7 +137,8 @@ func TestDashboardMetricsExist(t *testing.T) {
 	m.AuditAppended("org", "authz.deny", nil)
 	m.AuditAppended("org", "session.start", nil)
 	m.HealthProbe("agentd", "healthy", time.Millisecond)
-	m.RetentionRemoved("recordings", 1)
+	m.RetentionRemoved("acme", "recordings", 1)
+	m.RetentionRound("acme", "removed")
 	m.Watch(Gauges{Followers: func() int { return 0 },
 		SessionsByState: func(context.Context) (map[string]int, error) { return map[string]int{"running": 1}, nil },
 		RunningCommands: func(context.Context) (int, error) { return 0, nil },

@@ -9,6 +9,7 @@ package retention
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
@@ -111,6 +112,12 @@ func systemActor() audit.Actor { return audit.Actor{Type: audit.ActorSystem, Nam
 // with its cutoffs, counts, archives and the new checkpoint. The event is
 // appended after the removals, so it is part of the remaining chain.
 func Apply(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.Time) (Result, error) {
+	return ApplyAs(ctx, db, log, p, now, systemActor())
+}
+
+// ApplyAs is Apply audited as actor (an operator's `console retention
+// run` names who ran it).
+func ApplyAs(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.Time, actor audit.Actor) (Result, error) {
 	var res Result
 	if p.AuditDays > 0 {
 		cut := now.Add(-time.Duration(p.AuditDays) * 24 * time.Hour).UTC()
@@ -138,7 +145,7 @@ func Apply(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.
 	if res.AuditRemoved == 0 && res.RecordingsRemoved == 0 {
 		return res, nil
 	}
-	_, err := log.Append(ctx, audit.Event{Actor: systemActor(), Action: recordings.RetentionAction,
+	_, err := log.Append(ctx, audit.Event{Actor: actor, Action: recordings.RetentionAction,
 		Target:  audit.Target{Type: "organization_data"},
 		Details: audit.Details(map[string]any{"policy": p, "result": res, "recordings_cutoff": res.RecordingsCutoff})})
 	if err != nil {
@@ -162,6 +169,9 @@ type Runner struct {
 	Now      func() time.Time
 	Logger   *slog.Logger
 	Metrics  *metrics.Metrics
+	// Actor names who applies the policy in the audit log; zero: the
+	// system actor "retention".
+	Actor audit.Actor
 }
 
 // Run applies the policies at start and every Interval until ctx ends.
@@ -193,39 +203,85 @@ func (r *Runner) Round(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if _, err := r.ApplyOrg(ctx, slug); err != nil {
+		if _, err := r.ApplyOrg(ctx, slug); err != nil && !errors.Is(err, ErrBusy) {
 			r.logger().Warn("retention failed; retried next round", "org", slug, "error", err)
 		}
 	}
 }
 
+// ErrBusy is ApplyOrg's answer when another replica (or a `console
+// retention run`) is applying the org's policy now.
+var ErrBusy = errors.New("another console is applying this organization's retention policy now; try again shortly")
+
+// Outcomes of one org's round, as logged and counted
+// (gatehouse_retention_rounds_total{outcome}).
+const (
+	OutcomeRemoved = "removed" // something was removed (and audited)
+	OutcomeNothing = "nothing" // a policy, but nothing older than it
+	OutcomeKeepAll = "keep_all"
+	OutcomeBusy    = "busy" // another replica holds the org's lock
+	OutcomeError   = "error"
+)
+
 func lockKey(slug string) int64 { return store.LockKey("gatehouse-retention:" + slug) }
 
-// ApplyOrg applies one org's policy unless another replica is doing it.
-func (r *Runner) ApplyOrg(ctx context.Context, slug string) (Result, error) {
+// ApplyOrg applies one org's policy unless another replica is doing it
+// (ErrBusy). Every call leaves a trace whatever it did: a debug log line
+// and a count per outcome, and the removed counts; a call that removed
+// something is audited (retention.apply) and logged at info.
+func (r *Runner) ApplyOrg(ctx context.Context, slug string) (res Result, err error) {
+	var p Policy
+	outcome := OutcomeError
+	defer func() {
+		r.Metrics.RetentionRound(slug, outcome)
+		r.Metrics.RetentionRemoved(slug, "audit_events", res.AuditRemoved)
+		r.Metrics.RetentionRemoved(slug, "recordings", res.RecordingsRemoved)
+		attrs := []any{"org", slug, "outcome", outcome, "audit_days", p.AuditDays, "recordings_days", p.RecordingsDays,
+			"audit_removed", res.AuditRemoved, "recordings_removed", res.RecordingsRemoved}
+		if err != nil && outcome == OutcomeError {
+			attrs = append(attrs, "error", err)
+		}
+		r.logger().Debug("retention round", attrs...)
+		if res.AuditRemoved > 0 || res.RecordingsRemoved > 0 {
+			r.logger().Info("retention applied", "org", slug, "audit_removed", res.AuditRemoved, "recordings_removed", res.RecordingsRemoved)
+		}
+	}()
 	deps, err := r.OpenOrg(ctx, slug)
 	if err != nil {
 		return Result{}, err
 	}
 	defer deps.Release()
 	unlock, ok, err := store.TryAdvisoryLock(ctx, deps.DB, lockKey(slug))
-	if err != nil || !ok {
+	if err != nil {
 		return Result{}, err
 	}
+	if !ok {
+		outcome = OutcomeBusy
+		return Result{}, ErrBusy
+	}
 	defer unlock()
-	p, err := Load(ctx, deps.DB)
-	if err != nil || (p.AuditDays == 0 && p.RecordingsDays == 0) {
+	if p, err = Load(ctx, deps.DB); err != nil {
 		return Result{}, err
+	}
+	if p.AuditDays == 0 && p.RecordingsDays == 0 {
+		outcome = OutcomeKeepAll
+		return Result{}, nil
 	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
-	res, err := Apply(ctx, deps.DB, deps.Audit, p, now())
-	r.Metrics.RetentionRemoved("audit_events", res.AuditRemoved)
-	r.Metrics.RetentionRemoved("recordings", res.RecordingsRemoved)
-	if res.AuditRemoved > 0 || res.RecordingsRemoved > 0 {
-		r.logger().Info("retention applied", "org", slug, "audit_removed", res.AuditRemoved, "recordings_removed", res.RecordingsRemoved)
+	actor := r.Actor
+	if actor == (audit.Actor{}) {
+		actor = systemActor()
+	}
+	res, err = ApplyAs(ctx, deps.DB, deps.Audit, p, now(), actor)
+	switch {
+	case err != nil:
+	case res.AuditRemoved > 0 || res.RecordingsRemoved > 0:
+		outcome = OutcomeRemoved
+	default:
+		outcome = OutcomeNothing
 	}
 	return res, err
 }
