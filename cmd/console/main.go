@@ -72,7 +72,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 	if len(rest) > 0 {
 		switch {
 		case isHelp(rest[0]):
-			return help(global, getenv, stderr)
+			return help(getenv, stderr)
 		case rest[0] == "-" || rest[0][0] != '-':
 			cmd, sub = rest[0], rest[1:]
 		default:
@@ -86,7 +86,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		return benchCmd(ctx, sub, getenv, stdout, stderr)
 	}
 	if (cmd == "serve" || cmd == "migrate") && len(sub) > 0 && isHelp(sub[0]) {
-		return help(global, getenv, stderr)
+		return help(getenv, stderr)
 	}
 	runCmd, ok := command(cmd)
 	if !ok {
@@ -144,14 +144,13 @@ func noArgs(cmd string, args []string) error {
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }
 
 // help prints the commands and the console's flags.
-func help(global []string, getenv func(string) string, stderr io.Writer) error {
+func help(getenv func(string) string, stderr io.Writer) error {
 	fmt.Fprintln(stderr, usage)
 	fmt.Fprintln(stderr, "\nflags:")
-	_, _, err := config.Load("console", append(global, "-h"), getenv, stderr)
-	if err == nil {
-		err = flag.ErrHelp
+	if err := config.PrintDefaults(getenv, stderr); err != nil {
+		return err
 	}
-	return err
+	return flag.ErrHelp
 }
 
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {

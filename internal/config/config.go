@@ -120,6 +120,17 @@ func Split(args []string) (own, rest []string, err error) {
 	return split(fs, args)
 }
 
+// PrintDefaults writes the console's flags, with their defaults from
+// getenv, to out.
+func PrintDefaults(getenv func(string) string, out io.Writer) error {
+	fs, err := flagSet("console", &Config{}, getenv, out)
+	if err != nil {
+		return err
+	}
+	fs.PrintDefaults()
+	return nil
+}
+
 func split(fs *flag.FlagSet, args []string) (own, rest []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
