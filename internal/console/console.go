@@ -216,9 +216,15 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 // bootstrapAdmin creates the first platform admin from the config when
 // there is none, and records it in the platform audit log in the same
 // transaction: a failed record leaves no admin, so the next start tries
-// both again.
+// both again. Replicas starting at once create one admin between them.
 func (c *Console) bootstrapAdmin(ctx context.Context) error {
 	return c.Catalog.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Replicas starting together on an empty catalog take turns: the
+		// second finds the first's admin instead of failing to start on
+		// its duplicate.
+		if err := store.XactLock(tx, "gatehouse-bootstrap-admin"); err != nil {
+			return err
+		}
 		created, otp, err := (&platform.Service{DB: tx, Now: c.Platform.Now}).Bootstrap(ctx, c.Config.AdminEmail, c.Config.AdminPassword)
 		if err != nil || !created {
 			return err
