@@ -70,7 +70,7 @@ func (s *Service) Probe(ctx context.Context, cfg Config) Report {
 	if err != nil {
 		r.Problems = append(r.Problems, "The key set could not be fetched: "+err.Error())
 	} else {
-		r.Keys = keys
+		r.Keys = append(r.Keys, keys...) // never null in the answer, even for a set without "keys"
 		if len(keys) == 0 {
 			r.Problems = append(r.Problems, "The key set holds no keys: no ID token could be verified.")
 		}
