@@ -25,7 +25,7 @@ func TestOpenAPITypedSSOAndRecording(t *testing.T) {
 			update := map[string]any{"provider_name": "Acme login", "issuer_url": "http://127.0.0.1:1/realms/acme", "client_id": "gatehouse",
 				"client_secret": "s3cret-value", "scopes": []string{"openid", "email", "groups"}, "allowed_domains": []string{"acme.test"},
 				"mappings": []map[string]any{{"group": "auditors", "role": rbac.RoleAuditor}, {"group": "devs", "role": rbac.RoleMember, "department_id": f.dept1}},
-				"enabled": false}
+				"enabled":  false}
 			r := f.call(http.MethodPut, "/sso", "admin", update)
 			wantStatus(t, "put sso", r, http.StatusOK)
 			var v struct {
