@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"io"
 	"log/slog"
 	"strings"
@@ -133,6 +134,19 @@ func TestRetentionRunCommand(t *testing.T) {
 				t.Fatalf("%d retention.apply events, want 2", n)
 			}
 		})
+
+		if d == store.Postgres {
+			t.Run("another replica is at it", func(t *testing.T) {
+				unlock, ok, err := store.TryAdvisoryLock(ctx, ten.DB, store.LockKey("gatehouse-retention:acme"))
+				if err != nil || !ok {
+					t.Fatalf("take the replica's lock: %v %v", ok, err)
+				}
+				defer unlock()
+				if out, err := cli("retention", "run", "--org", "acme"); !errors.Is(err, retention.ErrBusy) {
+					t.Fatalf("while a replica holds the org: %v\n%s", err, out)
+				}
+			})
+		}
 
 		t.Run("refused", func(t *testing.T) {
 			for _, tc := range []struct {

@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"path/filepath"
 	"strconv"
@@ -61,6 +62,9 @@ type Config struct {
 	MetricsPerOrgDB bool
 	// RetentionInterval is how often each org's retention policy is applied.
 	RetentionInterval time.Duration
+	// LogLevel is the lowest level logged: debug shows the rounds of the
+	// background loops that changed nothing (retention, for one).
+	LogLevel slog.Level
 	// MaxOpenSessionsPerUser and MaxOpenSessionsPerAgent cap the sessions
 	// open (pending, running or paused) at once per user (or service key)
 	// and per agent; MaxRunningCommandsPerUser and
@@ -244,6 +248,11 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	}
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", rti,
 		"how often each org's audit and recording retention is applied (GATEHOUSE_RETENTION_INTERVAL)")
+	lvl := env("GATEHOUSE_LOG_LEVEL", "info")
+	if err := c.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
+		return nil, fmt.Errorf("GATEHOUSE_LOG_LEVEL must be debug, info, warn or error, not %q", lvl)
+	}
+	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest level logged: debug, info, warn or error (GATEHOUSE_LOG_LEVEL)")
 	for _, cp := range []struct {
 		dst       *int
 		flag, env string

@@ -2,6 +2,7 @@ package config_test
 
 import (
 	"io"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
@@ -63,6 +64,40 @@ func TestSplitGlobalFlagsAnywhere(t *testing.T) {
 				if c.DataDir != "D" {
 					t.Fatalf("data dir %q, want D", c.DataDir)
 				}
+			}
+		})
+	}
+}
+
+// The log level comes from --log-level or GATEHOUSE_LOG_LEVEL (info by
+// default); debug shows the rounds of the background loops that changed
+// nothing, and a level that is not one is refused naming the setting.
+func TestLogLevel(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want slog.Level
+		err  string
+	}{
+		{name: "default", want: slog.LevelInfo},
+		{name: "environment", env: map[string]string{"GATEHOUSE_LOG_LEVEL": "debug"}, want: slog.LevelDebug},
+		{name: "flag wins, after the command", args: []string{"serve", "--log-level", "warn"}, env: map[string]string{"GATEHOUSE_LOG_LEVEL": "debug"}, want: slog.LevelWarn},
+		{name: "bad environment", env: map[string]string{"GATEHOUSE_LOG_LEVEL": "loud"}, err: "GATEHOUSE_LOG_LEVEL"},
+		{name: "bad flag", args: []string{"--log-level=loud"}, err: "log-level"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, _, err := config.Load("console", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.LogLevel != tc.want {
+				t.Fatalf("level %v (%v), want %v", c.LogLevel, err, tc.want)
 			}
 		})
 	}
