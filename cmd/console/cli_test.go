@@ -117,6 +117,8 @@ func TestCommandLines(t *testing.T) {
 		{name: "migrate", args: []string{"migrate", "--data-dir", dir}, out: "org acme: up to date"},
 		{name: "unknown command after --data-dir", args: []string{"--data-dir", dir, "frobnicate"}, err: `unknown command "frobnicate"`},
 		{name: "serve with a stray argument", args: []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "audit"}, err: `console serve takes no argument "audit"`},
+		{name: "serve before another command", args: []string{"serve", "audit", "verify", "--org", "acme", "--data-dir", dir}, err: "did you mean console audit verify --org acme?"},
+		{name: "migrate with a stray argument", args: []string{"migrate", "now", "--data-dir", dir}, err: `console migrate takes no argument "now"`},
 		{name: "a command's flag without the command", args: []string{"--data-dir", dir, "--org", "acme"}, err: "flag provided but not defined: --org"},
 		{name: "a console flag without its value", args: []string{"admin", "list", "--data-dir"}, err: "flag needs an argument: --data-dir"},
 		{name: "audit without verify", args: []string{"--data-dir", dir, "audit", "--org", "acme"}, err: "usage: console audit verify"},

@@ -133,12 +133,16 @@ func command(name string) (cmdFunc, bool) {
 	return nil, false
 }
 
-// noArgs refuses arguments a command does not take.
+// noArgs refuses arguments a command does not take, suggesting the
+// command the line probably meant.
 func noArgs(cmd string, args []string) error {
 	if len(args) == 0 {
 		return nil
 	}
-	return fmt.Errorf("console %s takes no argument %q (did you mean console %s?)\n%s", cmd, args[0], strings.Join(args, " "), usage)
+	if _, ok := command(args[0]); ok {
+		return fmt.Errorf("console %s takes no argument %q (did you mean console %s?)", cmd, args[0], strings.Join(args, " "))
+	}
+	return fmt.Errorf("console %s takes no argument %q\n%s", cmd, args[0], usage)
 }
 
 func isHelp(a string) bool { return a == "-h" || a == "-help" || a == "--help" || a == "help" }

@@ -252,7 +252,7 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	if err := c.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
 		return nil, fmt.Errorf("GATEHOUSE_LOG_LEVEL must be debug, info, warn or error, not %q", lvl)
 	}
-	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest level logged: debug, info, warn or error (GATEHOUSE_LOG_LEVEL)")
+	fs.TextVar(&c.LogLevel, "log-level", c.LogLevel, "lowest `level` logged: debug, info, warn or error (GATEHOUSE_LOG_LEVEL)")
 	for _, cp := range []struct {
 		dst       *int
 		flag, env string
