@@ -115,6 +115,7 @@ func TestCommandLines(t *testing.T) {
 		{name: "retention run after --data-dir", args: []string{"--data-dir", dir, "retention", "run", "--org", "acme"}, out: `Organization "acme" keeps everything`},
 		{name: "retention run before --data-dir", args: []string{"retention", "run", "--org", "acme", "--data-dir", dir}, out: `Organization "acme" keeps everything`},
 		{name: "migrate", args: []string{"migrate", "--data-dir", dir}, out: "org acme: up to date"},
+		{name: "empty command", args: []string{"--data-dir", dir, ""}, err: `unknown command ""`},
 		{name: "unknown command after --data-dir", args: []string{"--data-dir", dir, "frobnicate"}, err: `unknown command "frobnicate"`},
 		{name: "serve with a stray argument", args: []string{"serve", "--data-dir", dir, "--listen", "127.0.0.1:0", "audit"}, err: `console serve takes no argument "audit"`},
 		{name: "serve before another command", args: []string{"serve", "audit", "verify", "--org", "acme", "--data-dir", dir}, err: "did you mean console audit verify --org acme?"},

@@ -73,7 +73,7 @@ func run(ctx context.Context, args []string, getenv func(string) string, stdout,
 		switch {
 		case isHelp(rest[0]):
 			return help(getenv, stderr)
-		case rest[0] == "-" || rest[0][0] != '-':
+		case !strings.HasPrefix(rest[0], "-") || rest[0] == "-":
 			cmd, sub = rest[0], rest[1:]
 		default:
 			return fmt.Errorf("flag provided but not defined: %s\n%s", rest[0], usage)
