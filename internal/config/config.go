@@ -115,7 +115,8 @@ func Load(name string, args []string, getenv func(string) string, out io.Writer)
 // audit verify --org x` and `console audit verify --org x --data-dir D`
 // give the same flags and the same rest (audit verify --org x). A flag
 // that takes a value takes the next argument unless written --flag=value.
-// Everything after "--" is rest.
+// Everything after "--" is rest. A command's own flags must therefore
+// not reuse a console flag's name: the console's would take it.
 func Split(args []string) (own, rest []string, err error) {
 	fs, err := flagSet("console", &Config{}, func(string) string { return "" }, io.Discard)
 	if err != nil {
