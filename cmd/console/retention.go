@@ -82,7 +82,7 @@ func retentionCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, a
 	if err != nil {
 		return err
 	}
-	r := &retention.Runner{OpenOrg: open, Now: func() time.Time { return at }, Logger: logger,
+	r := &retention.Runner{OpenOrg: open, AsOf: at, Logger: logger,
 		Actor: audit.Actor{Type: audit.ActorSystem, Name: "console retention run (OS user " + osUser() + ")"}}
 	res, err := r.ApplyOrg(ctx, *slug)
 	if err != nil {

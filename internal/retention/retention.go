@@ -112,15 +112,16 @@ func systemActor() audit.Actor { return audit.Actor{Type: audit.ActorSystem, Nam
 // with its cutoffs, counts, archives and the new checkpoint. The event is
 // appended after the removals, so it is part of the remaining chain.
 func Apply(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.Time) (Result, error) {
-	return ApplyAs(ctx, db, log, p, now, systemActor())
+	return apply(ctx, db, log, p, now, now, systemActor())
 }
 
-// ApplyAs is Apply audited as actor (an operator's `console retention
-// run` names who ran it).
-func ApplyAs(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now time.Time, actor audit.Actor) (Result, error) {
+// apply is Apply with the policy's cutoffs taken as of asOf (at most now,
+// so it removes less), removed recordings marked at now, and the run
+// audited as actor (an operator's `console retention run` names who ran it).
+func apply(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, asOf, now time.Time, actor audit.Actor) (Result, error) {
 	var res Result
 	if p.AuditDays > 0 {
-		cut := now.Add(-time.Duration(p.AuditDays) * 24 * time.Hour).UTC()
+		cut := asOf.Add(-time.Duration(p.AuditDays) * 24 * time.Hour).UTC()
 		res.AuditCutoff = &cut
 		ex, err := log.Expire(ctx, cut)
 		res.AuditRemoved, res.Archives, res.ThroughSeq, res.ThroughHash = ex.Removed, ex.Archives, ex.ThroughSeq, ex.ThroughHash
@@ -134,7 +135,7 @@ func ApplyAs(ctx context.Context, db *gorm.DB, log *audit.Log, p Policy, now tim
 		}
 	}
 	if p.RecordingsDays > 0 {
-		cut := now.Add(-time.Duration(p.RecordingsDays) * 24 * time.Hour).UTC()
+		cut := asOf.Add(-time.Duration(p.RecordingsDays) * 24 * time.Hour).UTC()
 		res.RecordingsCutoff = &cut
 		n, err := recordings.ExpireRecordings(ctx, db, cut, now)
 		res.RecordingsRemoved = n
@@ -172,6 +173,10 @@ type Runner struct {
 	// Actor names who applies the policy in the audit log; zero: the
 	// system actor "retention".
 	Actor audit.Actor
+	// AsOf, when set, is the time the policy's cutoffs count back from
+	// instead of Now (`console retention run --as-of`); removals are
+	// still recorded at Now.
+	AsOf time.Time
 }
 
 // Run applies the policies at start and every Interval until ctx ends.
@@ -275,7 +280,12 @@ func (r *Runner) ApplyOrg(ctx context.Context, slug string) (res Result, err err
 	if actor == (audit.Actor{}) {
 		actor = systemActor()
 	}
-	res, err = ApplyAs(ctx, deps.DB, deps.Audit, p, now(), actor)
+	at := now()
+	asOf := at
+	if !r.AsOf.IsZero() && r.AsOf.Before(at) {
+		asOf = r.AsOf
+	}
+	res, err = apply(ctx, deps.DB, deps.Audit, p, asOf, at, actor)
 	switch {
 	case err != nil:
 	case res.AuditRemoved > 0 || res.RecordingsRemoved > 0:

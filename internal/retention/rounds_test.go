@@ -198,3 +198,58 @@ func TestRetentionRoundsUnlabelledByDefault(t *testing.T) {
 		t.Fatalf("rounds counted as org=all: %v, want 3", got)
 	}
 }
+
+// With AsOf (console retention run --as-of), the policy counts back from
+// that earlier time, so less is removed, while what is removed is marked
+// and archived at the real time: a command row never claims its recording
+// was removed before it was. The org still verifies.
+func TestAsOfCountsBackButRecordsNow(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db := storetest.Open(t, d, store.OrgSet)
+		now := time.Now().UTC().Truncate(time.Second)
+		for _, q := range []string{
+			"INSERT INTO environments (name, kind, url, created_by, created_at, updated_at) VALUES ('h', 'host', 'http://h', 'x', ?, ?)",
+			"INSERT INTO agents (name, description, config, sandbox_mode, default_environment_id, idle_timeout_seconds, reclaim_after_seconds, command_policy, created_by, created_at, updated_at) VALUES ('a', '', '{}', 'off', 1, 900, 3600, '[]', 'x', ?, ?)",
+			"INSERT INTO sessions (agent_id, subject, created_by, sandbox_mode, state, created_at, updated_at) VALUES (1, 'user:1', 'x', 'off', 'running', ?, ?)",
+		} {
+			if err := db.Exec(q, now, now).Error; err != nil {
+				t.Fatalf("%s: %v", q, err)
+			}
+		}
+		c := &clock{t: now.Add(-10 * 24 * time.Hour), step: time.Minute}
+		log := audit.NewLog(db, audit.OrgTable, c.now)
+		old := recorded(t, db, log, c, 1) // ended 10 days ago
+		c.t = now.Add(-3 * 24 * time.Hour)
+		mid := recorded(t, db, log, c, 2) // ended 3 days ago
+		c.t = now
+		if err := db.Transaction(func(tx *gorm.DB) error { return retention.Save(ctx, tx, retention.Policy{RecordingsDays: 1}) }); err != nil {
+			t.Fatal(err)
+		}
+		r := &retention.Runner{OpenOrg: func(context.Context, string) (retention.OrgDeps, error) {
+			return retention.OrgDeps{DB: db, Audit: log, Release: func() {}}, nil
+		}, Now: func() time.Time { return now }, AsOf: now.Add(-5 * 24 * time.Hour)}
+		res, err := r.ApplyOrg(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// As of 5 days ago, a day's policy removes what ended before 6 days ago.
+		if res.RecordingsRemoved != 1 || res.RecordingsCutoff == nil || !res.RecordingsCutoff.Equal(now.Add(-6*24*time.Hour)) {
+			t.Fatalf("as-of run: %+v", res)
+		}
+		var marks []struct {
+			ID                 int64
+			RecordingRemovedAt *time.Time
+		}
+		if err := db.Table("commands").Select("id, recording_removed_at").Where("id IN ?", []int64{old, mid}).Order("id").Scan(&marks).Error; err != nil {
+			t.Fatal(err)
+		}
+		if len(marks) != 2 || marks[0].RecordingRemovedAt == nil || !marks[0].RecordingRemovedAt.UTC().Equal(now) || marks[1].RecordingRemovedAt != nil {
+			t.Fatalf("markers: %+v, want the old command's at %s and none on the newer", marks, now)
+		}
+		if v, err := recordings.VerifyOrg(ctx, db, log); err != nil || !v.OK {
+			t.Fatalf("org verify after an as-of run: %+v %v", v, err)
+		}
+	})
+}
