@@ -88,8 +88,11 @@ func decodeTypist(b []byte) (Typist, bool) {
 // opener when nothing was typed yet (or only before typists were
 // recorded). It reads one frame.
 func TypistBefore(ctx context.Context, db *gorm.DB, commandID int64, at time.Time) (Typist, error) {
+	// Chunk times are kept to the microsecond; a frame's own time may be
+	// finer (SQLite) or rounded (Postgres): compare at that grain.
+	until := at.UTC().Truncate(time.Microsecond).Add(time.Microsecond)
 	var fs []frame
-	err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND started_at <= ?", commandID, KindIn, at.UTC()).
+	err := db.WithContext(ctx).Where("command_id = ? AND kind = ? AND started_at < ?", commandID, KindIn, until).
 		Order("first_seq DESC").Limit(1).Find(&fs).Error
 	if err != nil {
 		return Typist{}, fmt.Errorf("read the typist of command %d: %w", commandID, err)
