@@ -322,3 +322,63 @@ func TestExecEnvPolicy(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveRecordingSearch: a word an open shell printed is found by
+// recording search while the shell still runs, on SQLite and Postgres,
+// with the hit linking to its moment. Issue 22, item 4.
+func TestLiveRecordingSearch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		c, _, err := f.dialTerminal(t, "member", "rows=24&cols=80", f.e.srv.URL, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.CloseNow()
+		att := readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
+		cid := att[len(att)-1].CommandID
+		// The word is printed, not typed: the command line holds
+		// "zebrafinch$((40+2))", the output "zebrafinch42".
+		sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "echo zebrafinch$((40+2))\r"})
+		screen := ""
+		readUntil(t, c, func(m terminal.ServerMessage) bool {
+			if m.Type == "output" {
+				screen += string(m.Data)
+			}
+			return strings.Contains(screen, "zebrafinch42\r\n")
+		})
+		type hit struct {
+			ID        int64   `json:"id"`
+			State     string  `json:"state"`
+			At        float64 `json:"at"`
+			Snippet   string  `json:"snippet"`
+			ReplayURL string  `json:"replay_url"`
+		}
+		var found []hit
+		deadline := time.Now().Add(20 * time.Second)
+		for len(found) == 0 {
+			r := f.call(http.MethodGet, "/recordings?q=zebrafinch42", "auditor", nil)
+			wantStatus(t, "search", r, http.StatusOK)
+			var page struct{ Items []hit }
+			r.decode(t, &page)
+			found = page.Items
+			if len(found) == 0 && time.Now().After(deadline) {
+				t.Fatal("the word the open shell printed is not found after 20 s")
+			}
+			if len(found) == 0 {
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+		if len(found) != 1 || found[0].ID != cid || found[0].State != "running" || !strings.Contains(found[0].Snippet, "zebrafinch42") ||
+			!strings.Contains(found[0].ReplayURL, fmt.Sprintf("/commands/%d/replay?t=", cid)) {
+			t.Fatalf("hits %+v", found)
+		}
+		// The shell is still open: the hit came from the live index.
+		r := f.call(http.MethodGet, f.sessionPath("/commands?state=running"), "member", nil)
+		if !bytes.Contains(r.body, []byte(fmt.Sprintf(`"id":%d`, cid))) {
+			t.Fatalf("the shell is no longer running: %s", r.body)
+		}
+		sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "exit\r"})
+		readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "exit" })
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"gorm.io/gorm"
 	"gorm.io/gorm/clause"
@@ -35,8 +36,10 @@ type textCursor struct {
 	CR    bool       `json:"cr,omitempty"`
 	// Tail is an incomplete UTF-8 character held back.
 	Tail []byte `json:"tail,omitempty"`
-	// Written says the command has its search entry.
-	Written bool `json:"w,omitempty"`
+	// Written says the command has its search entry; At is when it was
+	// last written (Unix ms, by the recording's clock).
+	Written bool  `json:"w,omitempty"`
+	At      int64 `json:"at,omitempty"`
 	// Capped says the text reached IndexCap (or the output indexRawCap):
 	// nothing more is indexed.
 	Capped bool `json:"capped,omitempty"`
@@ -136,15 +139,39 @@ func (b *textBatch) write(ctx context.Context, tx *gorm.DB, c *Command, updates 
 	return nil
 }
 
-// indexOutputTx indexes a batch of output just stored for c, inside the
-// transaction that stored it (c is locked). Output recorded before the
-// cursor caught up (a command running across the upgrade that brought
-// live search) is read from the recording first.
-func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64, chunks []Chunk, updates map[string]any) error {
+// IndexEvery is how often at most a running command's search entry is
+// written. Each write makes the database tokenize the entry again (up to
+// IndexCap: a few milliseconds on SQLite, tens on Postgres, see
+// BenchmarkLiveIndexBatch), so a command printing many small batches would
+// otherwise spend its follower's time re-indexing. Batches within it wait
+// in the recording and are indexed with the next write; a follower whose
+// index lags polls agentd at least this often (IndexLags), so the last
+// batch before a quiet spell is searchable within about two of these.
+const IndexEvery = time.Second
+
+// IndexLags reports whether c has stored output its search entry does not
+// hold yet (its follower should come back within IndexEvery to index it).
+func IndexLags(c Command) bool {
+	cur := readCursor(c)
+	return !cur.Capped && cur.Seq < uint64(c.LastChunk)
+}
+
+// indexOutputTx indexes a batch of output just stored for c (chunks, none
+// for a poll that brought nothing), inside the transaction that stored it
+// (c is locked), unless the entry was written less than IndexEvery before
+// now: then the batch waits in the recording for the next write. Output
+// recorded after the cursor (batches that waited, or a command running
+// across the upgrade that brought live search) is read from the recording
+// first.
+func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64, chunks []Chunk, now time.Time, updates map[string]any) error {
 	b := newTextBatch(*c)
-	if b.cur.Capped {
+	if b.cur.Capped || len(chunks) == 0 && b.cur.Seq >= uint64(prevLast) {
 		return nil
 	}
+	if b.cur.Written && now.UnixMilli()-b.cur.At < IndexEvery.Milliseconds() {
+		return nil
+	}
+	b.cur.At = now.UnixMilli()
 	if b.cur.Seq < uint64(prevLast) {
 		if err := b.catchUp(ctx, tx, uint64(prevLast)); err != nil {
 			return err

@@ -243,12 +243,18 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 			fresh = append(fresh, ch)
 		}
 	}
+	// Searchable as it is stored: the batch's text joins the command's
+	// search entry in this transaction (or, within IndexEvery of the last
+	// write, with the next one: a poll that brought nothing writes what
+	// waited).
+	now := time.Now()
 	if len(fresh) > 0 {
-		// Searchable as it is stored: the batch's text joins the command's
-		// search entry in this transaction.
-		if err := indexOutputTx(tx.Statement.Context, tx, c, c.LastChunk, fresh, updates); err != nil {
-			return err
-		}
+		now = fresh[len(fresh)-1].At
+	}
+	if err := indexOutputTx(tx.Statement.Context, tx, c, c.LastChunk, fresh, now, updates); err != nil {
+		return err
+	}
+	if len(fresh) > 0 {
 		body, head, raw, err := encodeFrame(c.OutHash, fresh)
 		if err != nil {
 			return err
