@@ -155,6 +155,22 @@ func TestTerminalTypist(t *testing.T) {
 			if evs := waitEvents(t, f, fmt.Sprintf("action:command.detach target:%d", cid), func([]audit.Event) bool { return true }); len(evs) != 1 {
 				t.Fatalf("detach events %d, want only the owner's", len(evs))
 			}
+			// What was typed is in the recording, not the audit log: the
+			// shell's own events are its start, the attach and detach, and
+			// its end (the terminal's sentence says so).
+			for _, ev := range waitEvents(t, f, fmt.Sprintf("target:%d", cid), func([]audit.Event) bool { return true }) {
+				if ev.Target.Type != "command" {
+					continue
+				}
+				switch ev.Action {
+				case "command.exec", "command.attach", "command.detach", "command.resize", "command.end":
+				default:
+					t.Errorf("unexpected event %s of the shell", ev.Action)
+				}
+				if strings.Contains(string(ev.Details), "owner-$((") || strings.Contains(string(ev.Details), "member-$((") {
+					t.Errorf("%s holds typed input: %s", ev.Action, ev.Details)
+				}
+			}
 		})
 		t.Run("the recording says who typed what", func(t *testing.T) {
 			names, by := typed(t, db, cid)
@@ -381,4 +397,33 @@ func TestLiveRecordingSearch(t *testing.T) {
 		sendInput(t, c, terminal.ClientMessage{Type: "input", Data: "exit\r"})
 		readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "exit" })
 	})
+}
+
+// TestTerminalPromise: the terminal's sentence says what is recorded and
+// audited, each claim proven by a test of this file (who typed:
+// TestTerminalTypist; joining and leaving: TestTerminalTypist; searchable
+// within seconds: TestLiveRecordingSearch; not each command in the audit
+// log: TestTerminalTypist finds only command.* events of the shell), and
+// its link leads to the section of the served docs that says the rest.
+func TestTerminalPromise(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", f.session),
+		cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["member"]}}})
+	wantStatus(t, "session page", page, http.StatusOK)
+	for _, claim := range []string{"recorded with who typed it before the shell gets it", "joining or leaving it, are audited",
+		"searchable within seconds", "Commands run inside the shell are in the recording, not each in the audit log",
+		`href="/docs/sessions#in-the-terminal-what-is-recorded-and-audited"`} {
+		if !strings.Contains(string(page.body), claim) {
+			t.Errorf("the terminal's sentence lacks %q", claim)
+		}
+	}
+	if strings.Contains(string(page.body), "Every keystroke and command is authorized, recorded and audited") {
+		t.Error("the terminal still claims every command is audited")
+	}
+	doc := f.e.do(request{method: http.MethodGet, path: "/docs/sessions"})
+	wantStatus(t, "sessions doc", doc, http.StatusOK)
+	if !strings.Contains(string(doc.body), `id="in-the-terminal-what-is-recorded-and-audited"`) || !strings.Contains(string(doc.body), "command.attach") {
+		t.Fatal("the linked section is missing from the served docs")
+	}
 }
