@@ -175,7 +175,7 @@ func (g *Gateway) typing(ctx context.Context, org Org, a *authz.Actor, m Meta, s
 	t.mu.Unlock()
 	c, err := recordings.GetInSession(ctx, org.DB, sessionID, commandID)
 	if err != nil {
-		return err
+		return durable(err)
 	}
 	opener := c.ActorType == who.Type && c.ActorID == who.ID
 	if !opener && !c.Ended() {
