@@ -198,7 +198,6 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 	}
 	fail := func(err error) error {
 		msg := "The terminal could not continue."
-		defer leave("the terminal was ended: " + msg)
 		var ae *apperr.Error
 		var ve *apperr.ValidationError
 		switch {
@@ -207,6 +206,9 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		case errors.As(err, &ve):
 			msg = ve.Error()
 		}
+		// Said before the connection closes: the reader then sees it
+		// closed, which is not why.
+		leave("the terminal was ended: " + msg)
 		_ = send(ServerMessage{Type: "error", Message: msg})
 		_ = conn.Close(websocket.StatusPolicyViolation, truncate(msg, 120))
 		return err
