@@ -109,3 +109,49 @@ func TestLiveSearchCommandWithoutOutput(t *testing.T) {
 		}
 	})
 }
+
+// TestLiveSearchThrottle: within IndexEvery of the last index write a
+// batch waits in the recording (the follower is told to come back), and
+// the next poll, with output or without, indexes it.
+func TestLiveSearchThrottle(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db := storetest.Open(t, d, store.OrgSet)
+		c := command(t, db, "me")
+		lease := time.Now().Add(time.Minute)
+		at := time.Now().Add(-time.Minute) // the batches were read a minute ago
+		put := func(seq uint64, at time.Time, text string) recordings.Command {
+			t.Helper()
+			out := recordings.Output{}
+			if text != "" {
+				out.Chunks = []recordings.Chunk{{Seq: seq, Stream: recordings.StreamPTY, At: at, Data: []byte(text)}}
+			}
+			got, err := recordings.AppendOutput(ctx, db, c.ID, "me", out, lease)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return got
+		}
+		found := func(w string) bool {
+			t.Helper()
+			hits, err := recordings.Search(ctx, db, recordings.Query{Text: []string{w}}, 0, 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return len(hits) == 1
+		}
+		if got := put(1, at, "first-batch alpha\r\n"); recordings.IndexLags(got) || !found("alpha") {
+			t.Fatal("the first batch is not indexed at once")
+		}
+		got := put(2, at.Add(100*time.Millisecond), "second-batch omega\r\n")
+		if !recordings.IndexLags(got) || found("omega") {
+			t.Fatalf("a batch within %v of the last write was indexed at once (lags %v)", recordings.IndexEvery, recordings.IndexLags(got))
+		}
+		// A poll that brought nothing, a second later: what waited is
+		// indexed.
+		if got := put(0, time.Time{}, ""); recordings.IndexLags(got) || !found("omega") || !found("alpha") {
+			t.Fatal("the batch that waited is not indexed by the next poll")
+		}
+	})
+}
