@@ -29,17 +29,16 @@ const (
 
 // Command is one command run through the gateway.
 type Command struct {
-	ID        int64 `gorm:"primaryKey"`
-	SessionID int64
-	AgentdID  string `gorm:"column:agentd_id"`
-	Command   string
-	Cwd       string
-	TTY       bool `gorm:"column:tty"`
-	ActorType string
-	ActorID   string
-	ActorName string
-	// ActorVia is the credential the opener came through (Typist.Via).
-	ActorVia     string
+	ID           int64 `gorm:"primaryKey"`
+	SessionID    int64
+	AgentdID     string `gorm:"column:agentd_id"`
+	Command      string
+	Cwd          string
+	TTY          bool `gorm:"column:tty"`
+	ActorType    string
+	ActorID      string
+	ActorName    string
+	ActorVia     string // the credential the opener came through (Typist.Via)
 	StartedAt    time.Time
 	EndedAt      *time.Time
 	ExitCode     *int
@@ -54,10 +53,9 @@ type Command struct {
 	InSeq        int64
 	InHash       string
 	StdinContent bool
-	// TextCursor is how far the output is indexed for search (livetext.go).
-	TextCursor string
-	LeaseOwner string
-	LeaseUntil *time.Time
+	TextCursor   string // how far the output is indexed for search (livetext.go)
+	LeaseOwner   string
+	LeaseUntil   *time.Time
 	// Acked reports that agentd answered the command's create (or a read
 	// of it): before that, agentd not knowing it means "not started yet".
 	Acked bool `gorm:"column:agentd_acked"`

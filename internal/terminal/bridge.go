@@ -130,9 +130,9 @@ const idlePollPause = 250 * time.Millisecond
 // Bridge serves browser terminals through a gateway. One per process.
 type Bridge struct {
 	Gateway *proxy.Gateway
+	Logger  *slog.Logger
 	// Open are the open browser terminals.
-	Open   Terminals
-	Logger *slog.Logger
+	Open Terminals
 }
 
 func (b *Bridge) logger() *slog.Logger {
