@@ -178,7 +178,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.SessionsRT = sessions.NewRuntime()
 	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
-	c.Terminal = &terminal.Bridge{Gateway: c.Gateway}
+	c.Terminal = &terminal.Bridge{Gateway: c.Gateway, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{

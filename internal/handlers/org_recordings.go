@@ -72,6 +72,9 @@ func (s *Server) getRecording(c echo.Context) error {
 		if opts.Resizes, err = s.resizes(c, cmd); err != nil {
 			return err
 		}
+		if opts.Typists, err = recordings.TypistChanges(ctx, db, cmd.ID); err != nil {
+			return err
+		}
 		// The replay page asks for newlines as a terminal shows them when
 		// the command had no TTY; downloads stay byte for byte.
 		opts.CRLF = c.QueryParam("eol") == "crlf" && !cmd.TTY
@@ -107,14 +110,28 @@ func (s *Server) getRecording(c echo.Context) error {
 	return nil
 }
 
-// recordingEvent is one chunk in the JSON form of a recording.
+// recordingEvent is one chunk in the JSON form of a recording, or a
+// change of typist.
 type recordingEvent struct {
 	// T is seconds since the command started.
-	T      float64 `json:"t"`
-	Seq    uint64  `json:"seq"`
-	Stream string  `json:"stream"`
-	// Data is the bytes, base64; for a gap, the number of bytes lost.
+	T float64 `json:"t"`
+	// Seq is the output chunk's id; for a typist change, the input
+	// chain's sequence number of the typist's first frame.
+	Seq    uint64 `json:"seq"`
+	Stream string `json:"stream"`
+	// Data is the bytes, base64; for a gap, the number of bytes lost; for
+	// a typist change, null.
 	Data []byte `json:"data"`
+	// Typist is who types from here on (stream "typist" only).
+	Typist *recordingTypist `json:"typist,omitempty"`
+}
+
+// recordingTypist is a typist in the JSON form of a recording.
+type recordingTypist struct {
+	Type string `json:"type"`
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Via  string `json:"via"`
 }
 
 // writeRecordingJSON streams {"command": ..., "events": [...]} a chunk at a
@@ -128,9 +145,13 @@ func writeRecordingJSON(c echo.Context, cmd recordings.Command) error {
 	if _, err := fmt.Fprintf(w, `{"command":%s,"events":[`, head); err != nil {
 		return err
 	}
+	typists, err := recordings.TypistChanges(c.Request().Context(), tenantOf(c).DB, cmd.ID)
+	if err != nil {
+		return err
+	}
 	n := 0
-	err = recordings.Walk(c.Request().Context(), tenantOf(c).DB, cmd.ID, recordings.KindOut, func(ch recordings.Chunk) error {
-		b, err := json.Marshal(recordingEvent{T: max(ch.At.Sub(cmd.StartedAt).Seconds(), 0), Seq: ch.Seq, Stream: ch.Stream, Data: ch.Data})
+	write := func(ev recordingEvent) error {
+		b, err := json.Marshal(ev)
 		if err != nil {
 			return err
 		}
@@ -140,8 +161,30 @@ func writeRecordingJSON(c echo.Context, cmd recordings.Command) error {
 		n++
 		_, err = w.Write(b)
 		return err
+	}
+	// Typist changes go in time order among the chunks.
+	typistsUpTo := func(at time.Time) error {
+		for len(typists) > 0 && !typists[0].At.After(at) {
+			tc := typists[0]
+			typists = typists[1:]
+			ev := recordingEvent{T: max(tc.At.Sub(cmd.StartedAt).Seconds(), 0), Seq: tc.Seq, Stream: recordings.StreamTypist,
+				Typist: &recordingTypist{Type: tc.Typist.Type, ID: tc.Typist.ID, Name: tc.Typist.Name, Via: tc.Typist.Via}}
+			if err := write(ev); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	err = recordings.Walk(c.Request().Context(), tenantOf(c).DB, cmd.ID, recordings.KindOut, func(ch recordings.Chunk) error {
+		if err := typistsUpTo(ch.At); err != nil {
+			return err
+		}
+		return write(recordingEvent{T: max(ch.At.Sub(cmd.StartedAt).Seconds(), 0), Seq: ch.Seq, Stream: ch.Stream, Data: ch.Data})
 	})
 	if err != nil {
+		return err
+	}
+	if err := typistsUpTo(time.Unix(1<<40, 0)); err != nil {
 		return err
 	}
 	_, err = w.Write([]byte("]}\n"))

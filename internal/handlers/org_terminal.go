@@ -215,7 +215,7 @@ func (s *Server) apiStdin(c echo.Context) error {
 	if req.Text != "" {
 		data = []byte(req.Text)
 	}
-	if err := s.Gateway.Stdin(c.Request().Context(), s.terminalOrg(c), actorOf(c), sid, cid, data, req.EOF); err != nil {
+	if err := s.Gateway.Stdin(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, cid, data, req.EOF); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)

@@ -95,7 +95,7 @@ func New(d Deps) *Server {
 		d.SessionsRT = sessions.NewRuntime()
 	}
 	if d.Terminal == nil {
-		d.Terminal = &terminal.Bridge{Gateway: d.Gateway}
+		d.Terminal = &terminal.Bridge{Gateway: d.Gateway, Logger: d.Logger}
 	}
 	e := echo.New()
 	e.HideBanner = true

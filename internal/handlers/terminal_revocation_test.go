@@ -137,7 +137,7 @@ func TestTerminalRevocation(t *testing.T) {
 					tok = f.e.orgLogin("acme", "member@acme.test", userPassword)
 				}
 				c := f.dialTerminalAs(t, tok, tc.key)
-				readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
+				att := readUntil(t, c, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
 				typeAndSee(t, c, "echo before-$((6*7))\r", "before-42")
 				tc.revoke(t, tok)
 				marker := "after-" + randomHex(6)
@@ -151,6 +151,10 @@ func TestTerminalRevocation(t *testing.T) {
 				if f.agentdHasFile(t, marker) {
 					t.Fatalf("a keystroke typed after the revocation ran (%s exists)", marker)
 				}
+				// The shell still runs: its terminal's leaving is audited, saying why.
+				waitEvents(t, f, fmt.Sprintf("action:command.detach target:%d", att[len(att)-1].CommandID), func(evs []audit.Event) bool {
+					return len(evs) == 1 && strings.Contains(string(evs[0].Details), tc.wantMsg)
+				})
 			})
 		}
 

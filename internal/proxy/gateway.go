@@ -83,6 +83,8 @@ type Gateway struct {
 	// resizes holds back the window changes of each command that come
 	// within a second of its last recorded one (resize.go).
 	resizes resizeWindows
+	// attached knows who is attached to which command (attach.go).
+	attached attachments
 
 	// known remembers what never changes about a command (its session and
 	// agentd's id for it), so output polls and keystrokes need no

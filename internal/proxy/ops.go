@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"sort"
@@ -87,14 +88,25 @@ func clampWait(ms int64) time.Duration {
 	return time.Duration(ms) * time.Millisecond
 }
 
-// envKeys lists the names of the variables an exec sets; their values may
-// be secrets and are not audited.
+// envKeys lists the names of the variables an exec sets, in order.
 func envKeys(env map[string]string) []string {
 	out := make([]string, 0, len(env))
 	for k := range env {
 		out = append(out, k)
 	}
 	sort.Strings(out)
+	return out
+}
+
+// envHashes maps each variable an exec sets to the SHA-256 (hex) of its
+// value: the audit log shows what ran without holding the values, which
+// may be secrets, and a value known to an investigator can be matched.
+func envHashes(env map[string]string) map[string]string {
+	out := make(map[string]string, len(env))
+	for k, v := range env {
+		sum := sha256.Sum256([]byte(v))
+		out[k] = hex.EncodeToString(sum[:])
+	}
 	return out
 }
 
@@ -108,14 +120,14 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	if req.TimeoutMS < 0 || req.WaitMS < 0 {
 		return Output{}, &apperr.ValidationError{Fields: map[string]string{"timeout_ms": "timeout_ms and wait_ms cannot be negative."}}
 	}
-	t, err := resolve(ctx, org, a, sessionID, ActExec, func(t sessions.Target) error { return policyCheck(a, t, req.Command) })
+	t, err := resolve(ctx, org, a, sessionID, ActExec, func(t sessions.Target) error { return policyCheck(a, t, req.Command, req.Env) })
 	if err != nil {
 		return Output{}, err
 	}
 	now := g.now()
 	lease := now.Add(g.Followers.LeaseFor())
 	cmd := recordings.Command{SessionID: sessionID, AgentdID: newAgentdID(), Command: req.Command, Cwd: inWorkspace(t, req.Cwd), TTY: req.TTY,
-		ActorType: a.Kind, ActorID: a.ID, ActorName: a.Name, StartedAt: now, LeaseOwner: g.Followers.Owner, LeaseUntil: &lease}
+		ActorType: a.Kind, ActorID: a.ID, ActorName: a.Name, ActorVia: recordings.TypistOf(&a.Principal).Via, StartedAt: now, LeaseOwner: g.Followers.Owner, LeaseUntil: &lease}
 	if cmd.StdinContent, err = g.stdinContent(ctx, org); err != nil {
 		return Output{}, durable(err)
 	}
@@ -136,7 +148,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 			return err
 		}
 		_, err = org.Audit.AppendTx(ctx, tx, event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
-			"command_id": cmd.ID, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "timeout_ms": req.TimeoutMS}))
+			"command_id": cmd.ID, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS}))
 		return err
 	})
 	if err != nil {
@@ -302,8 +314,10 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 }
 
 // Stdin writes to a running command. The bytes are recorded (or, by the
-// org's choice, only their size) before agentd receives them.
-func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID, commandID int64, data []byte, eof bool) error {
+// org's choice, only their size) with their typist before agentd receives
+// them; an API client's first keystroke into a command someone else
+// opened is audited as command.attach first.
+func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64, data []byte, eof bool) error {
 	var t sessions.Target
 	var c recordings.Command
 	var err error
@@ -315,9 +329,12 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, sessionID,
 		if t, err = resolve(ctx, org, a, sessionID, ActStdin, nil); err != nil {
 			return err
 		}
+		if err := g.typing(ctx, org, a, m, sessionID, commandID); err != nil {
+			return err
+		}
 		// One commit, which also checks the command is this session's and
 		// still running; closing stdin is recorded too.
-		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, eof, g.now()); err != nil {
+		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, eof, g.now(), recordings.TypistOf(&a.Principal)); err != nil {
 			return durable(err)
 		}
 	}

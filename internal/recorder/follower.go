@@ -463,7 +463,13 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if resp == nil {
 		pctx, cancel := context.WithTimeout(ctx, f.wait()+30*time.Second)
 		defer cancel()
-		resp, err = cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), f.wait())
+		wait := f.wait()
+		if recordings.IndexLags(c) {
+			// Output waits to be indexed for search: come back soon,
+			// output or not, so it is searchable within seconds.
+			wait = min(wait, recordings.IndexEvery)
+		}
+		resp, err = cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), wait)
 	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {

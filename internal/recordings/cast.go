@@ -132,7 +132,13 @@ type CastOptions struct {
 	// shown it: for the player, when the command had no TTY. The output
 	// then no longer equals the recording byte for byte.
 	CRLF bool
+	// Typists are where the typist changes (TypistChanges), oldest first:
+	// each becomes an "m" (marker) event naming who types from there.
+	Typists []TypistChange
 }
+
+// TypistMarker is the label of the marker where typist t begins to type.
+func TypistMarker(t Typist) string { return "typist: " + t.Label() }
 
 // WriteCast writes command c's output as asciicast v2
 // (https://docs.asciinema.org/manual/asciicast/v2/): a header line, then
@@ -168,12 +174,27 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, opts Ca
 	}
 	var j runeJoiner
 	eol := crlf{on: opts.CRLF}
-	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
-		for len(resizes) > 0 && !resizes[0].At.After(ch.At) {
-			if err := emit(resizes[0].At, "r", strconv.Itoa(resizes[0].Cols)+"x"+strconv.Itoa(resizes[0].Rows)); err != nil {
+	typists := opts.Typists
+	// marks writes the window changes and typist changes at or before at.
+	marks := func(at time.Time) error {
+		for len(resizes) > 0 && !resizes[0].At.After(at) || len(typists) > 0 && !typists[0].At.After(at) {
+			if len(typists) == 0 || len(resizes) > 0 && !resizes[0].At.After(typists[0].At) {
+				if err := emit(resizes[0].At, "r", strconv.Itoa(resizes[0].Cols)+"x"+strconv.Itoa(resizes[0].Rows)); err != nil {
+					return err
+				}
+				resizes = resizes[1:]
+				continue
+			}
+			if err := emit(typists[0].At, "m", TypistMarker(typists[0].Typist)); err != nil {
 				return err
 			}
-			resizes = resizes[1:]
+			typists = typists[1:]
+		}
+		return nil
+	}
+	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
+		if err := marks(ch.At); err != nil {
+			return err
 		}
 		if ch.Stream == StreamGap {
 			return emit(ch.At, "m", "gatehouse: "+string(ch.Data)+" bytes of output were lost here (agentd's buffer overflowed)")
@@ -190,6 +211,12 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, opts Ca
 		if err := enc.Encode([]any{last, "o", eol.convert(p)}); err != nil {
 			return err
 		}
+	}
+	// Typing after the last output (an exit typed at the end); window
+	// changes after it show nothing.
+	resizes = nil
+	if err := marks(time.Unix(1<<40, 0)); err != nil {
+		return err
 	}
 	return bw.Flush()
 }

@@ -38,10 +38,13 @@ const (
 	StreamGap = "gap"
 	// StreamEOF marks stdin closed by the client (Ctrl-D on a TTY).
 	StreamEOF = "eof"
+	// StreamTypist opens every stdin frame: Data is its Typist as JSON.
+	// It is in the input chain but not in the input's byte counts.
+	StreamTypist = "typist"
 )
 
-var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6}
-var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF}
+var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6, StreamTypist: 7}
+var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF, 7: StreamTypist}
 
 // Chunk is one piece of recorded terminal traffic.
 type Chunk struct {

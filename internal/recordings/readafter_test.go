@@ -147,7 +147,7 @@ func TestVerifyAcrossPages(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		ended, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), true, at)
+		ended, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), true, at, recordings.Typist{Type: "user", ID: "1", Name: "u"})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,6 +50,7 @@ func TestRecordAndVerify(t *testing.T) {
 		c := command(t, db, "me")
 		at := time.Now()
 		lease := at.Add(time.Minute)
+		typist := recordings.Typist{Type: "user", ID: "1", Name: "u", Via: "login:0123456789ab"}
 		batch := func(from, to uint64) recordings.Output {
 			var out recordings.Output
 			for i := from; i <= to; i++ {
@@ -85,22 +86,24 @@ func TestRecordAndVerify(t *testing.T) {
 			}
 		})
 		t.Run("stdin is recorded, or only its size", func(t *testing.T) {
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), false, at); err != nil {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("typed"), false, at, typist); err != nil {
 				t.Fatal(err)
 			}
 			// The org chose to keep only sizes for this command.
 			if err := db.Exec("UPDATE commands SET stdin_content = ? WHERE id = ?", false, c.ID).Error; err != nil {
 				t.Fatal(err)
 			}
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("secret"), true, at); err != nil {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID, c.ID, []byte("secret"), true, at, typist); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := recordings.AppendInput(ctx, db, c.SessionID+1, c.ID, []byte("x"), false, at); !errors.Is(err, apperr.ErrNotFound) {
+			if _, err := recordings.AppendInput(ctx, db, c.SessionID+1, c.ID, []byte("x"), false, at, typist); !errors.Is(err, apperr.ErrNotFound) {
 				t.Errorf("stdin to a command of another session = %v", err)
 			}
 			in, err := recordings.Read(ctx, db, c.ID, recordings.KindIn)
-			// The second write closed stdin: its end is recorded too.
-			if err != nil || len(in) != 3 || string(in[0].Data) != "typed" || len(in[1].Data) != 0 || in[2].Stream != recordings.StreamEOF {
+			// Each write opens with its typist; the second closed stdin:
+			// its end is recorded too.
+			if err != nil || len(in) != 5 || in[0].Stream != recordings.StreamTypist || string(in[1].Data) != "typed" ||
+				in[2].Stream != recordings.StreamTypist || len(in[3].Data) != 0 || in[4].Stream != recordings.StreamEOF {
 				t.Fatalf("input %+v, %v", in, err)
 			}
 		})

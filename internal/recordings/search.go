@@ -1,9 +1,7 @@
 package recordings
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -12,7 +10,6 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -52,49 +49,6 @@ type textEntry struct {
 
 func (textEntry) TableName() string { return "recording_text" }
 
-// indexTx writes command c's search index entry inside tx (the transaction
-// recording its end): its command line and its output with escapes
-// removed, up to IndexCap. Writing it twice keeps the first. A recording
-// that cannot be decoded is indexed as far as it can be read; verification
-// reports the damage.
-func indexTx(ctx context.Context, tx *gorm.DB, c Command) error {
-	e := textEntry{CommandID: c.ID, Command: string(ValidUTF8([]byte(c.Command)))}
-	var body []byte
-	var times []byte
-	var s Stripper
-	lastMS := int64(-momentStep)
-	raw := 0
-	err := Walk(ctx, tx, c.ID, KindOut, func(ch Chunk) error {
-		if ch.Stream == StreamGap {
-			return nil
-		}
-		if raw += len(ch.Data); raw > indexRawCap {
-			e.Capped = true
-			return errStop
-		}
-		off := len(body)
-		body = s.Append(body, ch.Data)
-		if ms := sinceStart(c, ch.At); len(body) > off && ms >= lastMS+momentStep && len(times) < momentsLimit {
-			times = strconv.AppendInt(append(strconv.AppendInt(times, int64(off), 10), ':'), ms, 10)
-			times = append(times, ' ')
-			lastMS = ms
-		}
-		if len(body) > IndexCap {
-			body, e.Capped = cutRunes(body, IndexCap), true
-			return errStop
-		}
-		return nil
-	})
-	if err != nil && !errors.Is(err, errCorrupt) {
-		return fmt.Errorf("index command %d: %w", c.ID, err)
-	}
-	e.Body, e.Times = string(ValidUTF8(body)), string(bytes.TrimSpace(times))
-	if err := tx.WithContext(ctx).Clauses(clause.OnConflict{DoNothing: true}).Create(&e).Error; err != nil {
-		return fmt.Errorf("index command %d: %w", c.ID, err)
-	}
-	return nil
-}
-
 // sinceStart is how far into command c's recording at is, in whole
 // milliseconds rounded up (a replay started there shows the output of at).
 func sinceStart(c Command, at time.Time) int64 {
@@ -115,7 +69,26 @@ func IndexMissing(ctx context.Context, db *gorm.DB, limit int) (int, error) {
 		return 0, fmt.Errorf("list unindexed commands: %w", err)
 	}
 	for _, c := range cs {
-		if err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error { return indexTx(ctx, tx, c) }); err != nil {
+		err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			// Locked and read again: another replica's sweep may have
+			// indexed it meanwhile, and an entry is written once.
+			c, err := lockOwned(tx, c.ID, "")
+			if err != nil {
+				return err
+			}
+			var n int64
+			if err := tx.Table("recording_text").Where("command_id = ?", c.ID).Count(&n).Error; err != nil || n > 0 {
+				return err
+			}
+			// No entry, whatever the cursor says: index it all.
+			c.TextCursor = ""
+			updates := map[string]any{}
+			if err := indexEndTx(ctx, tx, &c, updates); err != nil {
+				return err
+			}
+			return tx.Model(&Command{}).Where("id = ?", c.ID).Updates(updates).Error
+		})
+		if err != nil {
 			return 0, err
 		}
 	}

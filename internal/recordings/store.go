@@ -38,6 +38,7 @@ type Command struct {
 	ActorType    string
 	ActorID      string
 	ActorName    string
+	ActorVia     string // the credential the opener came through (Typist.Via)
 	StartedAt    time.Time
 	EndedAt      *time.Time
 	ExitCode     *int
@@ -52,6 +53,7 @@ type Command struct {
 	InSeq        int64
 	InHash       string
 	StdinContent bool
+	TextCursor   string // how far the output is indexed for search (livetext.go)
 	LeaseOwner   string
 	LeaseUntil   *time.Time
 	// Acked reports that agentd answered the command's create (or a read
@@ -239,6 +241,17 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 			fresh = append(fresh, ch)
 		}
 	}
+	// Searchable as it is stored: the batch's text joins the command's
+	// search entry in this transaction (or, within IndexEvery of the last
+	// write, with the next one: a poll that brought nothing writes what
+	// waited).
+	now := time.Now()
+	if len(fresh) > 0 {
+		now = fresh[len(fresh)-1].At
+	}
+	if err := indexOutputTx(tx.Statement.Context, tx, c, c.LastChunk, fresh, now, updates); err != nil {
+		return err
+	}
 	if len(fresh) > 0 {
 		body, head, raw, err := encodeFrame(c.OutHash, fresh)
 		if err != nil {
@@ -267,11 +280,12 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 }
 
 // AppendInput stores one stdin write (data, and eof when the client closes
-// stdin) for command id of session sessionID before it is forwarded, and
-// returns the command. With the command's
-// StdinContent false only the size is kept (the org's setting). A command
-// of another session is not found; one that ended is a conflict.
-func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, eof bool, at time.Time) (Command, error) {
+// stdin) by typist for command id of session sessionID before it is
+// forwarded, and returns the command. The frame opens with its typist, so
+// every frame says who typed it. With the command's StdinContent false
+// only the size is kept (the org's setting); the typist always is. A
+// command of another session is not found; one that ended is a conflict.
+func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, eof bool, at time.Time, typist Typist) (Command, error) {
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
@@ -286,8 +300,11 @@ func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []b
 		if c.Ended() {
 			return apperr.New(apperr.ErrConflict, "command_ended", "Command %d has ended (%s).", c.ID, c.State)
 		}
-		var chunks []Chunk
-		seq := uint64(c.InSeq)
+		if len(data) == 0 && !eof {
+			return nil
+		}
+		seq := uint64(c.InSeq) + 1
+		chunks := []Chunk{{Seq: seq, Stream: StreamTypist, At: at, Data: encodeTypist(typist)}}
 		if len(data) > 0 {
 			seq++
 			ch := Chunk{Seq: seq, Stream: StreamStdin, At: at, Data: data}
@@ -299,9 +316,6 @@ func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []b
 		if eof {
 			seq++
 			chunks = append(chunks, Chunk{Seq: seq, Stream: StreamEOF, At: at})
-		}
-		if len(chunks) == 0 {
-			return nil
 		}
 		body, head, raw, err := encodeFrame(c.InHash, chunks)
 		if err != nil {
@@ -373,13 +387,15 @@ func finishTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c *Command, end 
 	}
 	at := end.At.UTC()
 	c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
-	if err := tx.Model(&Command{}).Where("id = ?", c.ID).Updates(map[string]any{"state": c.State, "exit_code": c.ExitCode,
-		"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}).Error; err != nil {
+	updates := map[string]any{"state": c.State, "exit_code": c.ExitCode,
+		"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}
+	// The search entry, written batch by batch while the command ran, is
+	// completed with the end, so every ended command is searchable to its
+	// end (or neither happened).
+	if err := indexEndTx(ctx, tx, c, updates); err != nil {
 		return err
 	}
-	// The search entry commits with the end, so every ended command is
-	// searchable (or neither happened).
-	if err := indexTx(ctx, tx, *c); err != nil {
+	if err := tx.Model(&Command{}).Where("id = ?", c.ID).Updates(updates).Error; err != nil {
 		return err
 	}
 	_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
@@ -472,7 +488,7 @@ func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) 
 			}
 			for _, c := range cs {
 				head = chainHash(head, c)
-				if c.Stream != StreamGap {
+				if c.Stream != StreamGap && c.Stream != StreamTypist {
 					n += int64(len(c.Data))
 				}
 			}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -129,8 +130,16 @@ const idlePollPause = 250 * time.Millisecond
 // Bridge serves browser terminals through a gateway. One per process.
 type Bridge struct {
 	Gateway *proxy.Gateway
+	Logger  *slog.Logger
 	// Open are the open browser terminals.
 	Open Terminals
+}
+
+func (b *Bridge) logger() *slog.Logger {
+	if b.Logger != nil {
+		return b.Logger
+	}
+	return slog.Default()
 }
 
 // Serve serves one browser terminal over conn until either side ends it.
@@ -174,6 +183,19 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		defer wcancel()
 		return conn.Write(wctx, websocket.MessageText, b)
 	}
+	// leaving is why the terminal ends, the first reason given winning
+	// (both the reader and the poll loop may end it).
+	var leaving struct {
+		sync.Mutex
+		why string
+	}
+	leave := func(why string) {
+		leaving.Lock()
+		defer leaving.Unlock()
+		if leaving.why == "" {
+			leaving.why = why
+		}
+	}
 	fail := func(err error) error {
 		msg := "The terminal could not continue."
 		var ae *apperr.Error
@@ -184,6 +206,9 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		case errors.As(err, &ve):
 			msg = ve.Error()
 		}
+		// Said before the connection closes: the reader then sees it
+		// closed, which is not why.
+		leave("the terminal was ended: " + msg)
 		_ = send(ServerMessage{Type: "error", Message: msg})
 		_ = conn.Close(websocket.StatusPolicyViolation, truncate(msg, 120))
 		return err
@@ -203,6 +228,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			return fail(err)
 		}
 		cid = out.CommandID
+		g.OpenedTerminal(org, a, cid)
 	} else {
 		// Continuing a command is using the session: authorized before
 		// anything, even whether the command exists, is said (running's
@@ -211,6 +237,25 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		if err := g.Continue(ctx, org, a, at.SessionID, cid); err != nil {
 			return fail(err)
 		}
+		// Joining a running command, one's own after a reload or someone
+		// else's, is audited before anything is shown or sent.
+		if err := g.Attach(ctx, org, a, m, at.SessionID, cid); err != nil {
+			return fail(err)
+		}
+	}
+	// ended says the command's end was seen: its command.end says all; a
+	// terminal leaving a command that still runs is audited as
+	// command.detach, with why (closed, lost, access removed).
+	ended := false
+	if !at.Watch {
+		defer func() {
+			leave("the terminal was closed")
+			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer dcancel()
+			if err := g.Detach(dctx, org, a, m, at.SessionID, cid, leaving.why, ended); err != nil {
+				b.logger().Warn("recording a terminal's detach failed", "org", org.Slug, "command", cid, "error", err)
+			}
+		}()
 	}
 	if err := done(a, nil); err != nil {
 		return fail(err)
@@ -231,6 +276,9 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		for {
 			typ, b, err := conn.Read(readCtx)
 			if err != nil {
+				if websocket.CloseStatus(err) == -1 && readCtx.Err() == nil {
+					leave("the connection was lost")
+				}
 				return
 			}
 			if at.Watch || typ != websocket.MessageText {
@@ -252,7 +300,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			}
 			switch msg.Type {
 			case "input":
-				err = done(act, g.Stdin(ctx, org, act, at.SessionID, cid, []byte(msg.Data), false))
+				err = done(act, g.Stdin(ctx, org, act, m, at.SessionID, cid, []byte(msg.Data), false))
 			case "resize":
 				if err = done(act, g.Resize(ctx, org, act, m, at.SessionID, cid, msg.Rows, msg.Cols)); errors.Is(err, apperr.ErrConflict) {
 					err = nil
@@ -291,6 +339,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			cursor = out.NextCursor
 		}
 		if out.State != recordings.StateRunning && !out.More {
+			ended = true
 			if err := send(ServerMessage{Type: "exit", State: out.State, ExitCode: out.ExitCode}); err != nil {
 				return err
 			}

@@ -1,0 +1,219 @@
+package recordings
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
+)
+
+// textCursor is how far a command's output is indexed for search, kept on
+// the command's row (commands.text_cursor, JSON) so each batch of output
+// extends the index without reading it: the row is read and locked for the
+// batch already. It carries what spans batches: the escape stripper's
+// state (an escape split between two batches is still removed whole) and
+// an incomplete UTF-8 character at the end of the last batch (its rest
+// comes with the next). The text itself is appended as is, so a word split
+// between batches is one word in the index.
+type textCursor struct {
+	// Seq is the last output chunk indexed.
+	Seq uint64 `json:"seq"`
+	// Len is the indexed text's length in bytes; Raw the recorded output
+	// read for it.
+	Len int   `json:"len"`
+	Raw int64 `json:"raw"`
+	// MS is the moment (ms from the start) of the last entry of the
+	// moments map, Times the map's length.
+	MS    int64 `json:"ms"`
+	Times int   `json:"times"`
+	// State and CR are the Stripper's state after the last chunk.
+	State stripState `json:"st,omitempty"`
+	CR    bool       `json:"cr,omitempty"`
+	// Tail is an incomplete UTF-8 character held back.
+	Tail []byte `json:"tail,omitempty"`
+	// Written says the command has its search entry; At is when it was
+	// last written (Unix ms, by the recording's clock).
+	Written bool  `json:"w,omitempty"`
+	At      int64 `json:"at,omitempty"`
+	// Capped says the text reached IndexCap (or the output indexRawCap):
+	// nothing more is indexed.
+	Capped bool `json:"capped,omitempty"`
+}
+
+func readCursor(c Command) textCursor {
+	cur := textCursor{MS: -momentStep}
+	if c.TextCursor != "" {
+		_ = json.Unmarshal([]byte(c.TextCursor), &cur) // written by us; a bad one starts over
+	}
+	return cur
+}
+
+func (cur textCursor) encode() string {
+	b, _ := json.Marshal(cur) // plain fields: cannot fail
+	return string(b)
+}
+
+// textBatch turns chunks of output into search text, from a cursor.
+type textBatch struct {
+	c    Command
+	cur  textCursor
+	body []byte // text added by this batch
+	// times are the moments map's entries added by this batch.
+	times []byte
+}
+
+func newTextBatch(c Command) *textBatch { return &textBatch{c: c, cur: readCursor(c)} }
+
+// add indexes one chunk; chunks at or below the cursor are skipped. It
+// reports false once the index is capped.
+func (b *textBatch) add(ch Chunk) bool {
+	if b.cur.Capped {
+		return false
+	}
+	if ch.Seq <= b.cur.Seq {
+		return true
+	}
+	b.cur.Seq = ch.Seq
+	if ch.Stream == StreamGap {
+		return true
+	}
+	if b.cur.Raw += int64(len(ch.Data)); b.cur.Raw > indexRawCap {
+		b.cur.Capped = true
+		return false
+	}
+	off := b.cur.Len + len(b.body)
+	s := Stripper{state: b.cur.State, lastCR: b.cur.CR}
+	text := s.Append(append([]byte(nil), b.cur.Tail...), ch.Data)
+	b.cur.State, b.cur.CR = s.state, s.lastCR
+	n := completeUTF8(text)
+	b.cur.Tail = append(b.cur.Tail[:0], text[n:]...)
+	text = ValidUTF8(text[:n])
+	if ms := sinceStart(b.c, ch.At); len(text) > 0 && ms >= b.cur.MS+momentStep && b.cur.Times < momentsLimit {
+		before := len(b.times)
+		b.times = append(strconv.AppendInt(append(strconv.AppendInt(b.times, int64(off), 10), ':'), ms, 10), ' ')
+		b.cur.Times += len(b.times) - before
+		b.cur.MS = ms
+	}
+	if off+len(text) > IndexCap {
+		text = cutRunes(text, IndexCap-off)
+		b.cur.Capped, b.cur.Tail = true, nil
+	}
+	b.body = append(b.body, text...)
+	return !b.cur.Capped
+}
+
+// end flushes what is held back at the command's end: an incomplete
+// character becomes '?'.
+func (b *textBatch) end() {
+	if len(b.cur.Tail) > 0 && !b.cur.Capped && b.cur.Len+len(b.body)+len(b.cur.Tail) <= IndexCap {
+		b.body = append(b.body, ValidUTF8(b.cur.Tail)...)
+	}
+	b.cur.Tail = nil
+}
+
+// write appends the batch's text to the command's search entry (creating
+// it), in one statement, and moves the cursor on c and in updates (the
+// command row's update of the same transaction). A batch that added
+// nothing to the text writes nothing but the cursor.
+func (b *textBatch) write(ctx context.Context, tx *gorm.DB, c *Command, updates map[string]any) error {
+	if len(b.body) > 0 || len(b.times) > 0 || !b.cur.Written || b.cur.Capped {
+		b.cur.Len += len(b.body)
+		e := textEntry{CommandID: c.ID, Command: string(ValidUTF8([]byte(c.Command))), Body: string(b.body), Times: string(b.times), Capped: b.cur.Capped}
+		err := tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "command_id"}}, DoUpdates: clause.Set{
+			{Column: clause.Column{Name: "body"}, Value: gorm.Expr("recording_text.body || excluded.body")},
+			{Column: clause.Column{Name: "times"}, Value: gorm.Expr("recording_text.times || excluded.times")},
+			{Column: clause.Column{Name: "capped"}, Value: gorm.Expr("excluded.capped")},
+		}}).Create(&e).Error
+		if err != nil {
+			return fmt.Errorf("index command %d: %w", c.ID, err)
+		}
+		b.cur.Written = true
+	}
+	c.TextCursor = b.cur.encode()
+	updates["text_cursor"] = c.TextCursor
+	return nil
+}
+
+// IndexEvery is how often at most a running command's search entry is
+// written. Each write makes the database tokenize the entry again (up to
+// IndexCap: a few milliseconds on SQLite, tens on Postgres, see
+// BenchmarkLiveIndexBatch), so a command printing many small batches would
+// otherwise spend its follower's time re-indexing. Batches within it wait
+// in the recording and are indexed with the next write; a follower whose
+// index lags polls agentd at least this often (IndexLags), so the last
+// batch before a quiet spell is searchable within about two of these.
+const IndexEvery = time.Second
+
+// IndexLags reports whether c has stored output its search entry does not
+// hold yet (its follower should come back within IndexEvery to index it).
+func IndexLags(c Command) bool {
+	cur := readCursor(c)
+	return !cur.Capped && cur.Seq < uint64(c.LastChunk)
+}
+
+// indexOutputTx indexes a batch of output just stored for c (chunks, none
+// for a poll that brought nothing), inside the transaction that stored it
+// (c is locked), unless the entry was written less than IndexEvery before
+// now: then the batch waits in the recording for the next write. Output
+// recorded after the cursor (batches that waited, or a command running
+// across the upgrade that brought live search) is read from the recording
+// first.
+func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64, chunks []Chunk, now time.Time, updates map[string]any) error {
+	b := newTextBatch(*c)
+	if b.cur.Capped || len(chunks) == 0 && b.cur.Seq >= uint64(prevLast) {
+		return nil
+	}
+	if b.cur.Written && now.UnixMilli()-b.cur.At < IndexEvery.Milliseconds() {
+		return nil
+	}
+	b.cur.At = now.UnixMilli()
+	if b.cur.Seq < uint64(prevLast) {
+		if err := b.catchUp(ctx, tx, uint64(prevLast)); err != nil {
+			return err
+		}
+	}
+	for _, ch := range chunks {
+		if !b.add(ch) {
+			break
+		}
+	}
+	return b.write(ctx, tx, c, updates)
+}
+
+// catchUp indexes the recorded chunks after the cursor up to upTo.
+func (b *textBatch) catchUp(ctx context.Context, tx *gorm.DB, upTo uint64) error {
+	err := eachFrame(ctx, tx, b.c.ID, KindOut, int64(b.cur.Seq), func(_ frame, cs []Chunk) error {
+		for _, ch := range cs {
+			if ch.Seq > upTo || !b.add(ch) {
+				return errStop
+			}
+		}
+		return nil
+	})
+	// A recording that cannot be decoded is indexed as far as it can be
+	// read; verification reports the damage.
+	if err != nil && !errors.Is(err, errCorrupt) {
+		return fmt.Errorf("index command %d: %w", b.c.ID, err)
+	}
+	return nil
+}
+
+// indexEndTx completes command c's search entry inside the transaction
+// recording its end: whatever output the batches did not index yet (none,
+// normally), the character held back, and an entry for a command that
+// printed nothing (its command line is searchable too).
+func indexEndTx(ctx context.Context, tx *gorm.DB, c *Command, updates map[string]any) error {
+	b := newTextBatch(*c)
+	if !b.cur.Capped && b.cur.Seq < uint64(c.LastChunk) {
+		if err := b.catchUp(ctx, tx, uint64(c.LastChunk)); err != nil {
+			return err
+		}
+	}
+	b.end()
+	return b.write(ctx, tx, c, updates)
+}

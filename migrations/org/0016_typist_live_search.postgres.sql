@@ -1,0 +1,10 @@
+-- Who typed it, and live search.
+-- actor_via: the credential a command's opener came through (an API key, or
+-- a reference to the sign-in), as every stdin frame records its typist's.
+-- text_cursor: how far the command's output is indexed for search (the
+-- last chunk, the text's length, the escape stripper's state between
+-- batches); recording_text is now written batch by batch as output is
+-- stored, not only when the command ends. The generated tsvector follows
+-- every update of body.
+ALTER TABLE commands ADD COLUMN actor_via TEXT NOT NULL DEFAULT '';
+ALTER TABLE commands ADD COLUMN text_cursor TEXT NOT NULL DEFAULT '';
