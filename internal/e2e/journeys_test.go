@@ -142,7 +142,8 @@ func TestBrowserLeastPowerfulDefaults(t *testing.T) {
 			t.Errorf("service key role starts at %q, want auditor", role)
 		}
 		// The preselected choice works, and after the redirect a reload
-		// neither shows the key again nor creates a second one.
+		// creates no second key; the key stays until dismissed (issue 26
+		// item 8), then is gone for good.
 		do(t, ctx, "create a key with the defaults",
 			chromedp.SendKeys(css(`#name`), "ci"),
 			chromedp.Click(testid("create-key")),
@@ -153,8 +154,13 @@ func TestBrowserLeastPowerfulDefaults(t *testing.T) {
 		}
 		mustContain(t, "key row", text(t, ctx, testid("keys-table")), "ci", "service", "Auditor (whole organization)")
 		do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(testid("keys-table")))
-		if n := evalJS[int](t, ctx, "secrets after reload", `document.querySelectorAll('[data-testid="new-key-secret"]').length`); n != 0 {
-			t.Error("the key's secret is shown again after a reload")
+		if n := evalJS[int](t, ctx, "secrets after reload", `document.querySelectorAll('[data-testid="new-key-secret"]').length`); n != 1 {
+			t.Error("the key's secret is gone after a reload, before it was dismissed")
+		}
+		do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-key")), chromedp.WaitNotPresent(testid("new-key-secret")),
+			chromedp.Reload(), chromedp.WaitVisible(testid("keys-table")))
+		if n := evalJS[int](t, ctx, "secrets after dismissing", `document.querySelectorAll('[data-testid="new-key-secret"]').length`); n != 0 {
+			t.Error("the key's secret is shown again after it was dismissed")
 		}
 		if rows := evalJS[int](t, ctx, "key rows", `document.querySelectorAll('[data-testid="keys-table"] tbody tr').length`); rows != 1 {
 			t.Errorf("%d keys after a reload, want 1 (the form was resubmitted)", rows)
