@@ -219,6 +219,9 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 		do(t, ctx, "create a department", chromedp.Navigate(srv.url+"/o/acme/departments"), chromedp.WaitVisible(testid("create-department")),
 			chromedp.SendKeys(css(`#name`), "Research"), chromedp.Click(testid("create-department")), chromedp.WaitVisible(testid("flash")))
 		wantSteps(t, checklist(t, ctx, srv.url), "environment", "people", "department")
+		if *updateScreenshots {
+			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-first-run.png")
+		}
 		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.Click(css(`[data-testid="user-row-ada@acme.test"] a`)),
 			chromedp.WaitVisible(css(`#domain`)))
 		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "member" {
