@@ -34,6 +34,8 @@ const (
 type fitWorld struct {
 	*consoleWorld
 	auditorEmail string
+	// commands ran in the member's session, with output.
+	commands []int64
 }
 
 func newFitWorld(t *testing.T) *fitWorld {
@@ -63,6 +65,7 @@ func newFitWorld(t *testing.T) *fitWorld {
 		}
 		callAPI(t, base, http.MethodPost, cmds, member.Token, map[string]any{"command": c, "tty": true, "rows": 24, "cols": 80, "wait_ms": 0}, http.StatusCreated, &out)
 		waitCommandEnd(t, base, cmds, member.Token, out.CommandID)
+		w.commands = append(w.commands, out.CommandID)
 	}
 	return w
 }
@@ -148,6 +151,10 @@ const measureJS = `(() => {
 func fitPages(t *testing.T, w *fitWorld) []string {
 	t.Helper()
 	out := pageURLs(t, w.consoleWorld)
+	// A command's replay and watch pages: the one with the long line.
+	for _, p := range []string{"replay", "watch"} {
+		out = append(out, fmt.Sprintf("/o/acme/sessions/%d/commands/%d/%s", w.sessionID, w.commands[0], p))
+	}
 	return append(out, "/o/acme/audit?q=action%3Asession.", "/o/acme/recordings?q=needle-in-the-haystack",
 		"/o/acme/recordings?q=no-break", "/admin/audit?q=org")
 }
@@ -175,13 +182,17 @@ func TestBrowserEveryPageFits(t *testing.T) {
 				}
 				do(t, ctx, "sign in as "+role.email, chromedp.Navigate(w.srv.url+"/o/acme/login"), signIn(role.email, w.pwd), chromedp.WaitVisible(testid("org-glance")))
 			}
-			for _, width := range []int{390, 1280} {
-				do(t, ctx, "size the window", chromedp.EmulateViewport(int64(width), 860))
-				for _, u := range pages {
-					if role.email != "" && !strings.HasPrefix(u, "/o/") {
-						continue // platform pages: the platform admin's walk
-					}
-					do(t, ctx, "open "+u, chromedp.Navigate(w.srv.url+u), chromedp.WaitReady(css(`body`)))
+			for _, u := range pages {
+				if role.email != "" && !strings.HasPrefix(u, "/o/") {
+					continue // platform pages: the platform admin's walk
+				}
+				start := time.Now()
+				do(t, ctx, "open "+u, chromedp.EmulateViewport(390, 860), chromedp.Navigate(w.srv.url+u), chromedp.WaitReady(css(`body`)))
+				// One load, both widths: the page's CSS follows the
+				// viewport. Loaded at the phone's width, as a phone does:
+				// a terminal sizes itself once, to the width it opens at.
+				for _, width := range []int{390, 1280} {
+					do(t, ctx, "size the window", chromedp.EmulateViewport(int64(width), 860))
 					m := evalJS[overflow](t, ctx, "measure "+u, measureJS)
 					if m.Window != width {
 						t.Fatalf("%s: the window is %d px wide, want %d", u, m.Window, width)
@@ -192,6 +203,9 @@ func TestBrowserEveryPageFits(t *testing.T) {
 					if name := phoneShots[u]; *updateScreenshots && width == 390 && role.name == "auditor" && name != "" {
 						writePhoneScreenshot(t, get(t, ctx, "screenshot "+u, chromedp.CaptureScreenshot()), name)
 					}
+				}
+				if d := time.Since(start); d > 2*time.Second {
+					t.Logf("%s took %v", u, d.Round(time.Millisecond))
 				}
 			}
 		})
