@@ -7,9 +7,11 @@ import (
 )
 
 // revealCookie carries a secret that is shown once (a new API key, a
-// one-time password) across the redirect that follows the POST which made
-// it, so every form posts, redirects and is then read with GET: reloading
-// the page never creates a second key or resets a password again.
+// one-time password, a generated agentd token) across the redirect that
+// follows the POST which made it, so every form posts, redirects and is
+// then read with GET: reloading the page never creates a second key or
+// resets a password again. The agentd token is taken on first read
+// (takeReveal); passwords and keys are kept until dismissed (keptReveal).
 const revealCookie = "gh_reveal"
 
 // revealAD binds a stashed secret to the page it is for and to who asked
