@@ -74,6 +74,12 @@ func TestAuditPageCountsWhatItLists(t *testing.T) {
 		if len(api.Items) < 4 {
 			t.Errorf("the JSON API returns %d audit.view events, want every read", len(api.Items))
 		}
+		// The page's export link (no action named) holds the reads too.
+		exp := e.do(pageAs(http.MethodGet, "/o/acme/audit/export?format=jsonl&q=", tok, ""))
+		wantStatus(t, "export", exp, http.StatusOK)
+		if n := strings.Count(string(exp.body), `"action":"audit.view"`); n < 4 {
+			t.Errorf("the export holds %d audit.view events, want every read", n)
+		}
 	})
 }
 
@@ -95,7 +101,8 @@ func TestSecretsKeptUntilDismissed(t *testing.T) {
 				reveal = ck
 			}
 		}
-		if reveal == nil || reveal.Path != loc || !reveal.HttpOnly || reveal.MaxAge < 600 {
+		// "It stays here until you dismiss it (or for 15 minutes)."
+		if reveal == nil || reveal.Path != loc || !reveal.HttpOnly || reveal.MaxAge != 15*60 || reveal.SameSite != http.SameSiteStrictMode {
 			t.Fatalf("reveal cookie %+v for %s", reveal, loc)
 		}
 		otpRe := regexp.MustCompile(`data-testid="one-time-password">([^<]+)<`)
