@@ -55,7 +55,7 @@ func TestBrowserAuditorSees(t *testing.T) {
 	t.Parallel()
 	w := newConsoleWorld(t)
 	fw := &fitWorld{consoleWorld: w, auditorEmail: "audrey@acme.test"}
-	fw.addOrgUser(t, fw.auditorEmail, "Audrey Auditor", "auditor", "org")
+	fw.addUserIn(t, fw.auditorEmail, "Audrey Auditor", "auditor", "org")
 	ctx := w.asOrgUser(t, fw.auditorEmail)
 
 	t.Run("15: agents and environments the auditor's sessions stand on", func(t *testing.T) {

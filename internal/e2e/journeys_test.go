@@ -63,13 +63,20 @@ func newConsoleWorld(t *testing.T) *consoleWorld {
 // password, so they can sign in with w.pwd.
 func (w *consoleWorld) addUser(t *testing.T, email, name, role string) int64 {
 	t.Helper()
+	return w.addUserIn(t, email, name, role, "dept:"+idStr(w.deptID))
+}
+
+// addUserIn creates a user holding role in domain ("org" or "dept:<id>"),
+// with password w.pwd.
+func (w *consoleWorld) addUserIn(t *testing.T, email, name, role, domain string) int64 {
+	t.Helper()
 	var u struct {
 		User            struct{ ID int64 }
 		OneTimePassword string `json:"one_time_password"`
 	}
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/users", w.orgToken, map[string]string{"email": email, "name": name}, http.StatusCreated, &u)
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/roles", w.orgToken, map[string]string{"subject": "user:" + idStr(u.User.ID),
-		"role": role, "domain": "dept:" + idStr(w.deptID)}, http.StatusNoContent, nil)
+		"role": role, "domain": domain}, http.StatusNoContent, nil)
 	var otp struct{ Token string }
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": email, "password": u.OneTimePassword}, http.StatusOK, &otp)
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/password", otp.Token,
