@@ -117,7 +117,7 @@ func TestAgentAccess(t *testing.T) {
 			{"owner of A", []string{rbac.RoleDeptOwner + "@" + rbac.DeptDomain(w.deptA)}, true, true, true},
 			{"member of A", []string{rbac.RoleMember + "@" + rbac.DeptDomain(w.deptA)}, true, false, false},
 			{"owner of B", []string{rbac.RoleDeptOwner + "@" + rbac.DeptDomain(w.deptB)}, false, false, true},
-			{"auditor", []string{rbac.RoleAuditor + "@" + rbac.DomainOrg}, false, false, false},
+			{"auditor", []string{rbac.RoleAuditor + "@" + rbac.DomainOrg}, true, false, false},
 		}
 		answers := map[string]bool{"List": true, "CanManage": true, "CanCreate": true}
 		for name, run := range agentCases() {

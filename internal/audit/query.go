@@ -36,12 +36,24 @@ type Filter struct {
 	// Text holds free-text terms; each must occur, case-insensitively, in
 	// the action, actor name, target name or details.
 	Text []string
+	// UpTo, when set, is the highest seq included: a page and its count
+	// read against one head of the log, so an event appended between the
+	// two (the search's own audit.view among them) is in neither.
+	UpTo int64
+	// OmitReads leaves out reads of the log itself (LogReads). Review
+	// pages set it when the search names no action: otherwise an auditor's
+	// own page views crowd out everything else.
+	OmitReads bool
 }
+
+// LogReads are the actions that record someone reading the log (a page,
+// an export, a verification), left out by Filter.OmitReads.
+var LogReads = []string{"audit.view", "audit.export", "audit.verify", "audit.checkpoint_export"}
 
 // IsZero reports whether f filters nothing.
 func (f Filter) IsZero() bool {
 	return f.Actor == "" && f.Action == "" && f.Target == "" && f.Decision == "" &&
-		f.From.IsZero() && f.Until.IsZero() && len(f.Text) == 0
+		f.From.IsZero() && f.Until.IsZero() && len(f.Text) == 0 && f.UpTo == 0 && !f.OmitReads
 }
 
 // maxQuery bounds a search: no stored value it compares with is longer.
@@ -292,7 +304,9 @@ func (l *Log) page(ctx context.Context, f Filter, p page) ([]Event, error) {
 // such a term is also rare.
 func (l *Log) textPage(tx *gorm.DB, f Filter, p page) ([]row, error) {
 	hi := p.before - 1
-	if p.before <= 0 {
+	if f.UpTo > 0 && (p.before <= 0 || f.UpTo < hi) {
+		hi = f.UpTo
+	} else if p.before <= 0 {
 		var head *int64
 		if err := tx.Raw("SELECT MAX(seq) FROM " + store.QuoteIdent(l.table)).Scan(&head).Error; err != nil {
 			return nil, err
@@ -364,6 +378,16 @@ func (l *Log) buildSQL(d store.Dialect, f Filter, p page) (string, []any) {
 	}
 	if p.upto > 0 {
 		common = append(common, cond{"seq <= ?", []any{p.upto}})
+	}
+	if f.UpTo > 0 {
+		common = append(common, cond{"seq <= ?", []any{f.UpTo}})
+	}
+	if f.OmitReads {
+		args := make([]any, len(LogReads))
+		for i, a := range LogReads {
+			args[i] = a
+		}
+		common = append(common, cond{"action NOT IN (?" + strings.Repeat(", ?", len(LogReads)-1) + ")", args})
 	}
 	if f.Action != "" {
 		like := "action LIKE ?"
@@ -481,6 +505,25 @@ func (l *Log) Count(ctx context.Context, f Filter, limit int) (n int, more bool,
 		return limit, true, nil
 	}
 	return len(rows), false, nil
+}
+
+// Search is one review page: the events matching f below before (at most
+// limit) and how many match in all (stopping past countLimit), both read
+// against the same head of the log, so the count never speaks of an event
+// the list cannot show.
+func (l *Log) Search(ctx context.Context, f Filter, before int64, limit, countLimit int) (evs []Event, n int, more bool, err error) {
+	head, err := l.head(ctx)
+	if err != nil || head == 0 {
+		return nil, 0, false, err
+	}
+	if f.UpTo == 0 || f.UpTo > head {
+		f.UpTo = head
+	}
+	if evs, err = l.Query(ctx, f, before, limit); err != nil {
+		return nil, 0, false, err
+	}
+	n, more, err = l.Count(ctx, f, countLimit)
+	return evs, n, more, err
 }
 
 // SplitDates takes from: and to: dates (whole days) out of a search, so a

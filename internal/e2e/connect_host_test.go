@@ -37,7 +37,6 @@ func TestBrowserConnectHost(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
-	_, port, _ := net.SplitHostPort(addr)
 	hostURL := "http://" + addr
 
 	ctx := newBrowser(t)
@@ -56,10 +55,14 @@ func TestBrowserConnectHost(t *testing.T) {
 	if err := agentd.CheckToken(token); err != nil || len(token) < 32 {
 		t.Fatalf("generated token %q: %v", token, err)
 	}
+	// agentd listens where the environment says (127.0.0.1), with a
+	// directory of its own (issue 26 item 10).
+	unix := "mkdir -p $HOME/gatehouse-agentd && AGENTD_TOKEN='" + token + "' ./agentd --listen " + addr + " --root $HOME/gatehouse-agentd"
 	for _, c := range []struct{ id, want string }{
-		{"cmd-linux", "AGENTD_TOKEN='" + token + "' ./agentd --listen 0.0.0.0:" + port},
-		{"cmd-macos", "AGENTD_TOKEN='" + token + "' ./agentd --listen 0.0.0.0:" + port},
-		{"cmd-windows", "$env:AGENTD_TOKEN='" + token + "'; .\\agentd.exe --listen 0.0.0.0:" + port},
+		{"cmd-linux", unix},
+		{"cmd-macos", unix},
+		{"cmd-windows", `New-Item -ItemType Directory -Force "$env:USERPROFILE\gatehouse-agentd" | Out-Null; $env:AGENTD_TOKEN='` + token +
+			`'; .\agentd.exe --listen ` + addr + ` --root "$env:USERPROFILE\gatehouse-agentd"`},
 	} {
 		if got := text(t, ctx, testid(c.id)); got != c.want {
 			t.Errorf("%s command is %q, want %q", c.id, got, c.want)
@@ -80,7 +83,7 @@ func TestBrowserConnectHost(t *testing.T) {
 	// A reload while waiting: the commands stay, the token does not.
 	do(t, ctx, "reload while waiting", chromedp.Reload(), chromedp.WaitVisible(testid("connect-status")))
 	noSecretInPage(t, ctx, "environment page reloaded while waiting", token)
-	mustContain(t, "command after a reload", text(t, ctx, testid("cmd-linux")), "<the token shown when the host was added>", "--listen 0.0.0.0:"+port)
+	mustContain(t, "command after a reload", text(t, ctx, testid("cmd-linux")), "<the token shown when the host was added>", "--listen "+addr)
 
 	// The host runs agentd with the generated token: the page sees it.
 	agentdSrv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir()})

@@ -78,25 +78,8 @@ func (o *recOrg) run(t *testing.T, command string) int64 {
 	}
 	callAPI(t, o.srv.url, http.MethodPost, base, o.member, map[string]any{"command": command, "tty": true, "rows": 24, "cols": 80, "wait_ms": 0},
 		http.StatusCreated, &out)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		var list struct {
-			Items []struct {
-				ID    int64
-				State string
-			}
-		}
-		callAPI(t, o.srv.url, http.MethodGet, base, o.member, nil, http.StatusOK, &list)
-		for _, c := range list.Items {
-			if c.ID == out.CommandID && c.State != "running" {
-				return c.ID
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("command %d never ended", out.CommandID)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitCommandEnd(t, o.srv.url, base, o.member, out.CommandID)
+	return out.CommandID
 }
 
 func (o *recOrg) recordingPath(cid int64) string {

@@ -240,7 +240,7 @@ func TestEnvAccess(t *testing.T) {
 			{"owner of A", []string{rbac.RoleDeptOwner + "@A"}, true, true, true},
 			{"member of A", []string{rbac.RoleMember + "@A"}, true, false, false},
 			{"owner of B", []string{rbac.RoleDeptOwner + "@B"}, false, false, true},
-			{"auditor", []string{rbac.RoleAuditor + "@" + rbac.DomainOrg}, false, false, false},
+			{"auditor", []string{rbac.RoleAuditor + "@" + rbac.DomainOrg}, true, false, false},
 			{"nobody", nil, false, false, false},
 		}
 		for name, run := range envCases() {

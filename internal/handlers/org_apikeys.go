@@ -260,14 +260,17 @@ func (s *Server) renderKeys(c echo.Context, status int, secret string, form view
 		"expires":   func(a, b views.KeyRow) int { return cmpTime(a.ExpiresAt, b.ExpiresAt) },
 		"last_used": func(a, b views.KeyRow) int { return cmpTime(a.LastUsedAt, b.LastUsedAt) },
 	}, "name", nil)
-	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret, Form: form, List: ls}))
+	return render(c, status, views.APIKeys(s.orgPage(c, "API keys"), views.KeysData{Slug: tenantOf(c).Org.Slug, Rows: rows, Secret: secret,
+		DismissURL: keysPath(c) + "/dismiss-secret", TryURL: s.absURL(c, "/api/v1/orgs/"+tenantOf(c).Org.Slug+"/me"), Form: form, List: ls}))
 }
 
 func (s *Server) pageKeys(c echo.Context) error {
-	return s.renderKeys(c, http.StatusOK, s.takeReveal(c, keysPath(c)), views.KeyForm{})
+	return s.renderKeys(c, http.StatusOK, s.keptReveal(c, keysPath(c)), views.KeyForm{})
 }
 
 func keysPath(c echo.Context) string { return "/o/" + tenantOf(c).Org.Slug + "/api-keys" }
+
+func keysPathParam(c echo.Context) (string, error) { return keysPath(c), nil }
 
 func (s *Server) pageCreateKey(c echo.Context) error {
 	req := createKeyRequest{Name: c.FormValue("name"), Service: c.FormValue("kind") == "service"}

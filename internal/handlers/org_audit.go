@@ -100,12 +100,12 @@ func (s *Server) apiOrgAuditVerify(c echo.Context) error {
 
 func (s *Server) pageOrgAudit(c echo.Context) error {
 	t := tenantOf(c)
-	aq, err := s.queryAudit(c, t.Audit, s.audited)
+	aq, err := s.searchAuditPage(c, t.Audit, s.audited)
 	q := aq.Q
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
 			ap := views.AuditPage{Heading: "Audit log", Action: c.Request().URL.Path, FilterError: firstNonEmpty(fields["q"], fields["form"])}
-			s.auditSearch(c, nil, &ap, q, audit.Filter{})
+			auditSearch(&ap, q, auditQuery{})
 			return render(c, status, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 		}
 		return err
@@ -125,7 +125,7 @@ func (s *Server) pageOrgAudit(c echo.Context) error {
 	if aq.Before > 0 {
 		ap.FirstURL = base + "?q=" + url.QueryEscape(q)
 	}
-	s.auditSearch(c, t.Audit, &ap, q, aq.Filter)
+	auditSearch(&ap, q, aq)
 	return render(c, http.StatusOK, views.AuditLog(s.orgPage(c, "Audit log"), ap))
 }
 

@@ -3,8 +3,10 @@ package handlers
 import (
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -60,17 +62,64 @@ func (s *Server) hostConnect(c echo.Context, e envs.Environment, row views.EnvRo
 	if tok == "" && e.AgentdVersion != "" {
 		return nil
 	}
-	hc := &views.HostConnect{Token: tok, URL: e.URL, Listen: "0.0.0.0:49984",
-		PollURL: envPagePath(c, e.ID) + "/connection"}
-	if u, err := url.Parse(e.URL); err == nil {
-		hc.TLS = u.Scheme == "https"
-		port := u.Port()
-		if port == "" {
-			port = map[bool]string{true: "443", false: "80"}[hc.TLS]
-		}
-		hc.Listen = net.JoinHostPort("0.0.0.0", port)
-	}
+	hc := &views.HostConnect{Token: tok, URL: e.URL, PollURL: envPagePath(c, e.ID) + "/connection"}
+	hc.Listen, hc.AllInterfaces, hc.TLS = hostListen(e.URL)
+	hc.Root, hc.WindowsRoot = agentdRoot(e)
 	return hc
+}
+
+// defaultAgentdPort is agentd's port when a URL names none.
+const defaultAgentdPort = "49984"
+
+// hostListen is where agentd should listen for an environment registered
+// at rawURL: the address the URL names (127.0.0.1 stays loopback; another
+// IP is that interface), every interface for a host name (agentd cannot
+// listen on a name), and loopback behind a TLS proxy for https, since
+// agentd itself serves plain HTTP.
+func hostListen(rawURL string) (listen string, allInterfaces, tls bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Hostname() == "" {
+		return net.JoinHostPort("0.0.0.0", defaultAgentdPort), true, false
+	}
+	if u.Scheme == "https" {
+		return net.JoinHostPort("127.0.0.1", defaultAgentdPort), false, true
+	}
+	port := u.Port()
+	if port == "" {
+		port = "80"
+	}
+	host := u.Hostname()
+	if strings.EqualFold(host, "localhost") {
+		return net.JoinHostPort("127.0.0.1", port), false, false
+	}
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return net.JoinHostPort(ip.String(), port), false, false
+	}
+	return net.JoinHostPort("0.0.0.0", port), true, false
+}
+
+// agentdRoot is the directory the generated command gives agentd with
+// --root: the environment's workspace root when it names one (workspaces
+// live there), else a directory of agentd's own in the home directory.
+func agentdRoot(e envs.Environment) (unix, windows string) {
+	if e.WorkspaceRoot != "" {
+		return shellQuote(e.WorkspaceRoot), e.WorkspaceRoot
+	}
+	return "$HOME/gatehouse-agentd", `$env:USERPROFILE\gatehouse-agentd`
+}
+
+// shellQuote quotes s for a POSIX shell unless it is plainly safe.
+func shellQuote(s string) string {
+	safe := true
+	for _, r := range s {
+		if !(r == '/' || r == '-' || r == '_' || r == '.' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9') {
+			safe = false
+		}
+	}
+	if safe {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }
 
 // envConnection is a connection check's outcome for the page's script.

@@ -98,7 +98,7 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 		var priv envOut
 		r.decode(t, &priv)
 		privPath := fmt.Sprintf("%s/%d", base, priv.ID)
-		for _, who := range []string{"member", "owner", "auditor"} {
+		for _, who := range []string{"member", "owner"} {
 			rr := e.json(http.MethodGet, privPath, f.tokens[who], nil)
 			wantStatus(t, who+" reads private env", rr, http.StatusNotFound)
 			if env := rr.envelope(t); env.Error.Code != "not_found" {
@@ -106,6 +106,10 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 			}
 			wantStatus(t, who+" deletes private env", e.json(http.MethodDelete, privPath, f.tokens[who], nil), http.StatusNotFound)
 		}
+		// Auditors read every environment a session may stand on (issue
+		// 26 item 15), private ones too, and change none.
+		wantStatus(t, "auditor reads private env", e.json(http.MethodGet, privPath, f.tokens["auditor"], nil), http.StatusOK)
+		wantStatus(t, "auditor deletes private env", e.json(http.MethodDelete, privPath, f.tokens["auditor"], nil), http.StatusForbidden)
 		wantStatus(t, "missing env looks the same", e.json(http.MethodGet, base+"/999999", member, nil), http.StatusNotFound)
 
 		// A machine registers itself at boot with its user's personal key;
@@ -129,8 +133,12 @@ func TestEnvironmentsScopingAndSecrets(t *testing.T) {
 			t.Fatalf("member sees %v, want build-01, cube and their own workstation (not plain's laptop)", names)
 		}
 		e.json(http.MethodGet, base, f.tokens["auditor"], nil).decode(t, &list)
-		if len(list.Items) != 1 || list.Items[0].Name != "cube" {
-			t.Fatalf("auditor (no department) sees %+v, want only the org-wide env", list.Items)
+		names = names[:0]
+		for _, x := range list.Items {
+			names = append(names, x.Name)
+		}
+		if strings.Join(names, ",") != "build-01,cube,member-workstation,plain-laptop" {
+			t.Fatalf("auditor (no department) sees %v, want every environment", names)
 		}
 
 		// An agent of Research on build-01; members see it, cannot change it.

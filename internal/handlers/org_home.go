@@ -50,6 +50,9 @@ func (s *Server) orgGlance(c echo.Context) (views.OrgGlance, error) {
 	if g.Sessions, err = s.sessionRows(c, page.Items, nil); err != nil {
 		return g, err
 	}
+	if g.Checklist, err = s.setupChecklist(c, g); err != nil {
+		return g, err
+	}
 	if g.CanAudit, err = actor.Allowed(ctx, rbac.DomainOrg, "audit", "read"); err != nil {
 		return g, err
 	}
@@ -73,4 +76,59 @@ func (s *Server) orgGlance(c echo.Context) (views.OrgGlance, error) {
 		}
 	}
 	return g, nil
+}
+
+// setupChecklist is the first-run checklist an org's admins see on its
+// home until everything in it is done: the order in which an empty org
+// becomes useful (people, a department to put them in, an environment to
+// run on, an agent on it, a first session), each step linked to where it
+// is done and ticked from what the org holds now. Others see none (nil).
+func (s *Server) setupChecklist(c echo.Context, g views.OrgGlance) ([]views.SetupStep, error) {
+	ctx, actor := c.Request().Context(), actorOf(c)
+	if ok, err := actor.Allowed(ctx, rbac.DomainOrg, "users", "create"); err != nil || !ok {
+		return nil, err
+	}
+	t := tenantOf(c)
+	users, err := t.Dir.ListUsers(ctx, 0, 2)
+	if err != nil {
+		return nil, err
+	}
+	others := 0
+	for _, u := range users {
+		if u.ID != principalOf(c).UserID {
+			others++
+		}
+	}
+	depts, err := t.Dir.ListDepartments(ctx, nil)
+	if err != nil {
+		return nil, err
+	}
+	base := "/o/" + t.Org.Slug
+	sessionHref := base + "/agents"
+	if len(g.Agents) > 0 {
+		sessionHref = base + "/agents/" + itoa(g.Agents[0].ID) + "#sessions"
+	}
+	steps := []views.SetupStep{
+		{Key: "people", Name: "Add people", Href: base + "/users", Done: others > 0,
+			Note: "Each gets a one-time password to send them, with the address where they sign in."},
+		{Key: "department", Name: "Create a department", Href: base + "/departments", Done: len(depts) > 0,
+			Note: "Members and department owners belong to one; agents and environments can too."},
+		{Key: "environment", Name: "Connect an environment", Href: base + "/environments", Done: g.EnvCount > 0,
+			Note: "A host running agentd, or a sandbox backend: where commands run."},
+		{Key: "agent", Name: "Configure an agent", Href: base + "/agents", Done: g.AgentCount > 0,
+			Note: "Its model and skills, and the environments it may use."},
+		{Key: "session", Name: "Start the first session", Href: sessionHref, Done: len(g.Sessions) > 0,
+			Note: "Open the agent and choose New session; its terminal opens from the session's page."},
+	}
+	all := true
+	for i := range steps {
+		if !steps[i].Done && all {
+			steps[i].Next = true
+			all = false
+		}
+	}
+	if all {
+		return nil, nil
+	}
+	return steps, nil
 }

@@ -26,15 +26,16 @@ func (o objectOutcome) String() string { return [...]string{"allowed", "404", "4
 
 // objectAccess is who may do what with department 1's environments,
 // templates and agents: its owner and org admins manage them, its members
-// see them, everyone else does not know they exist.
+// see them, auditors read them (as they read the sessions on them),
+// everyone else does not know they exist.
 var objectAccess = map[string]struct{ read, manage objectOutcome }{
 	"admin":         {passes, passes},
 	"entered-admin": {passes, passes},
 	"owner":         {passes, passes},
 	"member":        {passes, refused},
 	"member-key":    {passes, refused},
-	"auditor":       {hidden, hidden},
-	"auditor-key":   {hidden, hidden},
+	"auditor":       {passes, refused},
+	"auditor-key":   {passes, refused},
 	"plain":         {hidden, hidden},
 }
 

@@ -46,8 +46,8 @@ func TestSessionRoutes(t *testing.T) {
 		rbac.Assignment{Subject: fmt.Sprintf("user:%d", otherID), Role: rbac.RoleMember, Domain: rbac.DeptDomain(f.dept2)}), http.StatusNoContent)
 
 	t.Run("create", func(t *testing.T) {
-		// Auditors read sessions but do not see department agents.
-		for name, want := range map[string]int{"other": http.StatusNotFound, "plain": http.StatusNotFound, "auditor": http.StatusNotFound,
+		// Auditors read sessions and their agents, but may not use them.
+		for name, want := range map[string]int{"other": http.StatusNotFound, "plain": http.StatusNotFound, "auditor": http.StatusForbidden,
 			"globex-admin": http.StatusUnauthorized} {
 			tok := f.tokens[name]
 			if name == "other" {

@@ -123,6 +123,8 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/users/:id/name", rbac.Org("users/:id", "update"), s.pageUserName)
 	pg.handle(http.MethodPost, "/users/:id/reset-password", rbac.Org("users/:id", "update"), s.pageUserReset)
 	pg.handle(http.MethodPost, "/users/:id/roles", rbac.Org("roles", "update"), s.pageUserRole)
+	// Dismissing a shown secret only clears the caller's own cookie.
+	pg.handle(http.MethodPost, "/users/:id/dismiss-secret", rbac.Org("users/:id", "read"), s.dismissReveal(userPathParam))
 	pg.handle(http.MethodGet, "/departments", rbac.Org("departments", "read"), s.pageDepartments)
 	pg.handle(http.MethodPost, "/departments", rbac.Org("departments", "create"), s.pageCreateDepartment)
 	pg.handle(http.MethodGet, "/departments/:dept", rbac.Org("departments/:dept", "read"), s.pageDepartment)
@@ -132,6 +134,7 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/api-keys", rbac.Authenticated(), s.pageKeys)
 	pg.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.pageCreateKey)
 	pg.handle(http.MethodPost, "/api-keys/:id/revoke", rbac.Authenticated(), s.pageRevokeKey)
+	pg.handle(http.MethodPost, "/api-keys/dismiss-secret", rbac.Authenticated(), s.dismissReveal(keysPathParam))
 	pg.handle(http.MethodGet, "/environments", rbac.Authenticated(), s.pageEnvs)
 	pg.handle(http.MethodPost, "/environments", rbac.Authenticated(), s.pageCreateEnv)
 	pg.handle(http.MethodGet, "/environments/:id", rbac.Authenticated(), s.pageEnv)

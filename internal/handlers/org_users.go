@@ -271,6 +271,15 @@ func (s *Server) pageCreateUser(c echo.Context) error {
 	return s.redirectRevealing(c, userPath(c, u.ID), otp)
 }
 
+// userPathParam is the page of the user in the path.
+func userPathParam(c echo.Context) (string, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return "", err
+	}
+	return userPath(c, id), nil
+}
+
 func userPath(c echo.Context, id int64) string {
 	return "/o/" + tenantOf(c).Org.Slug + "/users/" + itoa(id)
 }
@@ -309,7 +318,7 @@ func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
 	}
 	return render(c, http.StatusOK, views.UserDetail(s.orgPage(c, u.Email), views.UserDetailData{
 		Slug: t.Org.Slug, User: views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt},
-		OneTimePassword: otp, SignInURL: s.orgSignInURL(c, tenantOf(c).Org.Slug), Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
+		OneTimePassword: otp, DismissURL: userPath(c, u.ID) + "/dismiss-secret", SignInURL: s.orgSignInURL(c, tenantOf(c).Org.Slug), Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
 }
 
 func (s *Server) pageUser(c echo.Context) error {
@@ -317,7 +326,7 @@ func (s *Server) pageUser(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderUser(c, id, s.takeReveal(c, userPath(c, id)))
+	return s.renderUser(c, id, s.keptReveal(c, userPath(c, id)))
 }
 
 func (s *Server) pageUserStatus(c echo.Context) error {

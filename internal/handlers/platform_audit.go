@@ -34,25 +34,26 @@ func beforeParam(c echo.Context) (int64, int, error) {
 }
 
 // auditQuery is one run of an audit page's search: the search (with the
-// date inputs folded in), its filter, the page asked for and the events.
+// date inputs folded in), its filter, the page asked for and the events,
+// and for pages how many events match in all.
 type auditQuery struct {
 	Q      string
 	Filter audit.Filter
 	Before int64
 	Limit  int
 	Events []audit.Event
+	// Count and CountMore are the page's match count (Counted when read).
+	Count     int
+	CountMore bool
+	Counted   bool
 }
 
-// queryAudit runs ?q= with keyset paging against log and records, through
-// record, that the log was read.
+// queryAudit runs ?q= with keyset paging against log for the JSON API and
+// records, through record, that the log was read. It returns every match,
+// reads of the log included.
 func (s *Server) queryAudit(c echo.Context, log *audit.Log, record auditRecorder) (auditQuery, error) {
-	mergeDateParams(c)
-	aq := auditQuery{Q: c.QueryParam("q")}
-	var err error
-	if aq.Filter, err = audit.ParseQuery(aq.Q); err != nil {
-		return aq, err
-	}
-	if aq.Before, aq.Limit, err = beforeParam(c); err != nil {
+	aq, err := parseAuditQuery(c)
+	if err != nil {
 		return aq, err
 	}
 	if aq.Events, err = log.Query(c.Request().Context(), aq.Filter, aq.Before, aq.Limit); err != nil {
@@ -62,6 +63,36 @@ func (s *Server) queryAudit(c echo.Context, log *audit.Log, record auditRecorder
 		aq.Events = []audit.Event{}
 	}
 	return aq, record(c, "audit.view", audit.Target{Type: "audit_log"}, map[string]any{"q": aq.Q, "before": aq.Before})
+}
+
+// searchAuditPage is queryAudit for a review page: reads of the log are
+// left out unless the search names an action (action:audit. finds them),
+// and the list and its count come from one read of the log, taken before
+// this search's own audit.view is recorded.
+func (s *Server) searchAuditPage(c echo.Context, log *audit.Log, record auditRecorder) (auditQuery, error) {
+	aq, err := parseAuditQuery(c)
+	if err != nil {
+		return aq, err
+	}
+	aq.Filter.OmitReads = aq.Filter.Action == ""
+	aq.Events, aq.Count, aq.CountMore, err = log.Search(c.Request().Context(), aq.Filter, aq.Before, aq.Limit, auditCountLimit)
+	if err != nil {
+		return aq, err
+	}
+	aq.Counted = true
+	return aq, record(c, "audit.view", audit.Target{Type: "audit_log"}, map[string]any{"q": aq.Q, "before": aq.Before})
+}
+
+// parseAuditQuery reads ?q= (with the date inputs), ?before= and ?limit=.
+func parseAuditQuery(c echo.Context) (auditQuery, error) {
+	mergeDateParams(c)
+	aq := auditQuery{Q: c.QueryParam("q")}
+	var err error
+	if aq.Filter, err = audit.ParseQuery(aq.Q); err != nil {
+		return aq, err
+	}
+	aq.Before, aq.Limit, err = beforeParam(c)
+	return aq, err
 }
 
 // auditRecorder appends an allowed action of the request's principal to
@@ -116,12 +147,12 @@ func firstNonEmpty(xs ...string) string {
 }
 
 func (s *Server) pagePlatformAudit(c echo.Context) error {
-	aq, err := s.queryAudit(c, s.PlatformAudit, s.platformAudited)
+	aq, err := s.searchAuditPage(c, s.PlatformAudit, s.platformAudited)
 	q := aq.Q
 	if err != nil {
 		if fields, status, ok := formFailure(err); ok {
 			ap := views.AuditPage{Heading: "Platform audit log", Action: "/admin/audit", FilterError: firstNonEmpty(fields["q"], fields["form"])}
-			s.auditSearch(c, nil, &ap, q, audit.Filter{})
+			auditSearch(&ap, q, auditQuery{})
 			return render(c, status, views.AuditLog(s.page(c, "Platform audit log"), ap))
 		}
 		return err
@@ -137,7 +168,7 @@ func (s *Server) pagePlatformAudit(c echo.Context) error {
 	if aq.Before > 0 {
 		ap.FirstURL = "/admin/audit?q=" + url.QueryEscape(q)
 	}
-	s.auditSearch(c, s.PlatformAudit, &ap, q, aq.Filter)
+	auditSearch(&ap, q, aq)
 	return render(c, http.StatusOK, views.AuditLog(s.page(c, "Platform audit log"), ap))
 }
 
@@ -191,20 +222,11 @@ func mergeDateParams(c echo.Context) {
 }
 
 // auditSearch shows the search q on an audit page: dates in the date
-// inputs, the rest in the search box, and how many events match f when
-// log is given (nil when the search was refused).
-func (s *Server) auditSearch(c echo.Context, log *audit.Log, ap *views.AuditPage, q string, f audit.Filter) {
+// inputs, the rest in the search box, and the count aq read.
+func auditSearch(ap *views.AuditPage, q string, aq auditQuery) {
 	ap.Query, ap.From, ap.To = audit.SplitDates(q)
-	if log == nil {
-		return
-	}
-	n, more, err := log.Count(c.Request().Context(), f, auditCountLimit)
-	if err != nil {
-		// The page is still useful without its count.
-		s.Logger.Warn("audit count failed", "error", err)
-		return
-	}
-	ap.Count, ap.CountMore, ap.Counted = n, more, true
+	ap.Count, ap.CountMore, ap.Counted = aq.Count, aq.CountMore, aq.Counted
+	ap.ReadsOmitted = aq.Filter.OmitReads
 }
 
 // verifyMessage says what a verification found, for pages.

@@ -61,6 +61,16 @@ var builtinPolicies = [][]string{
 	// Auditors read every session and its terminal, whatever department
 	// its agent belongs to.
 	{RoleAuditor, "*", "sessions/*", "read", "allow"},
+	// One visibility rule for what a session stands on: an auditor who
+	// reads every session reads every agent and environment (and its
+	// templates) too, in any department, private ones included. Never
+	// their secrets: no page or answer carries those to any reader.
+	{RoleAuditor, "*", "agents", "read", "allow"},
+	{RoleAuditor, "*", "agents/*", "read", "allow"},
+	{RoleAuditor, "*", "environments", "read", "allow"},
+	{RoleAuditor, "*", "environments/*", "read", "allow"},
+	{RoleAuditor, "*", "templates", "read", "allow"},
+	{RoleAuditor, "*", "templates/*", "read", "allow"},
 	// Department owners run their department: its members and what
 	// belongs to it.
 	{RoleDeptOwner, "dept:*", "departments", "read", "allow"},
@@ -555,7 +565,7 @@ func (en *Enforcer) changed(ctx context.Context, did bool) error {
 func Roles() []RoleInfo {
 	return []RoleInfo{
 		{Name: RoleOrgAdmin, Scope: "org", Description: "Manages everything in the organization."},
-		{Name: RoleAuditor, Scope: "org", Description: "Reads the audit log and terminal recordings; nothing else."},
+		{Name: RoleAuditor, Scope: "org", Description: "Reads the audit log, terminal recordings, and every session, agent and environment (without secrets); changes nothing."},
 		{Name: RoleDeptOwner, Scope: "department", Description: "Manages a department's members, agents, environments and templates."},
 		{Name: RoleMember, Scope: "department", Description: "Uses the department's agents and environments."},
 	}

@@ -47,7 +47,10 @@ func TestEnforcer(t *testing.T) {
 			{auditor, rbac.DomainOrg, "audit", "read", true},
 			{auditor, rbac.DomainOrg, "audit", "export", true},
 			{auditor, rbac.DomainOrg, "users", "read", false},
-			{auditor, d1, "agents/9", "read", false},
+			{auditor, d1, "agents/9", "read", true},
+			{auditor, d1, "agents/9", "use", false},
+			{auditor, rbac.DomainOrg, "environments/3", "read", true},
+			{auditor, d1, "environments/3", "update", false},
 			{outsider, d1, "agents/9", "read", false},
 			{outsider, rbac.DomainOrg, "audit", "read", false},
 		}

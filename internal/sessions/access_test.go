@@ -208,10 +208,15 @@ func TestSessionAccess(t *testing.T) {
 					want := authztest.Allowed
 					switch {
 					case name == "Create":
-						if !p.create {
-							// The agent is hidden from all who may not
-							// use it here (auditors see sessions, not
-							// department agents).
+						switch {
+						case p.create:
+						case p.see && !p.use:
+							// Auditors read the agent (as they read its
+							// sessions) but may not start one.
+							want = authztest.Forbidden
+						default:
+							// The agent is hidden from all who may
+							// neither see nor use it here.
 							want = authztest.Hidden
 						}
 					case !p.see:

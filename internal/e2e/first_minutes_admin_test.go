@@ -1,0 +1,322 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// stepState is one checklist step as the page shows it.
+type stepState struct {
+	Done bool   `json:"done"`
+	Next bool   `json:"next"`
+	Href string `json:"href"`
+}
+
+// checklist reads the first-run checklist off the org home; nil when the
+// page has none.
+func checklist(t *testing.T, ctx context.Context, base string) map[string]stepState {
+	t.Helper()
+	do(t, ctx, "open the org home", chromedp.Navigate(base+"/o/acme/"), chromedp.WaitVisible(testid("org-glance")))
+	return evalJS[map[string]stepState](t, ctx, "read the checklist", `(() => {
+		const list = document.querySelector('[data-testid="setup-checklist"]');
+		if (!list) return null;
+		const out = {};
+		for (const li of list.querySelectorAll("li[data-testid^=step-]")) {
+			out[li.dataset.testid.slice(5)] = {done: li.dataset.done === "true", next: li.dataset.next === "true",
+				href: li.querySelector("a").getAttribute("href")};
+		}
+		return out;
+	})()`)
+}
+
+// wantSteps fails unless exactly the steps in done are ticked and next is
+// the one marked next.
+func wantSteps(t *testing.T, got map[string]stepState, next string, done ...string) {
+	t.Helper()
+	if got == nil {
+		t.Fatalf("no checklist on the home page (want %v done, next %q)", done, next)
+	}
+	isDone := map[string]bool{}
+	for _, d := range done {
+		isDone[d] = true
+	}
+	for _, k := range []string{"people", "department", "environment", "agent", "session"} {
+		s, ok := got[k]
+		if !ok {
+			t.Errorf("the checklist has no %q step: %v", k, got)
+			continue
+		}
+		if s.Done != isDone[k] || s.Next != (k == next) {
+			t.Errorf("step %s: done %v next %v; want done %v next %v", k, s.Done, s.Next, isDone[k], k == next)
+		}
+	}
+}
+
+// buildAgentd builds cmd/agentd into dir, as the connect section tells
+// people to.
+func buildAgentd(t *testing.T, dir string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "agentd"), "./cmd/agentd")
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/agentd: %v: %s", err, out)
+	}
+}
+
+// TestBrowserFirstMinutesOrgAdmin walks issue 26's items 7-10 and 18 as
+// the platform admin who creates an organization and sets it up through
+// its pages: the platform page leads in, not to Delete; an empty org's
+// home gives the order of steps and ticks each one as it is done; a new
+// user's one-time password stays, with Copy, until dismissed; the role
+// form without a department offers what can be completed; the host form
+// says http and https; and the generated agentd command, run as printed,
+// listens where the environment says and keeps workspaces under its own
+// --root.
+func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, store.SQLite)
+	platformToken := acmeOrg(t, srv)
+	agentdDir, home := t.TempDir(), t.TempDir()
+	// Built before the browser starts, so a slow build on a loaded machine
+	// does not eat into the browser's deadline.
+	buildAgentd(t, agentdDir)
+	ctx := newBrowser(t)
+	do(t, ctx, "size the window", chromedp.EmulateViewport(1280, 900))
+
+	t.Run("18: the org page leads in; destructive actions sit apart and look secondary", func(t *testing.T) {
+		do(t, ctx, "sign in and open acme", chromedp.Navigate(srv.url+"/login"), signIn(adminEmail, adminPassword),
+			chromedp.WaitVisible(testid("org-row-acme")), chromedp.Navigate(srv.url+"/admin/orgs/acme"), chromedp.WaitVisible(testid("enter")))
+		type look struct {
+			First           string  `json:"first"`
+			EnterBg         string  `json:"enterBg"`
+			DeleteBg        string  `json:"deleteBg"`
+			DeleteInZone    bool    `json:"deleteInZone"`
+			EnterInZone     bool    `json:"enterInZone"`
+			Gap             float64 `json:"gap"`
+			DeleteBesideTop bool    `json:"deleteBesideTop"`
+		}
+		l := evalJS[look](t, ctx, "the org page's actions", `(() => {
+			const main = document.querySelector("main");
+			const first = [...main.querySelectorAll("button, a.button")].find(b => b.checkVisibility());
+			const enter = document.querySelector('[data-testid="enter"]'), del = document.querySelector('[data-testid="delete"]');
+			const zone = document.querySelector('[data-testid="danger-zone"]');
+			return {first: first.textContent.trim(), enterBg: getComputedStyle(enter).backgroundColor, deleteBg: getComputedStyle(del).backgroundColor,
+				deleteInZone: zone.contains(del), enterInZone: zone.contains(enter),
+				gap: del.getBoundingClientRect().top - enter.getBoundingClientRect().bottom,
+				deleteBesideTop: Math.abs(del.getBoundingClientRect().top - enter.getBoundingClientRect().top) < 4};
+		})()`)
+		if l.First != "Enter organization" {
+			t.Errorf("the first action on the org page is %q, want Enter organization", l.First)
+		}
+		if l.EnterBg != "rgb(11, 92, 173)" {
+			t.Errorf("Enter organization's background is %s, want the accent rgb(11, 92, 173) of a main action", l.EnterBg)
+		}
+		if l.DeleteBg == "rgb(180, 35, 24)" || !l.DeleteInZone || l.EnterInZone || l.DeleteBesideTop || l.Gap < 40 {
+			t.Errorf("Delete… looks %s, in the danger zone %v (Enter there %v), %.0f px below Enter (beside it: %v); want secondary, apart and below",
+				l.DeleteBg, l.DeleteInZone, l.EnterInZone, l.Gap, l.DeleteBesideTop)
+		}
+		mustContain(t, "danger zone", text(t, ctx, testid("danger-zone")), "Suspend or delete", "type its slug")
+	})
+
+	t.Run("7: an empty org's home lists the steps in order, the first one next", func(t *testing.T) {
+		do(t, ctx, "enter acme", chromedp.Click(testid("enter")), chromedp.WaitVisible(testid("setup-checklist")))
+		steps := checklist(t, ctx, srv.url)
+		wantSteps(t, steps, "people")
+		order := evalJS[[]string](t, ctx, "step order", `[...document.querySelectorAll('[data-testid="setup-checklist"] li')].map(li => li.dataset.testid)`)
+		if strings.Join(order, ",") != "step-people,step-department,step-environment,step-agent,step-session" {
+			t.Errorf("steps in the order %q", order)
+		}
+		for k, want := range map[string]string{"people": "/o/acme/users", "department": "/o/acme/departments", "environment": "/o/acme/environments", "agent": "/o/acme/agents"} {
+			if steps[k].Href != want {
+				t.Errorf("step %s links to %q, want %q", k, steps[k].Href, want)
+			}
+		}
+		mustContain(t, "progress", text(t, ctx, testid("checklist-progress")), "0 of 5 done")
+	})
+
+	var otp string
+	t.Run("8, 9: the one-time password stays with Copy until dismissed; the role form offers what can be completed", func(t *testing.T) {
+		do(t, ctx, "add a user", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.WaitVisible(testid("create-user")),
+			chromedp.SendKeys(css(`#email`), "ada@acme.test"), chromedp.SendKeys(css(`#name`), "Ada"), chromedp.Click(testid("create-user")),
+			chromedp.WaitVisible(testid("one-time-password")))
+		otp = text(t, ctx, testid("one-time-password"))
+		if len(otp) < 12 {
+			t.Fatalf("one-time password %q", otp)
+		}
+		if loc := get(t, ctx, "location", chromedp.Location()); strings.Contains(loc, otp) {
+			t.Errorf("the password is in the address %s", loc)
+		}
+		do(t, ctx, "copy it", chromedp.Click(testid("one-time-password-copy")), waitNonEmpty(testid("one-time-password-copied")))
+		// No department yet: the form starts on a role that can be given.
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "auditor" {
+			t.Errorf("with no department the role form starts at %q, want auditor", v)
+		}
+		disabled := evalJS[[]string](t, ctx, "disabled roles", `[...document.querySelectorAll('#role option:disabled')].map(o => o.value)`)
+		if strings.Join(disabled, ",") != "member,dept-owner" {
+			t.Errorf("disabled role choices %q, want member and dept-owner", disabled)
+		}
+		if n := evalJS[int](t, ctx, "department selects", `document.querySelectorAll('#domain').length`); n != 0 {
+			t.Error("an empty department list is offered")
+		}
+		mustContain(t, "department needed", text(t, ctx, testid("role-needs-department")), "there is none yet", "create a department")
+		if href := get(t, ctx, "link", chromedp.AttributeValue(css(`[data-testid="role-needs-department"] a`), "href")); href.Value != "/o/acme/departments" {
+			t.Errorf("the department link goes to %q", href.Value)
+		}
+		do(t, ctx, "assign the preselected role", chromedp.Click(testid("assign-role")), chromedp.WaitVisible(testid("role-name")))
+		if got := text(t, ctx, testid("role-name")); got != "Auditor" {
+			t.Errorf("assigned role %q", got)
+		}
+		if got := text(t, ctx, testid("one-time-password")); got != otp {
+			t.Errorf("after assigning a role the password reads %q, want it still shown (%q)", got, otp)
+		}
+		do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(testid("one-time-password")))
+		do(t, ctx, "dismiss it", chromedp.Click(testid("dismiss-password")), chromedp.WaitVisible(testid("role-name")))
+		do(t, ctx, "reload after dismissing", chromedp.Reload(), chromedp.WaitVisible(testid("role-name")))
+		noSecretInPage(t, ctx, "the user page after dismissing", otp)
+		// The password works as shown.
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": "ada@acme.test", "password": otp}, http.StatusOK, nil)
+		wantSteps(t, checklist(t, ctx, srv.url), "department", "people")
+	})
+
+	t.Run("8: a new API key stays with a curl example that works", func(t *testing.T) {
+		do(t, ctx, "create a key", chromedp.Navigate(srv.url+"/o/acme/api-keys"), chromedp.WaitVisible(testid("create-key")),
+			chromedp.SendKeys(css(`#name`), "ci"), chromedp.Click(testid("create-key")), chromedp.WaitVisible(testid("new-key-secret")))
+		secret := text(t, ctx, testid("new-key-secret"))
+		mustContain(t, "usage", text(t, ctx, testid("key-usage")), "Authorization: Bearer")
+		curl := text(t, ctx, testid("key-curl"))
+		want := `curl -H "Authorization: Bearer $GATEHOUSE_API_KEY" ` + srv.url + "/api/v1/orgs/acme/me"
+		if curl != want {
+			t.Errorf("curl example %q, want %q", curl, want)
+		}
+		if strings.Contains(curl, secret) {
+			t.Error("the curl example holds the key itself")
+		}
+		// Run it as printed.
+		cmd := exec.Command("sh", "-c", curl+" -s -f")
+		cmd.Env = append(os.Environ(), "GATEHOUSE_API_KEY="+secret)
+		if out, err := cmd.CombinedOutput(); err != nil || !bytes.Contains(out, []byte(`"kind":"api_key"`)) {
+			t.Errorf("the curl example answered %v: %s", err, out)
+		}
+		do(t, ctx, "reload the keys page", chromedp.Reload(), chromedp.WaitVisible(testid("new-key-secret")))
+		do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-key")), chromedp.WaitNotPresent(testid("new-key-secret")))
+		noSecretInPage(t, ctx, "the keys page after dismissing", secret)
+	})
+
+	t.Run("7, 9: a department ticks its step and the role form turns to members", func(t *testing.T) {
+		do(t, ctx, "create a department", chromedp.Navigate(srv.url+"/o/acme/departments"), chromedp.WaitVisible(testid("create-department")),
+			chromedp.SendKeys(css(`#name`), "Research"), chromedp.Click(testid("create-department")), chromedp.WaitVisible(testid("flash")))
+		wantSteps(t, checklist(t, ctx, srv.url), "environment", "people", "department")
+		if *updateScreenshots {
+			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-first-run.png")
+		}
+		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.Click(css(`[data-testid="user-row-ada@acme.test"] a`)),
+			chromedp.WaitVisible(css(`#domain`)))
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "member" {
+			t.Errorf("with a department the role form starts at %q, want member", v)
+		}
+		if n := evalJS[int](t, ctx, "hint", `document.querySelectorAll('[data-testid="role-needs-department"]').length`); n != 0 {
+			t.Error("the department hint stays once a department exists")
+		}
+	})
+
+	t.Run("10: the host form says http and https; the command runs as printed", func(t *testing.T) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		do(t, ctx, "open environments", chromedp.Navigate(srv.url+"/o/acme/environments"), chromedp.WaitVisible(testid("save-env")),
+			chromedp.SetValue(css(`#kind`), "host"))
+		mustContain(t, "URL help", text(t, ctx, css(`#url-help`)), "http://build-01:49984", "plain HTTP", "https://build-01", "TLS proxy")
+		do(t, ctx, "add a host at 127.0.0.1", chromedp.SendKeys(css(`#name`), "laptop"), chromedp.SendKeys(css(`#url`), "http://"+addr),
+			chromedp.Click(testid("save-env")), chromedp.WaitVisible(testid("cmd-linux")))
+		line := text(t, ctx, testid("cmd-linux"))
+		for _, want := range []string{"--listen " + addr, "--root $HOME/gatehouse-agentd", "mkdir -p $HOME/gatehouse-agentd && "} {
+			if !strings.Contains(line, want) {
+				t.Errorf("the Linux command %q lacks %q", line, want)
+			}
+		}
+		if strings.Contains(line, "0.0.0.0") {
+			t.Errorf("the command for an environment at %s listens on every interface: %q", addr, line)
+		}
+		mustContain(t, "where", text(t, ctx, testid("connect-where")), "listens on "+addr, "--root")
+		win := text(t, ctx, testid("cmd-windows"))
+		mustContain(t, "Windows command", win, "--listen "+addr, `--root "$env:USERPROFILE\gatehouse-agentd"`, "New-Item")
+
+		run := exec.Command("bash", "-c", line)
+		run.Dir, run.Env = agentdDir, append(os.Environ(), "HOME="+home)
+		run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		var logs bytes.Buffer
+		run.Stdout, run.Stderr = &logs, &logs
+		if err := run.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { syscall.Kill(-run.Process.Pid, syscall.SIGKILL); run.Wait() })
+		do(t, ctx, "the page sees agentd answer", chromedp.WaitVisible(css(`[data-testid="connect-status"][data-state="healthy"]`)))
+		wantSteps(t, checklist(t, ctx, srv.url), "agent", "people", "department", "environment")
+
+		// Workspaces land under agentd's own root, not where it started.
+		var entered struct{ Token string }
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/enter", platformToken, nil, http.StatusOK, &entered)
+		var envs struct{ Items []struct{ ID int64 } }
+		callAPI(t, srv.url, http.MethodGet, "/api/v1/orgs/acme/environments", entered.Token, nil, http.StatusOK, &envs)
+		var agent struct{ ID int64 }
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/agents", entered.Token, map[string]any{"name": "helper",
+			"config": map[string]string{"model": "m"}, "environment_ids": []int64{envs.Items[0].ID}}, http.StatusCreated, &agent)
+		steps := checklist(t, ctx, srv.url)
+		wantSteps(t, steps, "session", "people", "department", "environment", "agent")
+		do(t, ctx, "start the first session from the checklist", chromedp.Click(css(`[data-testid="step-session"] a`)),
+			chromedp.Click(testid("new-session")), chromedp.WaitVisible(testid("session-facts")))
+		loc := get(t, ctx, "location", chromedp.Location())
+		sid := loc[strings.LastIndex(loc, "/")+1:]
+		var out struct {
+			State  string
+			Chunks []struct{ Data []byte }
+		}
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/sessions/"+sid+"/commands", entered.Token,
+			map[string]any{"command": "pwd", "wait_ms": 20000}, http.StatusCreated, &out)
+		var pwd strings.Builder
+		for _, c := range out.Chunks {
+			pwd.Write(c.Data)
+		}
+		root, _ := filepath.EvalSymlinks(filepath.Join(home, "gatehouse-agentd"))
+		if got := strings.TrimSpace(pwd.String()); !strings.HasPrefix(got, root+string(filepath.Separator)) {
+			t.Errorf("the session's workspace is %q (state %s), want a directory under agentd's --root %s; agentd said: %s", got, out.State, root, logs.String())
+		}
+		if steps := checklist(t, ctx, srv.url); steps != nil {
+			t.Errorf("the checklist stays after every step is done: %v", steps)
+		}
+	})
+}
+
+// waitNonEmpty waits until the element has some text.
+func waitNonEmpty(sel chromedp.CSS) chromedp.Action[chromedp.Void] {
+	js := `(document.querySelector(` + fmt.Sprintf("%q", string(sel)) + `)?.textContent.trim() ?? "") !== ""`
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		for {
+			if ok, err := chromedp.Evaluate[bool](js)(ctx, tg); err == nil && ok {
+				return chromedp.Void{}, nil
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("%s stayed empty: %w", sel, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+}
