@@ -97,6 +97,12 @@ func (s *Server) envRow(c echo.Context, e envs.Environment) (views.EnvRow, error
 }
 
 func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) error {
+	return s.renderEnvsWith(c, status, form, "")
+}
+
+// renderEnvsWith is renderEnvs saying why the local sandbox backend was
+// not registered (localErr).
+func (s *Server) renderEnvsWith(c echo.Context, status int, form views.EnvForm, localErr string) error {
 	svc, a := s.envService(c), actorOf(c)
 	list, err := svc.List(c.Request().Context(), a)
 	if err != nil {
@@ -117,7 +123,8 @@ func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) erro
 		"scope": byText(func(e views.EnvRow) string { return e.Scope }), "health": byText(func(e views.EnvRow) string { return e.Health }),
 		"checked": func(a, b views.EnvRow) int { return cmpTime(a.CheckedAt, b.CheckedAt) },
 	}, "name", nil)
-	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls}))
+	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls,
+		Local: s.localOffer(c, list, localErr)}))
 }
 
 func (s *Server) pageEnvs(c echo.Context) error {

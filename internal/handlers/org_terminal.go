@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -70,22 +71,24 @@ func (s *Server) apiExec(c echo.Context) error {
 
 // commandJSON is a command as the history shows it.
 type commandJSON struct {
-	ID           int64   `json:"id"`
-	SessionID    int64   `json:"session_id"`
-	Command      string  `json:"command"`
-	Cwd          string  `json:"cwd"`
-	TTY          bool    `json:"tty"`
-	StartedBy    string  `json:"started_by"`
-	StartedAt    string  `json:"started_at"`
-	EndedAt      *string `json:"ended_at"`
-	State        string  `json:"state"`
-	ExitCode     *int    `json:"exit_code"`
-	Reason       string  `json:"reason,omitempty"`
-	DurationMS   *int64  `json:"duration_ms"`
-	OutputBytes  int64   `json:"output_bytes"`
-	InputBytes   int64   `json:"input_bytes"`
-	DroppedBytes int64   `json:"dropped_bytes"`
-	Truncated    bool    `json:"truncated"`
+	ID        int64   `json:"id"`
+	SessionID int64   `json:"session_id"`
+	Command   string  `json:"command"`
+	Cwd       string  `json:"cwd"`
+	TTY       bool    `json:"tty"`
+	StartedBy string  `json:"started_by"`
+	StartedAt string  `json:"started_at"`
+	EndedAt   *string `json:"ended_at"`
+	State     string  `json:"state"`
+	ExitCode  *int    `json:"exit_code"`
+	Reason    string  `json:"reason,omitempty"`
+	// EndedBy is "session_close" for a command its session's close ended.
+	EndedBy      string `json:"ended_by,omitempty"`
+	DurationMS   *int64 `json:"duration_ms"`
+	OutputBytes  int64  `json:"output_bytes"`
+	InputBytes   int64  `json:"input_bytes"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+	Truncated    bool   `json:"truncated"`
 }
 
 func toCommandJSON(cmd recordings.Command) commandJSON {
@@ -96,6 +99,9 @@ func toCommandJSON(cmd recordings.Command) commandJSON {
 		e := cmd.EndedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 		d := cmd.EndedAt.Sub(cmd.StartedAt).Milliseconds()
 		j.EndedAt, j.DurationMS = &e, &d
+	}
+	if cmd.Ended() && recordings.EndedBySessionClose(cmd.Reason) {
+		j.EndedBy = "session_close"
 	}
 	return j
 }
@@ -380,7 +386,8 @@ func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRo
 func commandRow(cmd recordings.Command) views.CommandRow {
 	j := toCommandJSON(cmd)
 	r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
-		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY}
+		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY, Reason: cmd.Reason,
+		Shell: cmd.TTY && cmd.Command == terminal.ShellCommand, EndedWithSession: j.EndedBy == "session_close"}
 	if cmd.ExitCode != nil {
 		r.ExitCode = strconv.Itoa(*cmd.ExitCode)
 	}
