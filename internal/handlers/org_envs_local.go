@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"net/http"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
@@ -84,8 +85,15 @@ func (s *Server) pageUseLocalSandboxes(c echo.Context) error {
 	if err != nil {
 		return s.localFailed(c, err)
 	}
-	s.setFlash(c, "The local sandbox backend on this machine is registered as "+e.Name+", with its template "+tin.Name+
-		". Next, create an agent with sandbox mode per-session in it.")
+	// Checked at once, so its page opens on its health rather than on
+	// "not yet" until the next round of the health checker.
+	msg := "The local sandbox backend on this machine is registered as " + e.Name + ", with its template " + tin.Name + "."
+	if _, h, err := s.envService(c).Test(ctx, actorOf(c), e.ID, tenantOf(c).Audit, 4*time.Second); err != nil {
+		s.Logger.Warn("check the local sandbox backend after registering it", "org", tenantOf(c).Org.Slug, "error", err)
+	} else if h.Status != envs.HealthHealthy {
+		msg += " Its first check found it " + h.Status + ": " + h.Error
+	}
+	s.setFlash(c, msg+" Next, create an agent with sandbox mode per-session in it.")
 	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))
 }
 

@@ -270,7 +270,7 @@ func (s *Server) pageTestEnv(c echo.Context) error {
 	}
 	msg := connectionMessage(e, h)
 	if wantsJSON(c) { // the page's script shows it in place
-		return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: msg})
+		return c.JSON(http.StatusOK, newEnvConnection(e, h, s.Now()))
 	}
 	s.setFlash(c, msg)
 	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))

@@ -425,6 +425,12 @@ func (s *Server) pageSessionOp(op sessionOp) echo.HandlerFunc {
 		x, err := s.runSessionOp(c, op)
 		if fields, _, ok := formFailure(err); ok {
 			s.setFlash(c, fieldMessages(fields))
+		} else if errors.Is(err, apperr.ErrUnavailable) {
+			// The environment or its backend failed (a sandbox that
+			// would not start): the session's page says what happened
+			// and what to do, rather than an error page.
+			_, body := classify(err)
+			s.setFlash(c, body.Message)
 		} else if err != nil {
 			return err
 		} else {
