@@ -100,7 +100,9 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		mustContain(t, "registered", text(t, ctx, testid("local-registered")), "local-sandboxes")
 		// Audited as creating an environment and a template by hand are.
 		for _, action := range []string{"environment.create", "template.create"} {
-			var page struct{ Items []struct{ Actor struct{ Name string } } }
+			var page struct {
+				Items []struct{ Actor struct{ Name string } }
+			}
 			body := callAPI(t, srv.url, http.MethodGet, "/api/v1/orgs/acme/audit?q=action:"+action, entered.Token, nil, http.StatusOK, &page)
 			if len(page.Items) != 1 || page.Items[0].Actor.Name != adminEmail {
 				t.Errorf("%s: audited %s, want once by %s", action, body, adminEmail)
