@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -28,18 +29,41 @@ const localEnvName = "local-sandboxes"
 
 // localOffer is the environments page's offer of the local backend: nil
 // without one, and the environment it is registered as once it is.
-func (s *Server) localOffer(c echo.Context, all []envs.Environment, failure string) *views.LocalOffer {
+func (s *Server) localOffer(c echo.Context, all []envs.Environment, failure string) (*views.LocalOffer, error) {
 	if s.Local == nil {
-		return nil
+		return nil, nil
 	}
-	o := &views.LocalOffer{Slug: tenantOf(c).Org.Slug, Template: s.Local.Template, Departments: s.deptOptions(c), Error: failure}
+	o := &views.LocalOffer{Slug: tenantOf(c).Org.Slug, Template: s.Local.Template, Error: failure}
+	// Offered only where the viewer may add a shared environment, like
+	// the add form's places: nothing the server would refuse.
+	ctx, a := c.Request().Context(), actorOf(c)
+	var err error
+	if o.OrgWide, err = a.Allowed(ctx, rbac.DomainOrg, "environments", "create"); err != nil {
+		return nil, err
+	}
+	for _, opt := range s.deptOptions(c) {
+		id, err := parseID(opt.Value)
+		if err != nil {
+			continue
+		}
+		ok, err := a.Allowed(ctx, rbac.DeptDomain(id), "environments", "create")
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			o.Departments = append(o.Departments, opt)
+		}
+	}
+	if !o.OrgWide && len(o.Departments) == 0 && failure == "" {
+		return nil, nil
+	}
 	for _, e := range all {
 		if e.Kind == envs.KindSandbox && e.URL == s.Local.APIURL {
 			o.RegisteredID, o.RegisteredName = e.ID, e.Name
 			break
 		}
 	}
-	return o
+	return o, nil
 }
 
 // pageUseLocalSandboxes registers the local sandbox backend as a shared

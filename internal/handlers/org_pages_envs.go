@@ -123,8 +123,12 @@ func (s *Server) renderEnvsWith(c echo.Context, status int, form views.EnvForm, 
 		"scope": byText(func(e views.EnvRow) string { return e.Scope }), "health": byText(func(e views.EnvRow) string { return e.Health }),
 		"checked": func(a, b views.EnvRow) int { return cmpTime(a.CheckedAt, b.CheckedAt) },
 	}, "name", nil)
+	local, err := s.localOffer(c, list, localErr)
+	if err != nil {
+		return err
+	}
 	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls,
-		Local: s.localOffer(c, list, localErr)}))
+		Local: local}))
 }
 
 func (s *Server) pageEnvs(c echo.Context) error {
