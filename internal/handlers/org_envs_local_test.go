@@ -84,7 +84,9 @@ func TestUseLocalSandboxes(t *testing.T) {
 			list.Items[0].DepartmentID == nil || *list.Items[0].DepartmentID != f.dept1 {
 			t.Fatalf("environments after the owner's registration: %+v", list.Items)
 		}
-		var tpls struct{ Items []struct{ BackendTemplateID, Status string } }
+		var tpls struct {
+			Items []struct{ BackendTemplateID, Status string }
+		}
 		tr := e.json(http.MethodGet, fmt.Sprintf("/api/v1/orgs/acme/environments/%d/templates", list.Items[0].ID), f.tokens["owner"], nil)
 		tr.decode(t, &tpls)
 		if len(tpls.Items) != 1 || !strings.Contains(string(tr.body), `"base"`) {
