@@ -3,6 +3,8 @@
 package e2e_test
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -75,6 +77,13 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 	t.Run("register the local backend in one action", func(t *testing.T) {
 		do(t, ctx, "open environments", chromedp.Navigate(srv.url+"/o/acme/environments"), chromedp.WaitVisible(testid("local-offer")))
 		mustContain(t, "the warning beside it", text(t, ctx, testid("local-warning")), "No isolation", "console's user", "never use it in production")
+		if *updateScreenshots {
+			// The offer, at the top of a short viewport.
+			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1200, 420),
+				chromedp.Evaluate[chromedp.Void](`document.querySelector('[data-testid="local-offer"]').scrollIntoView()`))
+			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "environments-local.png")
+			do(t, ctx, "reset the viewport", chromedp.ResetViewport())
+		}
 		do(t, ctx, "use it", chromedp.Click(testid("use-local")), chromedp.WaitVisible(testid("templates-table")))
 		m := regexp.MustCompile(`/o/acme/environments/(\d+)$`).FindStringSubmatch(get(t, ctx, "location", chromedp.Location()))
 		if m == nil {
@@ -145,7 +154,9 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		do(t, ctx, "new session", chromedp.Navigate(srv.url+agentPath), chromedp.Click(testid("new-session")), chromedp.WaitVisible(testid("session-state")))
 		sessionPath = strings.TrimPrefix(get(t, ctx, "location", chromedp.Location()), srv.url)
 		remove := local.Server.InjectFault(e2bfake.Fault{Route: "POST /sandboxes", Status: 500})
-		do(t, ctx, "start it while the backend fails", chromedp.Click(testid("session-start")), chromedp.WaitVisible(testid("flash")))
+		// The page creating the session has a flash of its own: wait for
+		// the one the start leaves.
+		do(t, ctx, "start it while the backend fails", chromedp.Click(testid("session-start")), waitContains(testid("flash"), "marked degraded"))
 		remove()
 		mustContain(t, "what to do", text(t, ctx, testid("flash")), "create the session's sandbox", `"local-sandboxes" is marked degraded`, "start the session again")
 		if st := text(t, ctx, testid("session-state")); st != "pending" {
@@ -217,6 +228,12 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		if !alive(sleeper) {
 			t.Error("the reload ended the sleep")
 		}
+		if *updateScreenshots {
+			// The terminal back after the reload, and the command list.
+			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1200, 1100))
+			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "session-terminal.png")
+			do(t, ctx, "reset the viewport", chromedp.ResetViewport())
+		}
 	})
 
 	t.Run("closed from another tab: the terminal and the list say what closing did", func(t *testing.T) {
@@ -263,6 +280,28 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 			waitGone(t, pid)
 		}
 	})
+}
+
+// waitContains waits until the element's text contains want, across the
+// page a click is leaving.
+func waitContains(sel chromedp.CSS, want string) chromedp.Action[chromedp.Void] {
+	js := `document.querySelector(` + strconv.Quote(string(sel)) + `)?.textContent ?? ""`
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		last := ""
+		for {
+			if got, err := chromedp.Evaluate[string](js)(ctx, tg); err == nil {
+				if strings.Contains(got, want) {
+					return chromedp.Void{}, nil
+				}
+				last = got
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("%s never said %q (last %q): %w", sel, want, last, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
 }
 
 // waitChild waits for a child of pid running name and returns its pid.
