@@ -116,7 +116,7 @@ func TestBrowserHostShellsAndClose(t *testing.T) {
 func waitJS(expr string) chromedp.Action[chromedp.Void] {
 	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
 		for {
-			if ok, err := chromedp.Evaluate[bool]("!!(" + expr + ")")(ctx, tg); err == nil && ok {
+			if ok, err := chromedp.Evaluate[bool]("!!("+expr+")")(ctx, tg); err == nil && ok {
 				return chromedp.Void{}, nil
 			}
 			select {
