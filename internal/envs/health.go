@@ -192,7 +192,7 @@ func scrub(msg string) string {
 func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.Log, timeout time.Duration) (Health, error) {
 	full := s.Check(ctx, e, timeout)
 	// What is stored is shown to everyone who sees the environment.
-	return full, s.recordAudited(ctx, e, log, full.Shown())
+	return full, s.recordAudited(ctx, e, log, full.Shown(), "health-checker")
 }
 
 // StartFailedPrefix begins the health error of a sandbox environment whose
@@ -206,7 +206,7 @@ const StartFailedPrefix = "The backend could not start a sandbox: "
 // backend failed to start a sandbox (cause says how), audited as a health
 // change by the system.
 func (s *Service) RecordStartFailure(ctx context.Context, e Environment, log *audit.Log, cause string) error {
-	return s.recordAudited(ctx, e, log, Health{Status: HealthDegraded, Error: StartFailedPrefix + scrub(cause)})
+	return s.recordAudited(ctx, e, log, Health{Status: HealthDegraded, Error: StartFailedPrefix + scrub(cause)}, "sandbox-lifecycle")
 }
 
 // ClearStartFailure marks e healthy again once a sandbox started there,
@@ -217,12 +217,12 @@ func (s *Service) ClearStartFailure(ctx context.Context, e Environment, log *aud
 	if err != nil || !strings.HasPrefix(e.HealthError, StartFailedPrefix) {
 		return err
 	}
-	return s.recordAudited(ctx, e, log, Health{Status: HealthHealthy})
+	return s.recordAudited(ctx, e, log, Health{Status: HealthHealthy}, "sandbox-lifecycle")
 }
 
 // recordAudited stores h as e's health and audits a status change as the
-// system, in one transaction.
-func (s *Service) recordAudited(ctx context.Context, e Environment, log *audit.Log, h Health) error {
+// system actor named by, in one transaction.
+func (s *Service) recordAudited(ctx context.Context, e Environment, log *audit.Log, h Health, by string) error {
 	// Record it and its audit event together.
 	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		in := *s
@@ -232,7 +232,7 @@ func (s *Service) recordAudited(ctx context.Context, e Environment, log *audit.L
 			return err
 		}
 		_, err = log.AppendTx(ctx, tx, audit.Event{
-			Actor:  audit.Actor{Type: audit.ActorSystem, Name: "health-checker"},
+			Actor:  audit.Actor{Type: audit.ActorSystem, Name: by},
 			Action: "environment.health_change",
 			Target: audit.Target{Type: "environment", ID: fmt.Sprint(e.ID), Name: e.Name},
 			Details: audit.Details(map[string]any{"before": map[string]any{"status": prev},
