@@ -327,14 +327,16 @@ func (s *Server) pageSession(c echo.Context) error {
 	if x.UnreachableSince != nil && !x.Final() {
 		d.Unreachable = when(x.UnreachableSince)
 	}
-	if d.Commands, err = s.commandRows(c, x.ID); err != nil {
+	var refused bool
+	if d.Commands, refused, err = s.commandRows(c, x.ID); err != nil {
 		return err
 	}
+	d.Live = !refused && !x.Final()
 	if d.Lifecycle, err = s.sessionLifecycle(c, x); err != nil {
 		return err
 	}
 	if canUse && !x.Final() {
-		td, err := s.sessionTerminal(c, x.ID)
+		td, err := s.sessionTerminal(c, x.ID, !refused)
 		if err != nil {
 			return err
 		}
@@ -349,9 +351,10 @@ func (s *Server) pageSession(c echo.Context) error {
 // otherwise, while the viewer's own interactive shell runs in the session
 // (they reloaded the page, or came back to it), the page goes back to the
 // newest one, from the start of what agentd still holds, and offers a new
-// shell beside it. Anything else waits for "Open a terminal", so looking
-// at a session starts nothing in it.
-func (s *Server) sessionTerminal(c echo.Context, sessionID int64) (views.TerminalData, error) {
+// shell beside it (findShell false: the viewer may not read its commands).
+// Anything else waits for "Open a terminal", so looking at a session
+// starts nothing in it.
+func (s *Server) sessionTerminal(c echo.Context, sessionID int64, findShell bool) (views.TerminalData, error) {
 	newShell := sessionURLOf(c, sessionID) + "?terminal=new"
 	switch v := c.QueryParam("terminal"); v {
 	case "new":
@@ -366,6 +369,9 @@ func (s *Server) sessionTerminal(c echo.Context, sessionID int64) (views.Termina
 			td.NewShellURL = newShell
 		}
 		return td, nil
+	}
+	if !findShell {
+		return terminalData(c, sessionID, 0, false), nil
 	}
 	shell, err := s.runningShell(c, sessionID)
 	if err != nil || shell == 0 {

@@ -367,19 +367,25 @@ func auditTargetSettings() audit.Target {
 // commandRows is a session's latest commands for its page, read as the
 // API reads them: a viewer a rule refuses terminal reads sees none (the
 // refusal is audited like any other).
-func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRow, error) {
+// refused reports a viewer a rule refuses terminal reads: the page then
+// neither looks for their shell nor follows the session live, each of
+// which would read (and audit the refusal) again.
+func (s *Server) commandRows(c echo.Context, sessionID int64) (rows []views.CommandRow, refused bool, err error) {
 	cmds, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), recordings.Filter{SessionID: sessionID, Limit: 50})
-	if errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) {
-		return nil, nil // refused, or nothing ran yet (a pending session)
+	if errors.Is(err, apperr.ErrForbidden) {
+		return nil, true, nil
+	}
+	if errors.Is(err, apperr.ErrConflict) {
+		return nil, false, nil // nothing ran yet (a pending session)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	rows := make([]views.CommandRow, len(cmds))
+	rows = make([]views.CommandRow, len(cmds))
 	for i, cmd := range cmds {
 		rows[i] = commandRow(cmd)
 	}
-	return rows, nil
+	return rows, false, nil
 }
 
 // commandRow is a command as pages list it.
