@@ -90,6 +90,10 @@ func TestBrowserHostShellsAndClose(t *testing.T) {
 		for _, id := range []int{first, second} {
 			mustContain(t, "closed shell "+strconv.Itoa(id), text(t, ctx, testid("command-row-"+strconv.Itoa(id))), "closed", "ended with the session")
 		}
+		// A closed session's page no longer follows it.
+		if n := evalJS[int](t, ctx, "live script", `document.querySelectorAll('script[src="/static/session-live.js"]').length`); n != 0 {
+			t.Error("the page of a closed session still follows it")
+		}
 		waitStatus(t, tab, "the session was closed")
 		waitScreen(t, tab, "closing it ended this shell")
 		var list struct {
