@@ -63,7 +63,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs", login.Token, map[string]string{"slug": "acme", "name": "Acme Corp"}, http.StatusCreated, nil)
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/enter", login.Token, nil, http.StatusOK, &entered)
 
-	ctx := newBrowser(t)
+	ctx := newJourneyBrowser(t)
 	do(t, ctx, "sign in as the platform admin and enter acme",
 		chromedp.Navigate(srv.url+"/login"),
 		signIn(adminEmail, adminPassword),
@@ -280,6 +280,36 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 			waitGone(t, pid)
 		}
 	})
+}
+
+// newJourneyBrowser is newBrowser for a journey of many steps: each step
+// waits on its own condition, and the whole walk gets three minutes, not
+// newBrowser's 90 s, so that a loaded machine (every browser test at
+// once on two cores) slows it down without failing it.
+func newJourneyBrowser(t *testing.T) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(chromium(t)),
+		chromedp.NoSandbox,
+		chromedp.DisableGPU,
+		chromedp.Flag("disable-background-networking", true),
+		chromedp.Flag("disable-quic", true),
+		chromedp.NoFirstRun,
+		chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true),
+		chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1200, 800),
+	)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
+	t.Cleanup(acancel)
+	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
+	t.Cleanup(bcancel)
+	if err := chromedp.Do(bctx); err != nil {
+		t.Fatalf("start Chromium (%s): %v", chromium(t), err)
+	}
+	return bctx
 }
 
 // waitContains waits until the element's text contains want, across the

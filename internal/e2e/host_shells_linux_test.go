@@ -24,7 +24,12 @@ import (
 func TestBrowserHostShellsAndClose(t *testing.T) {
 	t.Parallel()
 	w := newConsoleWorld(t)
-	ctx := w.asOrgUser(t, w.memberEmail)
+	ctx := newJourneyBrowser(t)
+	do(t, ctx, "sign in as "+w.memberEmail,
+		chromedp.Navigate(w.srv.url+"/o/acme/login"),
+		signIn(w.memberEmail, w.pwd),
+		chromedp.WaitVisible(testid("org-glance")),
+	)
 	sessionURL := w.srv.url + "/o/acme/sessions/" + idStr(w.sessionID)
 	pidRE := regexp.MustCompile(`(?m)^pid-(\d+)`)
 	shellPID := func() int {
