@@ -53,6 +53,9 @@ type Config struct {
 	// agentd processes on this machine, no isolation) for trying
 	// per-session sandboxes with no other set-up.
 	LocalSandboxes bool
+	// LocalAgentd is the agentd binary local sandboxes run; "" looks next
+	// to the console, then on PATH, then builds ./cmd/agentd.
+	LocalAgentd string
 	// MetricsListen is the address /metrics is served on; empty serves no
 	// metrics. It is a separate listener so the metrics never share the
 	// public address.
@@ -238,6 +241,8 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	local, _ := strconv.ParseBool(env("GATEHOUSE_LOCAL_SANDBOXES", "false"))
 	fs.BoolVar(&c.LocalSandboxes, "local-sandboxes", local,
 		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
+	fs.StringVar(&c.LocalAgentd, "local-agentd", env("GATEHOUSE_LOCAL_AGENTD", ""),
+		"agentd binary the local sandbox backend runs; empty: next to the console, on PATH, or built from ./cmd/agentd (GATEHOUSE_LOCAL_AGENTD)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", env("GATEHOUSE_METRICS_LISTEN", ""),
 		"address to serve Prometheus /metrics on; off when empty (GATEHOUSE_METRICS_LISTEN)")
 	perOrg, _ := strconv.ParseBool(env("GATEHOUSE_METRICS_PER_ORG_DB", "false"))
@@ -326,6 +331,12 @@ func (c *Config) finish(getenv func(string) string) error {
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
 	}
-	c.DataDir = filepath.Clean(c.DataDir)
+	// Resolved once, here: the local sandbox backend starts agentd from
+	// each sandbox's own directory, where a relative path names nothing.
+	abs, err := filepath.Abs(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("--data-dir %q: %w", c.DataDir, err)
+	}
+	c.DataDir = abs
 	return nil
 }

@@ -122,6 +122,16 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	if logger == nil {
 		logger = slog.Default()
 	}
+	// Every path under the data dir is used as given by code that may run
+	// elsewhere (a local sandbox's agentd starts in its own directory), so
+	// a relative one is made absolute once, at start.
+	if cfg.DataDir != "" {
+		abs, err := filepath.Abs(cfg.DataDir)
+		if err != nil {
+			return nil, fmt.Errorf("data dir %q: %w", cfg.DataDir, err)
+		}
+		cfg.DataDir = abs
+	}
 	box, err := LoadMasterKey(cfg)
 	if err != nil {
 		return nil, err
@@ -194,7 +204,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Logger:   logger,
 	}
 	if cfg.LocalSandboxes {
-		if c.Local, err = StartLocalSandboxes(cfg.DataDir, logger); err != nil {
+		if c.Local, err = StartLocalSandboxesFrom(cfg.DataDir, cfg.LocalAgentd, logger); err != nil {
 			c.Close()
 			return nil, err
 		}
@@ -205,7 +215,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
-		Anchors: c.Anchors,
+		Anchors: c.Anchors, Local: c.Local.backend(),
 	})
 	c.watchMetrics()
 	c.Retention = c.newRetention()

@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 )
 
@@ -50,7 +51,18 @@ type localState struct {
 // absolute paths and, running as the same user, read them; that is what
 // "no isolation" means, and docs/sessions.md says so.
 func StartLocalSandboxes(dataDir string, logger *slog.Logger) (*LocalSandboxes, error) {
-	dir := filepath.Join(dataDir, "local-sandboxes")
+	return StartLocalSandboxesFrom(dataDir, "", logger)
+}
+
+// StartLocalSandboxesFrom is StartLocalSandboxes running the agentd binary
+// at agentdPath ("" finds or builds one, as findAgentd says).
+func StartLocalSandboxesFrom(dataDir, agentdPath string, logger *slog.Logger) (*LocalSandboxes, error) {
+	// Absolute: the agentd binary found or built under it is started from
+	// each sandbox's own directory.
+	dir, err := filepath.Abs(filepath.Join(dataDir, "local-sandboxes"))
+	if err != nil {
+		return nil, fmt.Errorf("local sandboxes: %w", err)
+	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
@@ -59,9 +71,14 @@ func StartLocalSandboxes(dataDir string, logger *slog.Logger) (*LocalSandboxes, 
 	if err := os.Chmod(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
-	bin, err := findAgentd(dir)
-	if err != nil {
-		return nil, err
+	bin := agentdPath
+	if bin == "" {
+		if bin, err = findAgentd(dir); err != nil {
+			return nil, err
+		}
+	}
+	if bin, err = filepath.Abs(bin); err != nil {
+		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
 	statePath := filepath.Join(dir, "backend.json")
 	var st localState
@@ -158,8 +175,21 @@ func findAgentd(dir string) (string, error) {
 // register it.
 func (l *LocalSandboxes) Describe() string {
 	return fmt.Sprintf("LOCAL SANDBOX BACKEND (agentd processes on this machine, NO isolation; for trying Gatehouse only). "+
-		"Register a sandbox environment with: API URL %s, proxy base URL %s, scheme http, API key %s, agentd token %s, then import template \"base\".",
+		"Register a sandbox environment with: API URL %s, proxy base URL %s, scheme http, API key %s, agentd token %s, then import template \"base\" (the environments page does all this in one action).",
 		l.Server.URL(), l.Server.ProxyURL(), l.APIKey, l.AgentdToken)
+}
+
+// localTemplate is the backend template the local backend offers.
+const localTemplate = "base"
+
+// backend is what registering l as a sandbox environment takes, for the
+// environments page's one action (nil without a local backend).
+func (l *LocalSandboxes) backend() *handlers.LocalBackend {
+	if l == nil {
+		return nil
+	}
+	return &handlers.LocalBackend{APIURL: l.Server.URL(), ProxyBaseURL: l.Server.ProxyURL(), APIKey: l.APIKey,
+		AgentdToken: l.AgentdToken, Template: localTemplate}
 }
 
 // Close kills the local sandboxes, stops the backend and removes the

@@ -136,6 +136,10 @@ func (s *Service) check(ctx context.Context, e Environment, hc *http.Client, tim
 		}
 		if len(missing) > 0 {
 			h.Status, h.Error = HealthDegraded, "registered templates missing at the backend: "+strings.Join(missing, ", ")
+		} else if strings.HasPrefix(e.HealthError, StartFailedPrefix) {
+			// Answering is not starting: it stays degraded for the
+			// failed start until a sandbox starts (ClearStartFailure).
+			h.Status, h.Error = HealthDegraded, e.HealthError
 		}
 	}
 	if h.Status == HealthHealthy && h.Latency > SlowThreshold {
@@ -188,9 +192,39 @@ func scrub(msg string) string {
 func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.Log, timeout time.Duration) (Health, error) {
 	full := s.Check(ctx, e, timeout)
 	// What is stored is shown to everyone who sees the environment.
-	h := full.Shown()
-	// The probe is done; record it and its audit event together.
-	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+	return full, s.recordAudited(ctx, e, log, full.Shown(), "health-checker")
+}
+
+// StartFailedPrefix begins the health error of a sandbox environment whose
+// backend failed to start a sandbox for a session. A backend can answer
+// its health and template calls and still fail every create (the local
+// backend could not run agentd): until a sandbox starts there again, its
+// probes leave it degraded with this reason rather than call it healthy.
+const StartFailedPrefix = "The backend could not start a sandbox: "
+
+// RecordStartFailure marks sandbox environment e degraded because its
+// backend failed to start a sandbox (cause says how), audited as a health
+// change by the system.
+func (s *Service) RecordStartFailure(ctx context.Context, e Environment, log *audit.Log, cause string) error {
+	return s.recordAudited(ctx, e, log, Health{Status: HealthDegraded, Error: StartFailedPrefix + scrub(cause)}, "sandbox-lifecycle")
+}
+
+// ClearStartFailure marks e healthy again once a sandbox started there,
+// when a start failure is what it was degraded for.
+func (s *Service) ClearStartFailure(ctx context.Context, e Environment, log *audit.Log) error {
+	// Read as stored: the caller's copy may come from a cache.
+	e, err := s.load(ctx, e.ID)
+	if err != nil || !strings.HasPrefix(e.HealthError, StartFailedPrefix) {
+		return err
+	}
+	return s.recordAudited(ctx, e, log, Health{Status: HealthHealthy}, "sandbox-lifecycle")
+}
+
+// recordAudited stores h as e's health and audits a status change as the
+// system actor named by, in one transaction.
+func (s *Service) recordAudited(ctx context.Context, e Environment, log *audit.Log, h Health, by string) error {
+	// Record it and its audit event together.
+	return s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		in := *s
 		in.DB = tx
 		prev, err := in.RecordHealth(ctx, e.ID, h)
@@ -198,7 +232,7 @@ func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.
 			return err
 		}
 		_, err = log.AppendTx(ctx, tx, audit.Event{
-			Actor:  audit.Actor{Type: audit.ActorSystem, Name: "health-checker"},
+			Actor:  audit.Actor{Type: audit.ActorSystem, Name: by},
 			Action: "environment.health_change",
 			Target: audit.Target{Type: "environment", ID: fmt.Sprint(e.ID), Name: e.Name},
 			Details: audit.Details(map[string]any{"before": map[string]any{"status": prev},
@@ -206,7 +240,6 @@ func (s *Service) CheckAndRecord(ctx context.Context, e Environment, log *audit.
 		})
 		return err
 	})
-	return full, err
 }
 
 // OrgDeps is what the checker needs of one org while checking it.

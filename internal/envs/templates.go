@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
+	"github.com/gatehouse/gatehouse/internal/sandbox/e2b"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -130,6 +131,24 @@ func (s *Service) importInput(ctx context.Context, e Environment, backendID stri
 	if err != nil {
 		return TemplateInput{}, err
 	}
+	return importFrom(ctx, b, backendID)
+}
+
+// ImportInputFor reads template backendID from the sandbox backend that
+// in describes (its URL and API key), before any environment is stored:
+// the local sandbox backend is registered with its template in one
+// transaction, with no network call inside it. It reaches the backend as
+// a shared environment's calls do.
+func (s *Service) ImportInputFor(ctx context.Context, in Input, backendID string) (TemplateInput, error) {
+	e := Environment{Kind: KindSandbox, URL: deref(in.URL)}
+	b, err := e2b.New(e.URL, deref(in.APIKey), s.clientFor(e))
+	if err != nil {
+		return TemplateInput{}, &apperr.ValidationError{Fields: map[string]string{"url": err.Error()}}
+	}
+	return importFrom(ctx, b, backendID)
+}
+
+func importFrom(ctx context.Context, b sandbox.Backend, backendID string) (TemplateInput, error) {
 	bt, err := b.GetTemplate(ctx, backendID)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return TemplateInput{}, &apperr.ValidationError{Fields: map[string]string{"backend_template_id": fmt.Sprintf("The backend has no template %q.", backendID)}}

@@ -218,6 +218,14 @@ func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []
 	if err != nil {
 		return err
 	}
+	var ready []int64
+	defer func() {
+		// With exactly one ready template there is nothing to choose:
+		// "none" would only make a per-session agent's form fail.
+		if f.TemplateID == 0 && len(ready) == 1 {
+			f.TemplateID = ready[0]
+		}
+	}()
 	for _, e := range list {
 		if ok, err := svc.Usable(ctx, a, e); err != nil {
 			return err
@@ -232,6 +240,9 @@ func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []
 			}
 			for _, t := range ts {
 				f.Templates = append(f.Templates, views.Option{Value: itoa(t.ID), Label: e.Name + " / " + t.Name + " (" + t.BackendStatus + ")"})
+				if t.Ready() {
+					ready = append(ready, t.ID)
+				}
 			}
 		}
 	}

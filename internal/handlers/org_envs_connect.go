@@ -126,6 +126,18 @@ func shellQuote(s string) string {
 type envConnection struct {
 	Status  string `json:"status"`
 	Message string `json:"message"`
+	// Checked is the page's "Last checked" after this check.
+	Checked string `json:"checked"`
+}
+
+// newEnvConnection is the outcome of a check made at, for the page's
+// script: the badge, the message and "Last checked" all follow it.
+func newEnvConnection(e envs.Environment, h envs.Health, at time.Time) envConnection {
+	checked := views.When(at)
+	if h.Error == "" {
+		checked += " (" + strconv.FormatInt(h.Latency.Milliseconds(), 10) + " ms)"
+	}
+	return envConnection{Status: h.Status, Message: connectionMessage(e, h), Checked: checked}
 }
 
 // connectionMessage says what a check found, in the page's words.
@@ -156,5 +168,5 @@ func (s *Server) pageEnvConnection(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: connectionMessage(e, h)})
+	return c.JSON(http.StatusOK, newEnvConnection(e, h, s.Now()))
 }

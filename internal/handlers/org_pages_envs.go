@@ -97,6 +97,12 @@ func (s *Server) envRow(c echo.Context, e envs.Environment) (views.EnvRow, error
 }
 
 func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) error {
+	return s.renderEnvsWith(c, status, form, "")
+}
+
+// renderEnvsWith is renderEnvs saying why the local sandbox backend was
+// not registered (localErr).
+func (s *Server) renderEnvsWith(c echo.Context, status int, form views.EnvForm, localErr string) error {
 	svc, a := s.envService(c), actorOf(c)
 	list, err := svc.List(c.Request().Context(), a)
 	if err != nil {
@@ -117,7 +123,12 @@ func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) erro
 		"scope": byText(func(e views.EnvRow) string { return e.Scope }), "health": byText(func(e views.EnvRow) string { return e.Health }),
 		"checked": func(a, b views.EnvRow) int { return cmpTime(a.CheckedAt, b.CheckedAt) },
 	}, "name", nil)
-	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls}))
+	local, err := s.localOffer(c, list, localErr)
+	if err != nil {
+		return err
+	}
+	return render(c, status, views.Envs(s.orgPage(c, "Environments"), views.EnvsData{Slug: tenantOf(c).Org.Slug, Rows: rows, Form: form, List: ls,
+		Local: local}))
 }
 
 func (s *Server) pageEnvs(c echo.Context) error {
@@ -263,7 +274,7 @@ func (s *Server) pageTestEnv(c echo.Context) error {
 	}
 	msg := connectionMessage(e, h)
 	if wantsJSON(c) { // the page's script shows it in place
-		return c.JSON(http.StatusOK, envConnection{Status: h.Status, Message: msg})
+		return c.JSON(http.StatusOK, newEnvConnection(e, h, s.Now()))
 	}
 	s.setFlash(c, msg)
 	return c.Redirect(http.StatusSeeOther, envPagePath(c, e.ID))

@@ -2,6 +2,7 @@ package handlers
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -18,7 +19,9 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -324,22 +327,84 @@ func (s *Server) pageSession(c echo.Context) error {
 	if x.UnreachableSince != nil && !x.Final() {
 		d.Unreachable = when(x.UnreachableSince)
 	}
-	if d.Commands, err = s.commandRows(c, x.ID); err != nil {
+	var refused bool
+	if d.Commands, refused, err = s.commandRows(c, x.ID); err != nil {
 		return err
 	}
+	d.Live = !refused && !x.Final()
 	if d.Lifecycle, err = s.sessionLifecycle(c, x); err != nil {
 		return err
 	}
 	if canUse && !x.Final() {
-		attach := int64(0)
-		if v := c.QueryParam("terminal"); v != "" {
-			attach, _ = strconv.ParseInt(v, 10, 64)
+		td, err := s.sessionTerminal(c, x.ID, !refused)
+		if err != nil {
+			return err
 		}
-		td := terminalData(c, x.ID, attach, false)
 		d.Terminal = &td
 		terminalCSP(c)
 	}
 	return render(c, http.StatusOK, views.SessionDetail(s.orgPage(c, "Session #"+itoa(x.ID)), d))
+}
+
+// sessionTerminal is the terminal of a session's page. ?terminal=N offers
+// to attach to command N and ?terminal=new opens a new shell at once;
+// otherwise, while the viewer's own interactive shell runs in the session
+// (they reloaded the page, or came back to it), the page goes back to the
+// newest one, from the start of what agentd still holds, and offers a new
+// shell beside it (findShell false: the viewer may not read its commands).
+// Anything else waits for "Open a terminal", so looking at a session
+// starts nothing in it.
+func (s *Server) sessionTerminal(c echo.Context, sessionID int64, findShell bool) (views.TerminalData, error) {
+	newShell := sessionURLOf(c, sessionID) + "?terminal=new"
+	switch v := c.QueryParam("terminal"); v {
+	case "new":
+		td := terminalData(c, sessionID, 0, false)
+		td.Autostart = true
+		return td, nil
+	case "":
+	default:
+		attach, _ := strconv.ParseInt(v, 10, 64)
+		td := terminalData(c, sessionID, attach, false)
+		if attach != 0 {
+			td.NewShellURL = newShell
+		}
+		return td, nil
+	}
+	if !findShell {
+		return terminalData(c, sessionID, 0, false), nil
+	}
+	shell, err := s.runningShell(c, sessionID)
+	if err != nil || shell == 0 {
+		return terminalData(c, sessionID, 0, false), err
+	}
+	td := terminalData(c, sessionID, shell, false)
+	td.Autostart, td.Reattach, td.NewShellURL = true, true, newShell
+	return td, nil
+}
+
+// runningShell is the newest interactive shell the viewer opened in the
+// session that is still running (0: none), read as the page's command
+// list is: a viewer refused terminal reads has none to go back to.
+func (s *Server) runningShell(c echo.Context, sessionID int64) (int64, error) {
+	a := actorOf(c)
+	cmds, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), a,
+		recordings.Filter{SessionID: sessionID, State: recordings.StateRunning, Limit: 50})
+	if errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	for _, cmd := range cmds { // newest first
+		if cmd.TTY && cmd.Command == terminal.ShellCommand && cmd.ActorType == a.Kind && cmd.ActorID == a.ID {
+			return cmd.ID, nil
+		}
+	}
+	return 0, nil
+}
+
+func sessionURLOf(c echo.Context, id int64) string {
+	return "/o/" + tenantOf(c).Org.Slug + "/sessions/" + itoa(id)
 }
 
 // sessionLifecycle says when the session will pause and be reclaimed, from
@@ -366,6 +431,12 @@ func (s *Server) pageSessionOp(op sessionOp) echo.HandlerFunc {
 		x, err := s.runSessionOp(c, op)
 		if fields, _, ok := formFailure(err); ok {
 			s.setFlash(c, fieldMessages(fields))
+		} else if errors.Is(err, apperr.ErrUnavailable) {
+			// The environment or its backend failed (a sandbox that
+			// would not start): the session's page says what happened
+			// and what to do, rather than an error page.
+			_, body := classify(err)
+			s.setFlash(c, body.Message)
 		} else if err != nil {
 			return err
 		} else {

@@ -137,6 +137,9 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/api-keys/dismiss-secret", rbac.Authenticated(), s.dismissReveal(keysPathParam))
 	pg.handle(http.MethodGet, "/environments", rbac.Authenticated(), s.pageEnvs)
 	pg.handle(http.MethodPost, "/environments", rbac.Authenticated(), s.pageCreateEnv)
+	if s.Local != nil { // only a console started with --local-sandboxes has one to offer
+		pg.handle(http.MethodPost, "/environments/local", rbac.Authenticated(), s.pageUseLocalSandboxes)
+	}
 	pg.handle(http.MethodGet, "/environments/:id", rbac.Authenticated(), s.pageEnv)
 	pg.handle(http.MethodPost, "/environments/:id", rbac.Authenticated(), s.pageUpdateEnv)
 	pg.handle(http.MethodPost, "/environments/:id/test", rbac.Authenticated(), s.pageTestEnv)

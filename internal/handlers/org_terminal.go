@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -70,22 +71,24 @@ func (s *Server) apiExec(c echo.Context) error {
 
 // commandJSON is a command as the history shows it.
 type commandJSON struct {
-	ID           int64   `json:"id"`
-	SessionID    int64   `json:"session_id"`
-	Command      string  `json:"command"`
-	Cwd          string  `json:"cwd"`
-	TTY          bool    `json:"tty"`
-	StartedBy    string  `json:"started_by"`
-	StartedAt    string  `json:"started_at"`
-	EndedAt      *string `json:"ended_at"`
-	State        string  `json:"state"`
-	ExitCode     *int    `json:"exit_code"`
-	Reason       string  `json:"reason,omitempty"`
-	DurationMS   *int64  `json:"duration_ms"`
-	OutputBytes  int64   `json:"output_bytes"`
-	InputBytes   int64   `json:"input_bytes"`
-	DroppedBytes int64   `json:"dropped_bytes"`
-	Truncated    bool    `json:"truncated"`
+	ID        int64   `json:"id"`
+	SessionID int64   `json:"session_id"`
+	Command   string  `json:"command"`
+	Cwd       string  `json:"cwd"`
+	TTY       bool    `json:"tty"`
+	StartedBy string  `json:"started_by"`
+	StartedAt string  `json:"started_at"`
+	EndedAt   *string `json:"ended_at"`
+	State     string  `json:"state"`
+	ExitCode  *int    `json:"exit_code"`
+	Reason    string  `json:"reason,omitempty"`
+	// EndedBy is "session_close" for a command its session's close ended.
+	EndedBy      string `json:"ended_by,omitempty"`
+	DurationMS   *int64 `json:"duration_ms"`
+	OutputBytes  int64  `json:"output_bytes"`
+	InputBytes   int64  `json:"input_bytes"`
+	DroppedBytes int64  `json:"dropped_bytes"`
+	Truncated    bool   `json:"truncated"`
 }
 
 func toCommandJSON(cmd recordings.Command) commandJSON {
@@ -96,6 +99,9 @@ func toCommandJSON(cmd recordings.Command) commandJSON {
 		e := cmd.EndedAt.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 		d := cmd.EndedAt.Sub(cmd.StartedAt).Milliseconds()
 		j.EndedAt, j.DurationMS = &e, &d
+	}
+	if cmd.Ended() && recordings.EndedBySessionClose(cmd.Reason) {
+		j.EndedBy = "session_close"
 	}
 	return j
 }
@@ -361,26 +367,33 @@ func auditTargetSettings() audit.Target {
 // commandRows is a session's latest commands for its page, read as the
 // API reads them: a viewer a rule refuses terminal reads sees none (the
 // refusal is audited like any other).
-func (s *Server) commandRows(c echo.Context, sessionID int64) ([]views.CommandRow, error) {
+// refused reports a viewer a rule refuses terminal reads: the page then
+// neither looks for their shell nor follows the session live, each of
+// which would read (and audit the refusal) again.
+func (s *Server) commandRows(c echo.Context, sessionID int64) (rows []views.CommandRow, refused bool, err error) {
 	cmds, err := s.Gateway.Commands(c.Request().Context(), s.terminalOrg(c), actorOf(c), recordings.Filter{SessionID: sessionID, Limit: 50})
-	if errors.Is(err, apperr.ErrForbidden) || errors.Is(err, apperr.ErrConflict) {
-		return nil, nil // refused, or nothing ran yet (a pending session)
+	if errors.Is(err, apperr.ErrForbidden) {
+		return nil, true, nil
+	}
+	if errors.Is(err, apperr.ErrConflict) {
+		return nil, false, nil // nothing ran yet (a pending session)
 	}
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	rows := make([]views.CommandRow, len(cmds))
+	rows = make([]views.CommandRow, len(cmds))
 	for i, cmd := range cmds {
 		rows[i] = commandRow(cmd)
 	}
-	return rows, nil
+	return rows, false, nil
 }
 
 // commandRow is a command as pages list it.
 func commandRow(cmd recordings.Command) views.CommandRow {
 	j := toCommandJSON(cmd)
 	r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
-		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY}
+		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY, Reason: cmd.Reason,
+		Shell: cmd.TTY && cmd.Command == terminal.ShellCommand, EndedWithSession: j.EndedBy == "session_close"}
 	if cmd.ExitCode != nil {
 		r.ExitCode = strconv.Itoa(*cmd.ExitCode)
 	}

@@ -65,6 +65,9 @@ type Deps struct {
 	Now           func() time.Time
 	// Metrics counts requests by route pattern; nil records nothing.
 	Metrics *metrics.Metrics
+	// Local is the console's local sandbox backend (--local-sandboxes),
+	// offered on the environments page; nil without one.
+	Local *LocalBackend
 }
 
 // Server holds the echo instance and the declared route table.

@@ -43,9 +43,9 @@ const (
 // The reasons a command ended by its session's close is recorded with (in
 // its end event too).
 const (
-	reasonClosed            = "ended by the session's close"
-	reasonClosedUnreachable = "ended by the session's close while its environment was unreachable: what was recorded before is all there is"
-	reasonClosedPaused      = "ended by the session's close while its sandbox was paused: what was recorded before the pause is all there is"
+	reasonClosed            = recordings.ReasonSessionClosed
+	reasonClosedUnreachable = recordings.ReasonSessionClosed + " while its environment was unreachable: what was recorded before is all there is"
+	reasonClosedPaused      = recordings.ReasonSessionClosed + " while its sandbox was paused: what was recorded before the pause is all there is"
 )
 
 // EndCommands ends every running command of session sessionID as part of

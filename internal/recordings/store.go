@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"strconv"
+	"strings"
 	"time"
 
 	"gorm.io/gorm"
@@ -63,6 +64,16 @@ type Command struct {
 
 // TableName binds Command to its table.
 func (Command) TableName() string { return "commands" }
+
+// ReasonSessionClosed begins the reason of every command its session's
+// close ended (killed through agentd, or lost when agentd could not be
+// asked): such a command "ended with the session", which pages and the
+// API (ended_by: session_close) say instead of a bare killed or lost.
+const ReasonSessionClosed = "ended by the session's close"
+
+// EndedBySessionClose reports whether reason is one a session's close
+// gave its commands (recorded before they are ended, see MarkEnding).
+func EndedBySessionClose(reason string) bool { return strings.HasPrefix(reason, ReasonSessionClosed) }
 
 // Ended reports whether the command reached a final state.
 func (c Command) Ended() bool { return c.State != StateRunning }

@@ -225,14 +225,38 @@ func (s *Service) ensureSandbox(ctx context.Context, a *authz.Actor, sess Sessio
 	}
 	if sess.State == StatePending {
 		sess, err = s.createSandbox(ctx, a, sess, b, ag)
-		if err != nil || sess.State != StatePending {
-			return sess, err
+		if err != nil {
+			return sess, s.startFailed(ctx, env, err)
+		}
+		if sess.State != StatePending {
+			if err := s.Envs.ClearStartFailure(ctx, env, s.Audit); err != nil {
+				slog.Default().Warn("mark an environment healthy again after a sandbox started", "org", s.Org, "environment", env.ID, "error", err)
+			}
+			return sess, nil
 		}
 	}
 	if sess.Final() {
 		return sess, finalError(sess)
 	}
 	return s.connect(ctx, a.AuditActor(), sess, b, ag, "resumed on use")
+}
+
+// startFailed marks env degraded when its backend failed to create a
+// session's sandbox, with the backend's reason (the page of the
+// environment shows it, and its probes keep it until a sandbox starts),
+// and says in the error what the person can do. Other failures (the
+// database, a canceled request) pass as they are.
+func (s *Service) startFailed(ctx context.Context, env envs.Environment, err error) error {
+	var ae *apperr.Error
+	if !errors.As(err, &ae) || ae.Code != "backend_error" {
+		return err
+	}
+	if rerr := s.Envs.RecordStartFailure(context.WithoutCancel(ctx), env, s.Audit, ae.Message); rerr != nil {
+		slog.Default().Warn("mark an environment degraded after a failed sandbox start", "org", s.Org, "environment", env.ID, "error", rerr)
+	}
+	return apperr.WithCause(apperr.New(apperr.ErrUnavailable, "backend_error",
+		"%s Environment %q is marked degraded with this reason. Whoever manages it can look at its page (Test connection, and the backend's own log); once it is fixed, start the session again: nothing was created.",
+		ae.Message, env.Name), err)
 }
 
 // connect resumes a paused sandbox or refreshes a running one's timeout

@@ -50,7 +50,10 @@ type ServerMessage struct {
 	Data     []byte `json:"data,omitempty"`
 	State    string `json:"state,omitempty"`
 	ExitCode *int   `json:"exit_code,omitempty"`
-	Message  string `json:"message,omitempty"`
+	// EndedBy is "session_close" on the exit of a command its session's
+	// close ended, so the terminal says what closing did.
+	EndedBy string `json:"ended_by,omitempty"`
+	Message string `json:"message,omitempty"`
 }
 
 // Attach says what a WebSocket connects to.
@@ -86,8 +89,10 @@ func lostAccess(err error) error {
 	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
 }
 
-// shellCommand starts the user's login shell, or sh where bash is missing.
-const shellCommand = `if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi`
+// ShellCommand starts the user's login shell, or sh where bash is missing:
+// every interactive terminal a browser opens runs it, which is how pages
+// tell those terminals from other commands.
+const ShellCommand = `if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi`
 
 // Terminals tracks open browser terminals, so they can be closed (an org
 // suspended, a test dropping connections).
@@ -223,7 +228,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			return fail(err)
 		}
 	} else if cid == 0 {
-		out, err := g.Exec(ctx, org, a, m, at.SessionID, proxy.ExecRequest{Command: shellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
+		out, err := g.Exec(ctx, org, a, m, at.SessionID, proxy.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
 		if err != nil {
 			return fail(err)
 		}
@@ -340,7 +345,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 		}
 		if out.State != recordings.StateRunning && !out.More {
 			ended = true
-			if err := send(ServerMessage{Type: "exit", State: out.State, ExitCode: out.ExitCode}); err != nil {
+			if err := send(ServerMessage{Type: "exit", State: out.State, ExitCode: out.ExitCode, EndedBy: endedBy(ctx, org, at.SessionID, cid)}); err != nil {
 				return err
 			}
 			return conn.Close(websocket.StatusNormalClosure, "the command ended")
@@ -360,6 +365,20 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 	}
 	_ = conn.Close(websocket.StatusGoingAway, "the terminal was closed")
 	return nil
+}
+
+// endedBy says what ended a command beyond its state: "session_close"
+// when its session's close did (the close records why before it kills
+// anything, so the reason is there by the time agentd reports the end).
+// A failed read says nothing more rather than fail the terminal.
+func endedBy(ctx context.Context, org proxy.Org, sessionID, commandID int64) string {
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	c, err := recordings.GetInSession(rctx, org.DB, sessionID, commandID)
+	if err == nil && recordings.EndedBySessionClose(c.Reason) {
+		return "session_close"
+	}
+	return ""
 }
 
 func truncate(s string, n int) string {

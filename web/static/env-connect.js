@@ -18,6 +18,12 @@
     el.hidden = false;
   }
 
+  // The facts list's "Last checked" follows the latest answer too.
+  function checked(h) {
+    var c = document.querySelector('dl.facts [data-testid="last-checked"]');
+    if (c && h && h.checked) c.textContent = h.checked;
+  }
+
   // The facts list's health badge follows the latest answer.
   function badge(status) {
     var b = document.querySelector('dl.facts [data-testid="status"]');
@@ -50,6 +56,7 @@
       tries++;
       ask(url).then(function (h) {
         badge(h.status);
+        checked(h);
         if (h.status === "healthy" || h.status === "degraded") {
           show(el, h.status, h.message);
           return;
@@ -78,6 +85,7 @@
       ask(form.action, { method: "POST", body: new URLSearchParams(new FormData(form)) }).then(function (h) {
         show(out, h.status, h.message);
         badge(h.status);
+        checked(h);
       }, function (err) {
         show(out, "unreachable", err.message);
       }).then(function () {

@@ -40,6 +40,12 @@
     }
   }
 
+  // The session page's other parts (state, last used, the command list)
+  // follow what the terminal does: session-live.js listens.
+  function tell(what) {
+    document.dispatchEvent(new CustomEvent("gatehouse:terminal", { detail: what }));
+  }
+
   function decode(b64) {
     const bin = atob(b64 || "");
     const out = new Uint8Array(bin.length);
@@ -88,7 +94,14 @@
         case "attached":
           state.commandId = msg.command_id;
           el.dataset.command = String(msg.command_id);
-          say(readOnly ? "Watching (read-only)" : "Connected", "connected");
+          say(readOnly ? "Watching (read-only)" : "Connected to shell #" + msg.command_id, "connected");
+          // ?terminal=new opened this shell; a reload must come back to
+          // it (the page finds the viewer's running shell), not open
+          // another.
+          if (!readOnly && new URLSearchParams(location.search).get("terminal") === "new") {
+            history.replaceState(null, "", location.pathname);
+          }
+          tell("attached");
           if (!readOnly) {
             send({ type: "resize", rows: term.rows, cols: term.cols });
           }
@@ -101,8 +114,14 @@
           break;
         case "exit":
           state.ended = true;
-          term.write("\r\n[command " + msg.state + (msg.exit_code !== undefined && msg.exit_code !== null ? ", exit code " + msg.exit_code : "") + "]\r\n");
-          say("Ended (" + msg.state + ")", "ended");
+          if (msg.ended_by === "session_close") {
+            term.write("\r\n[the session was closed: closing it ended this shell and everything it ran]\r\n");
+            say("Ended: the session was closed, which ended this shell and everything it ran.", "ended");
+          } else {
+            term.write("\r\n[command " + msg.state + (msg.exit_code !== undefined && msg.exit_code !== null ? ", exit code " + msg.exit_code : "") + "]\r\n");
+            say("Ended (" + msg.state + ")", "ended");
+          }
+          tell("exit");
           break;
         case "error":
           state.ended = true;
@@ -122,6 +141,9 @@
   if (!readOnly) {
     term.onData(function (data) {
       send({ type: "input", data: data });
+      if (data.indexOf("\r") >= 0) {
+        tell("enter"); // a command line was run
+      }
     });
   }
   window.addEventListener("resize", function () {

@@ -34,6 +34,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sort"
 	"sync"
 	"time"
@@ -162,8 +163,14 @@ func New(cfg Config) (*Server, error) {
 		if cfg.AgentdBinary == "" {
 			return nil, errors.New("e2bfake: AgentdBinary or Launcher is required")
 		}
+		// Each agentd starts in its sandbox's directory, where a
+		// relative path to the binary names nothing.
+		bin, err := filepath.Abs(cfg.AgentdBinary)
+		if err != nil {
+			return nil, fmt.Errorf("e2bfake: agentd binary: %w", err)
+		}
 		s.launcher = ExecLauncher{
-			Binary:   cfg.AgentdBinary,
+			Binary:   bin,
 			Token:    cfg.AgentdToken,
 			ExtraEnv: cfg.AgentdEnv,
 			Environ:  cfg.AgentdEnviron,
