@@ -201,7 +201,9 @@ func instrument(db *gorm.DB, p *Profile) error {
 	if _, ok := db.Statement.ConnPool.(*countingPool); ok {
 		return nil
 	}
-	if _, ok := db.Statement.ConnPool.(gorm.TxBeginner); !ok {
+	_, ok1 := db.Statement.ConnPool.(gorm.TxBeginner)
+	_, ok2 := db.Statement.ConnPool.(gorm.ConnPoolBeginner)
+	if !ok1 && !ok2 {
 		return fmt.Errorf("profile: connection pool %T cannot begin transactions", db.Statement.ConnPool)
 	}
 	cp := &countingPool{inner: db.Statement.ConnPool, p: p}
@@ -235,13 +237,19 @@ func (c *countingPool) QueryRowContext(ctx context.Context, query string, args .
 // BeginTx implements gorm.ConnPoolBeginner.
 func (c *countingPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
 	start := time.Now()
-	tx, err := c.inner.(gorm.TxBeginner).BeginTx(ctx, opts)
+	var tx gorm.ConnPool
+	var err error
+	if b, ok := c.inner.(gorm.TxBeginner); ok {
+		tx, err = b.BeginTx(ctx, opts)
+	} else {
+		tx, err = c.inner.(gorm.ConnPoolBeginner).BeginTx(ctx, opts)
+	}
 	kind := kindOf(ctx)
 	c.p.txEvent(kind, false, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
-	return &countingTx{Tx: tx, ctx: ctx, kind: kind, p: c.p}, nil
+	return &countingTx{ConnPool: tx, ctx: ctx, kind: kind, p: c.p}, nil
 }
 
 // GetDBConn implements gorm.GetDBConnector, so db.DB() still works.
@@ -256,7 +264,7 @@ func (c *countingPool) GetDBConn() (*sql.DB, error) {
 }
 
 type countingTx struct {
-	*sql.Tx
+	gorm.ConnPool
 	ctx  context.Context
 	kind string
 	p    *Profile
@@ -265,26 +273,29 @@ type countingTx struct {
 func (t *countingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.ExecContext(ctx, query, args...)
+	return t.ConnPool.ExecContext(ctx, query, args...)
 }
 
 func (t *countingTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.QueryContext(ctx, query, args...)
+	return t.ConnPool.QueryContext(ctx, query, args...)
 }
 
 func (t *countingTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.QueryRowContext(ctx, query, args...)
+	return t.ConnPool.QueryRowContext(ctx, query, args...)
 }
 
 func (t *countingTx) Commit() error {
 	start := time.Now()
 	defer func() { t.p.txEvent(t.kind, true, time.Since(start)) }()
-	return t.Tx.Commit()
+	return t.ConnPool.(gorm.TxCommitter).Commit()
 }
+
+// Rollback implements gorm.TxCommitter.
+func (t *countingTx) Rollback() error { return t.ConnPool.(gorm.TxCommitter).Rollback() }
 
 // Print writes the tallies: per request kind, round trips and commits per
 // request, database time against request time, and each statement.

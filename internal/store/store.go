@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -58,7 +60,13 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 	var dial gorm.Dialector
 	switch DialectOf(dsn) {
 	case Postgres:
-		dial = postgres.Open(dsn)
+		// Every connection carries the tracer that counts round trips for
+		// contexts asking (CountTrips).
+		dial = postgres.New(postgres.Config{DSN: dsn, OptionOpenDB: []stdlib.OptionOpenDB{
+			stdlib.OptionBeforeConnect(func(_ context.Context, c *pgx.ConnConfig) error {
+				c.Tracer = pgTracer{}
+				return nil
+			})}})
 	default:
 		sep := "?"
 		if strings.Contains(dsn, "?") {
@@ -73,6 +81,10 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 	sqlDB, err := db.DB()
 	if err != nil {
 		return nil, fmt.Errorf("database handle: %w", err)
+	}
+	if DialectOf(dsn) == SQLite {
+		cp := countingPool{sqlDB}
+		db.ConnPool, db.Statement.ConnPool = cp, cp
 	}
 	maxOpen, maxIdle := opt.MaxOpenConns, opt.MaxIdleConns
 	if maxOpen == 0 {
