@@ -9,10 +9,9 @@ import (
 	"strings"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -120,24 +119,10 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, durable(err)
 	}
 	// One commit: the command's record and its audit event, before agentd
-	// hears of it.
-	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// A session whose close began starts nothing more: its close kills
-		// what runs, and a command started now would outlive it.
-		if err := startable(tx, sessionID); err != nil {
-			return err
-		}
-		// The running-command caps are counted in this commit, so a burst
-		// of execs cannot overshoot them; a refusal writes nothing.
-		if err := g.checkRunning(ctx, tx, a, t); err != nil {
-			return err
-		}
-		if err := recordings.Start(ctx, tx, &cmd); err != nil {
-			return err
-		}
-		_, err = org.Audit.AppendTx(ctx, tx, event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
-			"command_id": cmd.ID, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "timeout_ms": req.TimeoutMS}))
-		return err
+	// hears of it (two round trips on Postgres).
+	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.startChecks(a, t), &cmd, func(id int64) audit.Event {
+		return event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
+			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "timeout_ms": req.TimeoutMS})
 	})
 	if err != nil {
 		return Output{}, durable(err)
