@@ -43,6 +43,7 @@ func DialectOf(dsn string) Dialect {
 // Options tune a pool. Zero values take sane defaults.
 type Options struct {
 	MaxOpenConns int
+	// MaxIdleConns defaults to MaxOpenConns.
 	MaxIdleConns int
 	ConnMaxIdle  time.Duration
 	Logger       *slog.Logger
@@ -91,7 +92,11 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 		maxOpen = 10
 	}
 	if maxIdle == 0 {
-		maxIdle = 2
+		// As many idle as open: a pool that closes what a burst opened
+		// pays a connect (and, on Postgres, the re-preparing of every
+		// statement, which pgx caches per connection) at the next burst.
+		// ConnMaxIdle still closes connections unused for minutes.
+		maxIdle = maxOpen
 	}
 	sqlDB.SetMaxOpenConns(maxOpen)
 	sqlDB.SetMaxIdleConns(maxIdle)
