@@ -42,8 +42,9 @@ type Sessions interface {
 
 // Followers record the output of running commands, each from its start
 // until it ends, whether or not any client polls. A follower holds a lease
-// on its command's row, renewed with every write: one replica follows a
-// command at a time, and when a replica dies its commands' leases lapse
+// on its command's row, renewed for all of this process's followed
+// commands of an org by one statement every third of the lease: one
+// replica follows a command at a time, and when a replica dies its commands' leases lapse
 // and another replica (or the same one after a restart) takes over from
 // the last recorded chunk, so nothing is missed or stored twice.
 type Followers struct {
@@ -72,6 +73,9 @@ type Followers struct {
 
 	mu      sync.Mutex
 	running map[followKey]bool
+	// renewing is the context the lease renewer runs under (one per
+	// Start).
+	renewing context.Context
 	// indexed names the orgs whose ended commands all have a search
 	// entry (the backfill of commands that ended before search existed),
 	// each with the database that was true of: an org created again under
@@ -187,6 +191,14 @@ func (f *Followers) start(org string, id int64, known *started) {
 	f.running[k] = true
 	ctx := f.ctx
 	f.wg.Add(1)
+	if f.renewing != ctx {
+		f.renewing = ctx
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.renew(ctx)
+		}()
+	}
 	f.mu.Unlock()
 	go func() {
 		defer f.wg.Done()
@@ -520,7 +532,9 @@ func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, r
 			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorderActor().AuditActor())
 		return stepResult{cmd: stored, ended: err == nil}, err
 	}
-	stored, err := recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, at.Add(f.lease()))
+	// One statement, and none for a quiet batch: the lease is renewed for
+	// every followed command at once (renew).
+	stored, err := recordings.AppendFollowed(ctx, org.DB, c, f.Owner, out)
 	return stepResult{cmd: stored}, err
 }
 
@@ -609,5 +623,50 @@ func (f *Followers) Run(ctx context.Context, tick <-chan time.Time) {
 		case <-tick:
 			f.Sweep(ctx)
 		}
+	}
+}
+
+// renewEvery is how often the leases of followed commands are renewed: a
+// third of the lease, so two renewals may fail (the database away for a
+// moment) before another replica takes a command over.
+func (f *Followers) renewEvery() time.Duration { return max(f.lease()/3, 10*time.Millisecond) }
+
+// renew extends the leases of every command this process follows, one
+// statement per org per interval, until ctx ends.
+func (f *Followers) renew(ctx context.Context) {
+	t := time.NewTicker(f.renewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.RenewNow(ctx)
+		}
+	}
+}
+
+// RenewNow renews the leases of every command this process follows, one
+// statement per org.
+func (f *Followers) RenewNow(ctx context.Context) {
+	byOrg := map[string][]int64{}
+	f.mu.Lock()
+	for k := range f.running {
+		byOrg[k.org] = append(byOrg[k.org], k.id)
+	}
+	f.mu.Unlock()
+	until := f.now().Add(f.lease())
+	for slug, ids := range byOrg {
+		org, release, err := f.OpenOrg(ctx, slug)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.logger().Warn("recording followers: leases not renewed", "org", slug, "error", err)
+			}
+			continue
+		}
+		if _, err := recordings.RenewLeases(ctx, org.DB, f.Owner, ids, until); err != nil && ctx.Err() == nil {
+			f.logger().Warn("recording followers: leases not renewed", "org", slug, "error", err)
+		}
+		release()
 	}
 }

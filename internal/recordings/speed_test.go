@@ -166,3 +166,130 @@ func assertNoCommand(t *testing.T, db *gorm.DB, agentdID string) {
 		t.Fatalf("%d commands %s recorded (%v), want none", n, agentdID, err)
 	}
 }
+
+// TestFollowerRoundTrips proves a follower's batch is one round trip on
+// Postgres (one short transaction on SQLite), a quiet batch none, and the
+// lease renewal of all of a replica's commands one statement; and that
+// the one-statement form still never stores a batch twice nor writes
+// without the lease.
+func TestFollowerRoundTrips(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		db := storetest.Open(t, d, store.OrgSet)
+		log := audit.NewLog(db, audit.OrgTable, nil)
+		c := command(t, db, "me")
+		at := time.Now().UTC()
+		batch := func(from, to uint64) recordings.Output {
+			out := recordings.Output{NextCursor: to}
+			for i := from; i <= to; i++ {
+				out.Chunks = append(out.Chunks, recordings.Chunk{Seq: i, Stream: recordings.StreamStdout, At: at, Data: []byte(fmt.Sprintf("line %d\n", i))})
+			}
+			return out
+		}
+		ctx, trips := store.CountTrips(context.Background())
+		var err error
+		// The first batch warms the connection's statement cache.
+		if c, err = recordings.AppendFollowed(context.Background(), db, c, "me", batch(1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			name  string
+			out   recordings.Output
+			trips int // on Postgres; SQLite: one transaction, or nothing when 0
+			last  int64
+		}{
+			{"a batch", batch(3, 5), 1, 5},
+			{"a quiet batch", recordings.Output{NextCursor: 5}, 0, 5},
+			{"a batch read twice", batch(4, 7), 1, 7},
+			{"a batch with a gap", recordings.Output{Chunks: batch(10, 10).Chunks, Dropped: 100, NextCursor: 10}, 1, 10},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				trips.Reset()
+				next, err := recordings.AppendFollowed(ctx, db, c, "me", tc.out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent := strings.Join(trips.Sent(), "\n")
+				switch {
+				case tc.trips == 0 && trips.N() != 0:
+					t.Fatalf("a quiet batch wrote:\n%s", sent)
+				case d == store.Postgres && trips.N() != tc.trips:
+					t.Fatalf("%d round trips, want %d:\n%s", trips.N(), tc.trips, sent)
+				case d == store.SQLite && tc.trips > 0 && (strings.Count(sent, "BEGIN") != 1 || strings.Count(sent, "COMMIT") != 1):
+					t.Fatalf("not one transaction:\n%s", sent)
+				}
+				stored, err := recordings.Get(context.Background(), db, c.ID)
+				if err != nil || stored.LastChunk != tc.last || stored.OutHash != next.OutHash || stored.OutBytes != next.OutBytes || !stored.Acked {
+					t.Fatalf("stored %+v (%v), follower has %+v", stored, err, next)
+				}
+				c = next
+			})
+		}
+		t.Run("a follower behind the row falls back and stores nothing twice", func(t *testing.T) {
+			stale := c
+			if c, err = recordings.AppendFollowed(ctx, db, c, "me", batch(11, 12)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := recordings.AppendFollowed(ctx, db, stale, "me", batch(11, 13))
+			if err != nil || got.LastChunk != 13 {
+				t.Fatalf("stale append = %+v, %v", got, err)
+			}
+			c = got
+			chunks, err := recordings.Read(context.Background(), db, c.ID, recordings.KindOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(chunks); i++ {
+				if chunks[i].Seq <= chunks[i-1].Seq {
+					t.Fatalf("chunk %d stored twice or out of order: %v", chunks[i].Seq, chunks)
+				}
+			}
+		})
+		t.Run("another follower cannot write", func(t *testing.T) {
+			if _, err := recordings.AppendFollowed(ctx, db, c, "other", batch(14, 14)); !errors.Is(err, recordings.ErrLeaseLost) {
+				t.Fatalf("append by a non-owner = %v", err)
+			}
+		})
+		t.Run("one statement renews a replica's leases", func(t *testing.T) {
+			ids := []int64{c.ID}
+			for i := range 50 {
+				n := newCommand(300 + i)
+				if i%10 == 0 {
+					n.LeaseOwner = "other"
+				}
+				if err := recordings.Start(context.Background(), db, n); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, n.ID)
+			}
+			until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+			trips.Reset()
+			n, err := recordings.RenewLeases(ctx, db, "me", ids, until)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trips.N() != 1 {
+				t.Fatalf("renewal took %d round trips:\n%s", trips.N(), strings.Join(trips.Sent(), "\n"))
+			}
+			if n != 46 {
+				t.Fatalf("renewed %d leases, want the 46 held by this replica", n)
+			}
+			var renewed int64
+			if err := db.Raw("SELECT count(*) FROM commands WHERE lease_until >= ? AND lease_owner = 'me'", until).Scan(&renewed).Error; err != nil || renewed != 46 {
+				t.Fatalf("%d leases renewed in the database (%v)", renewed, err)
+			}
+		})
+		t.Run("the recording verifies", func(t *testing.T) {
+			exit := 0
+			if _, err := recordings.Complete(context.Background(), db, log, c.ID, "me", batch(14, 15),
+				recordings.End{State: recordings.StateExited, ExitCode: &exit, At: time.Now()}, audit.Actor{Type: audit.ActorSystem, Name: "recorder"}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := recordings.VerifyAll(context.Background(), db, log)
+			if err != nil || !res.OK {
+				t.Fatalf("VerifyAll = %+v, %v", res, err)
+			}
+		})
+	})
+}
