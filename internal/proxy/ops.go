@@ -13,6 +13,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -166,7 +167,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, mayStillStart(g.upstream(ctx, org, t, err), cmd.ID)
 	}
 	g.Followers.CreateDone(org.rec(), cmd.ID)
-	g.Followers.FollowNew(org.Slug, cmd, resp)
+	g.Followers.FollowNew(org.rec(), cmd, resp)
 	g.reachable(ctx, org, t)
 	return toOutput(cmd, resp), nil
 }
@@ -214,8 +215,35 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	// A suspended or deleted org ends its long-polls at once.
 	pctx, stop := tenant.BindRevoked(pctx, org.Revoked)
 	defer stop()
-	// A reader peeks: only the recorder lets agentd drop what it read.
-	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
+	// The command's follower on this replica read its output already:
+	// polls are answered from that, and agentd serves each byte once.
+	resp, st, err := g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, wait)
+	switch {
+	case err == nil && st == recorder.LiveAnswered:
+		out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
+		out.TTY = k.tty
+		return out, nil
+	case err == nil && st == recorder.LiveBehind:
+		// Behind what the follower keeps: the recording has it.
+		if rec, rerr := g.fromRecordingOf(ctx, org, commandID, cursor); rerr == nil && rec.NextCursor > cursor {
+			if rec.State == recordings.StateRunning {
+				rec.More = true
+			}
+			rec.TTY = k.tty
+			return rec, nil
+		}
+	}
+	if err == nil {
+		// Not followed here: its follower here just recorded its end (the
+		// client is behind it), another replica follows it, or its
+		// follower waits out a failure. An ended command is read from
+		// its recording; otherwise a reader peeks, as only the recorder
+		// lets agentd drop what it read.
+		if c, gerr := recordings.Get(ctx, org.DB, commandID); gerr == nil && c.Ended() {
+			return g.fromRecording(ctx, org, c, cursor)
+		}
+		resp, err = g.peek(pctx, t, k.agentdID, cursor, wait)
+	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
 		// agentd no longer knows it (its environment restarted, or it

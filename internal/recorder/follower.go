@@ -73,6 +73,9 @@ type Followers struct {
 
 	mu      sync.Mutex
 	running map[followKey]bool
+	// live is the output just read of the commands followed here, which
+	// clients' polls share.
+	live live
 	// renewing is the context the lease renewer runs under (one per
 	// Start).
 	renewing context.Context
@@ -110,11 +113,17 @@ func (f *Followers) lease() time.Duration {
 	return time.Minute
 }
 
+// defaultWait is a follower's long-poll of agentd: just under agentd's
+// longest (agentd.MaxWait), so a quiet command costs its follower one
+// request a minute; agentd answers at once when output comes or the
+// command ends.
+const defaultWait = agentd.MaxWait - 5*time.Second
+
 func (f *Followers) wait() time.Duration {
 	if f.Wait > 0 {
 		return f.Wait
 	}
-	return 20 * time.Second
+	return defaultWait
 }
 
 func (f *Followers) now() time.Time {
@@ -165,8 +174,12 @@ func (f *Followers) Follow(org string, id int64) { f.start(org, id, nil) }
 // FollowNew follows a command this process has just started with its own
 // lease, recording first (agentd's answer to the start) without asking
 // again: a command that already ended is recorded with one commit.
-func (f *Followers) FollowNew(org string, c recordings.Command, first *agentd.SessionResponse) {
-	f.start(org, c.ID, &started{cmd: c, first: first})
+func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.SessionResponse) {
+	// Clients' polls are answered from the follower's reads from the
+	// moment the starter answers (a poll may arrive before the
+	// follower's goroutine runs).
+	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
+	f.start(org.Slug, c.ID, &started{cmd: c, first: first})
 }
 
 // started is what the starter of a command knows of it.
@@ -184,8 +197,13 @@ func (f *Followers) start(org string, id int64, known *started) {
 	if f.ctx == nil {
 		f.ctx, f.stop = context.WithCancel(context.Background())
 	}
-	if f.running[k] || f.ctx.Err() != nil {
+	if f.running[k] {
 		f.mu.Unlock()
+		return
+	}
+	if f.ctx.Err() != nil {
+		f.mu.Unlock()
+		f.live.forget(liveKey{org, id})
 		return
 	}
 	f.running[k] = true
@@ -207,6 +225,9 @@ func (f *Followers) start(org string, id int64, known *started) {
 			delete(f.running, k)
 			f.mu.Unlock()
 		}()
+		// Clients of the command ask agentd (or read the recording) once
+		// its follower here is gone.
+		defer f.live.forget(liveKey{org, id})
 		if err := f.follow(ctx, org, id, known); err != nil && ctx.Err() == nil {
 			f.logger().Warn("recording follower stopped", "org", org, "command", id, "error", err)
 		}
@@ -222,6 +243,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	defer release()
 	// A create still unanswered when following ends is not sent again.
 	defer f.CreateDone(org, id)
+	lk := liveKey{slug, id}
 	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
@@ -242,7 +264,11 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	if known != nil && known.first != nil {
 		// The starter holds the lease already and has agentd's first
 		// answer: record it as it is.
+		f.live.publish(lk, org.DB, 0, known.first)
 		done, err := f.record(ctx, org, known.cmd, known.first)
+		if err == nil {
+			f.live.storedTo(lk, uint64(done.cmd.LastChunk))
+		}
 		if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
 			return nil
 		}
@@ -271,6 +297,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 				// The database is away (an outage): the command keeps
 				// running and agentd keeps its output; follow on when
 				// the database is back, from the last stored chunk.
+				f.live.stalled(lk)
 				if !retry() {
 					return ctx.Err()
 				}
@@ -292,6 +319,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			// Read the command again next time: another replica may
 			// have ended it meanwhile.
 			c = nil
+			f.live.stalled(lk)
 			if !retry() {
 				return ctx.Err()
 			}
@@ -304,6 +332,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			if errors.Is(err, recordings.ErrLeaseLost) {
 				return nil
 			}
+			f.live.stalled(lk)
 			if store.IsUnavailable(err) || agentd.Unanswered(err) {
 				// The database or agentd is away: keep the lease alive
 				// where possible and try again; nothing is judged from
@@ -462,10 +491,13 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.HTTPFor(t.Environment))
 	var resp *agentd.SessionResponse
 	var err error
+	lk := liveKey{org.Slug, c.ID}
+	readFrom := uint64(c.LastChunk)
 	if ahead != nil {
 		<-ahead.done
 		ahead.cancel()
 		resp, err = ahead.resp, ahead.err
+		readFrom = ahead.cursor
 		if err != nil || ahead.cursor != uint64(c.LastChunk) || (len(resp.Chunks) == 0 && resp.State == agentd.StateRunning && !resp.More) {
 			// Failed, stale, or nothing yet: read again, acknowledging
 			// what is stored and waiting for output.
@@ -475,7 +507,8 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if resp == nil {
 		pctx, cancel := context.WithTimeout(ctx, f.wait()+30*time.Second)
 		defer cancel()
-		resp, err = cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), f.wait())
+		readFrom = uint64(c.LastChunk)
+		resp, err = cl.Poll(pctx, c.AgentdID, readFrom, f.wait())
 	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
@@ -499,6 +532,9 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		}
 		return stepResult{}, nil, err
 	}
+	// Clients polling this command get it now, before it is stored (as
+	// they did asking agentd themselves).
+	f.live.publish(lk, org.DB, readFrom, resp)
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
@@ -512,6 +548,8 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if err != nil {
 		next.drop()
 		next = nil
+	} else {
+		f.live.storedTo(lk, uint64(stored.cmd.LastChunk))
 	}
 	return stored, next, err
 }
