@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Profile counts database round trips (statements, BEGINs and commits)
@@ -37,6 +39,10 @@ type tally struct {
 	txCommits int
 	dbTime    time.Duration
 	reqTime   time.Duration
+	// poolTrips counts the request's round trips at the pool (store.
+	// CountTrips: a pipelined batch is one), which the wrapped
+	// connection pool above cannot see.
+	poolTrips int
 	bySQL     map[string]*sqlCount
 }
 
@@ -133,7 +139,7 @@ func (p *Profile) enter(kind string) {
 	p.active[kind]++
 }
 
-func (p *Profile) request(kind string, d time.Duration) {
+func (p *Profile) request(kind string, d time.Duration, trips int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active[kind]--
@@ -143,6 +149,7 @@ func (p *Profile) request(kind string, d time.Duration) {
 	t := p.tallyOf(kind)
 	t.requests++
 	t.reqTime += d
+	t.poolTrips += trips
 }
 
 func isWrite(q string) bool {
@@ -183,8 +190,9 @@ func withOpCounter(p *Profile, h http.Handler) http.Handler {
 		kind := requestKind(r)
 		start := time.Now()
 		p.enter(kind)
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, &reqTag{kind: kind})))
-		p.request(kind, time.Since(start))
+		ctx, trips := store.CountTrips(context.WithValue(r.Context(), ctxKey{}, &reqTag{kind: kind}))
+		h.ServeHTTP(w, r.WithContext(ctx))
+		p.request(kind, time.Since(start), trips.N())
 	})
 }
 
@@ -323,7 +331,8 @@ func (p *Profile) Print(w io.Writer, perBackground map[string]int) {
 			k, label, per(t.statements+t.begins+t.txCommits), per(t.statements), per(t.begins), per(t.commits),
 			(t.dbTime / time.Duration(n)).Round(time.Microsecond))
 		if t.requests > 0 {
-			fmt.Fprintf(w, " of %s in the handler", (t.reqTime / time.Duration(n)).Round(time.Microsecond))
+			fmt.Fprintf(w, " of %s in the handler; round trips/op at the pool (a pipelined batch is one) %s",
+				(t.reqTime / time.Duration(n)).Round(time.Microsecond), per(t.poolTrips))
 		}
 		fmt.Fprintln(w)
 		qs := make([]string, 0, len(t.bySQL))
