@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -44,8 +45,8 @@ type Sessions interface {
 // until it ends, whether or not any client polls. A follower holds a lease
 // on its command's row, renewed for all of this process's followed
 // commands of an org by one statement every third of the lease: one
-// replica follows a command at a time, and when a replica dies its commands' leases lapse
-// and another replica (or the same one after a restart) takes over from
+// replica follows a command at a time, and when a replica dies its
+// commands' leases lapse and another replica (or the same one after a restart) takes over from
 // the last recorded chunk, so nothing is missed or stored twice.
 type Followers struct {
 	// Owner names this process in leases; unique per process start.
@@ -123,7 +124,9 @@ func (f *Followers) wait() time.Duration {
 	if f.Wait > 0 {
 		return f.Wait
 	}
-	return defaultWait
+	// Up to a sixth shorter at random: commands started (or adopted by a
+	// sweep) together do not all wake together a minute later.
+	return defaultWait - rand.N(defaultWait/6)
 }
 
 func (f *Followers) now() time.Time {
