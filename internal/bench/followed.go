@@ -30,8 +30,12 @@ type Followed struct {
 	CPU    float64
 	Window time.Duration
 	// ExecIdle and ExecDuring time gateway execs of `true` before the
-	// commands started and while they are followed.
-	ExecIdle, ExecDuring []time.Duration
+	// commands started and while they are followed; DirectIdle and
+	// DirectDuring the same direct to agentd (interleaved with them), which
+	// tells agentd's own slowdown (it runs the n commands) from the
+	// console's.
+	ExecIdle, ExecDuring     []time.Duration
+	DirectIdle, DirectDuring []time.Duration
 }
 
 // FollowedCommands starts n `sleep`s through the gateway, waits until the
@@ -40,9 +44,11 @@ type Followed struct {
 // The commands are killed at the end.
 func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duration, execs int) (Followed, error) {
 	f := Followed{N: n, Window: window}
-	gw := GatewayPath{s}
+	gw, direct := GatewayPath{s}, DirectPath{s.Direct}
 	var err error
-	if f.ExecIdle, err = timeN(ctx, execs, func() (time.Duration, error) { return ExecTrue(ctx, gw) }); err != nil {
+	execGW := func() (time.Duration, error) { return ExecTrue(ctx, gw) }
+	execDirect := func() (time.Duration, error) { return ExecTrue(ctx, direct) }
+	if f.DirectIdle, f.ExecIdle, err = timePairs(ctx, execs, execDirect, execGW); err != nil {
 		return f, err
 	}
 	s.settle(ctx)
@@ -79,10 +85,13 @@ func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duratio
 	case <-time.After(window):
 	}
 	f.CPU = (cpuTime() - cpu0).Seconds() / time.Since(t0).Seconds()
-	if f.ExecDuring, err = timeN(ctx, execs, func() (time.Duration, error) { return ExecTrue(ctx, gw) }); err != nil {
+	stopCPU, err := s.cpuProfile(".followed")
+	if err != nil {
 		return f, err
 	}
-	return f, nil
+	f.DirectDuring, f.ExecDuring, err = timePairs(ctx, execs, execDirect, execGW)
+	stopCPU()
+	return f, err
 }
 
 // waitFollowed waits until n commands are followed and the goroutine
