@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/bench"
 )
@@ -34,11 +35,13 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&cfg.Runs, "runs", 300, "execs and keystrokes timed per path")
 	outMiB := fs.Int64("output-mib", 256, "MiB of output per throughput run")
 	fs.IntVar(&cfg.Polls, "polls", 2000, "concurrent idle long-polls for the memory figure")
+	fs.IntVar(&cfg.Followed, "followed", 2000, "quiet commands followed at once for the followed-commands figures (negative: none)")
+	fs.DurationVar(&cfg.IdleWindow, "idle-window", 30*time.Second, "how long the console's CPU is read while the followed commands are quiet")
 	fs.IntVar(&cfg.ProfileRuns, "profile-runs", 50, "execs and keystrokes whose database round trips are counted (0: no profile)")
 	pg := fs.String("postgres", getenv("DATABASE_URL"), "Postgres server DSN: a throwaway database is created on it and dropped after (default DATABASE_URL; empty: SQLite only)")
 	sqlite := fs.Bool("sqlite", true, "also run on SQLite")
 	heap := fs.String("heap-profile", "", "write a heap profile of the console while the long-polls wait to this file (the database name is appended)")
-	cpu := fs.String("cpu-profile", "", "write CPU profiles of the gateway's timed execs to this file and of its output runs to FILE.output-<kind> (the database name is appended)")
+	cpu := fs.String("cpu-profile", "", "write CPU profiles of the gateway's timed execs to this file, of its output runs to FILE.output-<kind> and of the execs among the followed commands to FILE.followed (the database name is appended)")
 	inProcess := fs.Bool("agentd-in-process", false, "serve agentd inside this process instead of a child (its memory then counts in the RSS figure)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Profile counts database round trips (statements, BEGINs and commits)
@@ -37,6 +39,10 @@ type tally struct {
 	txCommits int
 	dbTime    time.Duration
 	reqTime   time.Duration
+	// poolTrips counts the request's round trips at the pool (store.
+	// CountTrips: a pipelined batch is one), which the wrapped
+	// connection pool above cannot see.
+	poolTrips int
 	bySQL     map[string]*sqlCount
 }
 
@@ -133,7 +139,7 @@ func (p *Profile) enter(kind string) {
 	p.active[kind]++
 }
 
-func (p *Profile) request(kind string, d time.Duration) {
+func (p *Profile) request(kind string, d time.Duration, trips int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active[kind]--
@@ -143,6 +149,7 @@ func (p *Profile) request(kind string, d time.Duration) {
 	t := p.tallyOf(kind)
 	t.requests++
 	t.reqTime += d
+	t.poolTrips += trips
 }
 
 func isWrite(q string) bool {
@@ -183,8 +190,9 @@ func withOpCounter(p *Profile, h http.Handler) http.Handler {
 		kind := requestKind(r)
 		start := time.Now()
 		p.enter(kind)
-		h.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), ctxKey{}, &reqTag{kind: kind})))
-		p.request(kind, time.Since(start))
+		ctx, trips := store.CountTrips(context.WithValue(r.Context(), ctxKey{}, &reqTag{kind: kind}))
+		h.ServeHTTP(w, r.WithContext(ctx))
+		p.request(kind, time.Since(start), trips.N())
 	})
 }
 
@@ -201,7 +209,9 @@ func instrument(db *gorm.DB, p *Profile) error {
 	if _, ok := db.Statement.ConnPool.(*countingPool); ok {
 		return nil
 	}
-	if _, ok := db.Statement.ConnPool.(gorm.TxBeginner); !ok {
+	_, ok1 := db.Statement.ConnPool.(gorm.TxBeginner)
+	_, ok2 := db.Statement.ConnPool.(gorm.ConnPoolBeginner)
+	if !ok1 && !ok2 {
 		return fmt.Errorf("profile: connection pool %T cannot begin transactions", db.Statement.ConnPool)
 	}
 	cp := &countingPool{inner: db.Statement.ConnPool, p: p}
@@ -235,13 +245,19 @@ func (c *countingPool) QueryRowContext(ctx context.Context, query string, args .
 // BeginTx implements gorm.ConnPoolBeginner.
 func (c *countingPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
 	start := time.Now()
-	tx, err := c.inner.(gorm.TxBeginner).BeginTx(ctx, opts)
+	var tx gorm.ConnPool
+	var err error
+	if b, ok := c.inner.(gorm.TxBeginner); ok {
+		tx, err = b.BeginTx(ctx, opts)
+	} else {
+		tx, err = c.inner.(gorm.ConnPoolBeginner).BeginTx(ctx, opts)
+	}
 	kind := kindOf(ctx)
 	c.p.txEvent(kind, false, time.Since(start))
 	if err != nil {
 		return nil, err
 	}
-	return &countingTx{Tx: tx, ctx: ctx, kind: kind, p: c.p}, nil
+	return &countingTx{ConnPool: tx, ctx: ctx, kind: kind, p: c.p}, nil
 }
 
 // GetDBConn implements gorm.GetDBConnector, so db.DB() still works.
@@ -256,7 +272,7 @@ func (c *countingPool) GetDBConn() (*sql.DB, error) {
 }
 
 type countingTx struct {
-	*sql.Tx
+	gorm.ConnPool
 	ctx  context.Context
 	kind string
 	p    *Profile
@@ -265,26 +281,29 @@ type countingTx struct {
 func (t *countingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.ExecContext(ctx, query, args...)
+	return t.ConnPool.ExecContext(ctx, query, args...)
 }
 
 func (t *countingTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.QueryContext(ctx, query, args...)
+	return t.ConnPool.QueryContext(ctx, query, args...)
 }
 
 func (t *countingTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
 	start := time.Now()
 	defer func() { t.p.statement(ctx, query, time.Since(start), false) }()
-	return t.Tx.QueryRowContext(ctx, query, args...)
+	return t.ConnPool.QueryRowContext(ctx, query, args...)
 }
 
 func (t *countingTx) Commit() error {
 	start := time.Now()
 	defer func() { t.p.txEvent(t.kind, true, time.Since(start)) }()
-	return t.Tx.Commit()
+	return t.ConnPool.(gorm.TxCommitter).Commit()
 }
+
+// Rollback implements gorm.TxCommitter.
+func (t *countingTx) Rollback() error { return t.ConnPool.(gorm.TxCommitter).Rollback() }
 
 // Print writes the tallies: per request kind, round trips and commits per
 // request, database time against request time, and each statement.
@@ -312,7 +331,8 @@ func (p *Profile) Print(w io.Writer, perBackground map[string]int) {
 			k, label, per(t.statements+t.begins+t.txCommits), per(t.statements), per(t.begins), per(t.commits),
 			(t.dbTime / time.Duration(n)).Round(time.Microsecond))
 		if t.requests > 0 {
-			fmt.Fprintf(w, " of %s in the handler", (t.reqTime / time.Duration(n)).Round(time.Microsecond))
+			fmt.Fprintf(w, " of %s in the handler; round trips/op at the pool (a pipelined batch is one) %s",
+				(t.reqTime / time.Duration(n)).Round(time.Microsecond), per(t.poolTrips))
 		}
 		fmt.Fprintln(w)
 		qs := make([]string, 0, len(t.bySQL))

@@ -31,6 +31,11 @@ type Config struct {
 	ProfileRuns int
 	// Text is the repeated line of the compressible output.
 	Text string
+	// Followed is how many quiet commands the followed-commands run
+	// starts (0: 2000; negative: none), and IdleWindow how long it reads
+	// the console's CPU while they run (0: 30 s).
+	Followed   int
+	IdleWindow time.Duration
 }
 
 // Defaults fill a zero Config.
@@ -43,6 +48,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.Polls <= 0 {
 		c.Polls = 2000
+	}
+	if c.Followed == 0 {
+		c.Followed = 2000
+	}
+	if c.IdleWindow <= 0 {
+		c.IdleWindow = 30 * time.Second
 	}
 	if c.Text == "" {
 		c.Text = "some repetitive line of text from a build log, again and again"
@@ -57,6 +68,7 @@ type Result struct {
 	KeyDirect, KeyGW   []time.Duration
 	Outputs            []OutputResult
 	Memory             Memory
+	Followed           *Followed
 	ProfileText        string
 }
 
@@ -87,36 +99,38 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	direct, gw := DirectPath{s.Direct}, GatewayPath{s}
 	step := func(what string) { fmt.Fprintf(progress, "  [%s] %s\n", s.Dialect, what) }
 
-	step(fmt.Sprintf("exec `true` ×%d per path", cfg.Runs))
-	var err error
-	if r.ExecDirect, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, direct) }); err != nil {
-		return r, err
-	}
+	// Direct and gateway runs alternate, so load from elsewhere on the
+	// machine (it is shared) weighs on both alike.
+	step(fmt.Sprintf("exec `true` ×%d per path, interleaved", cfg.Runs))
 	stopCPU, err := s.cpuProfile("")
 	if err != nil {
 		return r, err
 	}
-	r.ExecGW, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ExecTrue(ctx, gw) })
+	r.ExecDirect, r.ExecGW, err = timePairs(ctx, cfg.Runs,
+		func() (time.Duration, error) { return ExecTrue(ctx, direct) },
+		func() (time.Duration, error) { return ExecTrue(ctx, gw) })
 	stopCPU()
 	if err != nil {
 		return r, err
 	}
 	s.settle(ctx)
 
-	step(fmt.Sprintf("keystroke round trip ×%d per path", cfg.Runs))
-	for _, p := range []struct {
-		path Path
-		out  *[]time.Duration
-	}{{direct, &r.KeyDirect}, {gw, &r.KeyGW}} {
-		ty, err := NewTypist(ctx, p.path)
-		if err != nil {
-			return r, err
-		}
-		*p.out, err = timeN(ctx, cfg.Runs, func() (time.Duration, error) { return ty.Key(ctx) })
-		_ = ty.Close(ctx)
-		if err != nil {
-			return r, err
-		}
+	step(fmt.Sprintf("keystroke round trip ×%d per path, interleaved", cfg.Runs))
+	tyD, err := NewTypist(ctx, direct)
+	if err != nil {
+		return r, err
+	}
+	tyG, err := NewTypist(ctx, gw)
+	if err != nil {
+		_ = tyD.Close(ctx)
+		return r, err
+	}
+	r.KeyDirect, r.KeyGW, err = timePairs(ctx, cfg.Runs, func() (time.Duration, error) { return tyD.Key(ctx) },
+		func() (time.Duration, error) { return tyG.Key(ctx) })
+	_ = tyD.Close(ctx)
+	_ = tyG.Close(ctx)
+	if err != nil {
+		return r, err
 	}
 	s.settle(ctx)
 
@@ -153,6 +167,15 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	}
 	s.settle(ctx)
 
+	if cfg.Followed > 0 {
+		step(fmt.Sprintf("%d followed quiet commands: memory, CPU over %s, exec meanwhile", cfg.Followed, cfg.IdleWindow))
+		f, err := s.FollowedCommands(ctx, cfg.Followed, cfg.IdleWindow, min(cfg.Runs, 100))
+		if err != nil {
+			return r, err
+		}
+		r.Followed = &f
+	}
+
 	if cfg.ProfileRuns > 0 {
 		step(fmt.Sprintf("profile: database round trips over %d execs and keystrokes", cfg.ProfileRuns))
 		if r.ProfileText, err = s.profile(ctx, cfg.ProfileRuns); err != nil {
@@ -169,6 +192,39 @@ type directLossless struct{ DirectPath }
 func (d directLossless) Exec(ctx context.Context, req agentd.CreateSessionRequest) (string, output, error) {
 	req.Overflow = agentd.OverflowBlock
 	return d.DirectPath.Exec(ctx, req)
+}
+
+// timePairs times a and b n times each, alternating which goes first,
+// after warming both up.
+func timePairs(ctx context.Context, n int, a, b func() (time.Duration, error)) ([]time.Duration, []time.Duration, error) {
+	for range min(20, n) {
+		if _, err := a(); err != nil {
+			return nil, nil, err
+		}
+		if _, err := b(); err != nil {
+			return nil, nil, err
+		}
+	}
+	da, db := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
+	for i := range n {
+		if err := ctx.Err(); err != nil {
+			return da, db, err
+		}
+		first, second, fo, so := a, b, &da, &db
+		if i%2 == 1 {
+			first, second, fo, so = b, a, &db, &da
+		}
+		d, err := first()
+		if err != nil {
+			return da, db, err
+		}
+		*fo = append(*fo, d)
+		if d, err = second(); err != nil {
+			return da, db, err
+		}
+		*so = append(*so, d)
+	}
+	return da, db, nil
 }
 
 func timeN(ctx context.Context, n int, f func() (time.Duration, error)) ([]time.Duration, error) {

@@ -107,7 +107,10 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
 	cfg := config.Config{DataDir: o.DataDir, AdminEmail: "bench-admin@example.com", AdminPassword: "bench-admin-password-" + randomHex(8),
-		TokenTTL: time.Hour, HealthInterval: time.Hour, ReclaimInterval: time.Hour, OrgDBPrefix: "gh_bench_" + randomHex(4) + "_org_"}
+		TokenTTL: time.Hour, HealthInterval: time.Hour, ReclaimInterval: time.Hour, OrgDBPrefix: "gh_bench_" + randomHex(4) + "_org_",
+		// The caps are counted in every exec's commit, as in production,
+		// and set high enough for the followed-commands run.
+		MaxRunningCommandsPerUser: 10000, MaxRunningCommandsPerAgent: 10000}
 	s := &Stack{Org: "bench", Dialect: store.SQLite, dropDBs: func() {}, Profile: newProfile()}
 	if o.PostgresDSN != "" {
 		s.Dialect = store.Postgres

@@ -1,16 +1,13 @@
 package proxy
 
 import (
-	"context"
 	"fmt"
 	"strconv"
 
-	"gorm.io/gorm"
-
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
-	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // CommandLimits caps the commands running at once, so one runaway agent
@@ -24,57 +21,72 @@ type CommandLimits struct {
 	RunningPerAgent int
 }
 
-// checkRunning refuses an exec in session t when its owner or its agent
-// already runs as many commands as allowed. It runs in the transaction
-// that records the command, before the record: on Postgres under a
-// transaction lock per owner and per agent (the owner's first, always),
-// so a burst of execs counts one after the other; SQLite's transactions
-// are serialized already. The count is one query over the running
-// commands of open sessions (partial indexes of migration 0014).
-func (g *Gateway) checkRunning(ctx context.Context, tx *gorm.DB, a *authz.Actor, t sessions.Target) error {
+// startChecks is what an exec's commit checks before recording its
+// command in session t: that the session is not closing (a session whose
+// close began starts nothing more: its close kills what runs, and a
+// command started now would outlive it; the row is read under a shared
+// lock on Postgres, so a close's mark waits for this commit and then lists
+// its command, or this read waits for the mark and refuses), and that its owner and its agent
+// run fewer commands than allowed. The caps are counted in the commit
+// that records the command, so a burst of execs cannot overshoot them: on
+// Postgres under a transaction lock per owner and per agent (the owner's
+// first, always), so a burst counts one after the other; SQLite's
+// transactions are serialized already. The count is one query over the
+// running commands of open sessions (partial indexes of migration 0014).
+// A refusal writes nothing.
+func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.StartChecks {
 	l := g.Limits
-	if l.RunningPerUser <= 0 && l.RunningPerAgent <= 0 {
-		return nil
-	}
-	tx = tx.WithContext(ctx)
 	s := t.Session
-	owner, arg, lockName := "s.user_id IS NULL AND s.subject = ?", any(s.Subject), "subject:"+s.Subject
-	if s.UserID != nil {
-		owner, arg, lockName = "s.user_id = ?", any(*s.UserID), "user:"+strconv.FormatInt(*s.UserID, 10)
-	}
-	if l.RunningPerUser > 0 {
-		if err := store.XactLock(tx, "gatehouse-running-commands:"+lockName); err != nil {
-			return err
+	chk := recordings.StartChecks{SessionID: s.ID}
+	capped := l.RunningPerUser > 0 || l.RunningPerAgent > 0
+	if capped {
+		owner, arg, lockName := "s.user_id IS NULL AND s.subject = ?", any(s.Subject), "subject:"+s.Subject
+		if s.UserID != nil {
+			owner, arg, lockName = "s.user_id = ?", any(*s.UserID), "user:"+strconv.FormatInt(*s.UserID, 10)
 		}
-	}
-	if l.RunningPerAgent > 0 {
-		if err := store.XactLock(tx, "gatehouse-running-commands:agent:"+strconv.FormatInt(s.AgentID, 10)); err != nil {
-			return err
+		if l.RunningPerUser > 0 {
+			chk.Locks = append(chk.Locks, "gatehouse-running-commands:"+lockName)
 		}
-	}
-	var n struct{ Owner, Agent int64 }
-	err := tx.Raw(`SELECT COUNT(CASE WHEN `+owner+` THEN 1 END) AS owner, COUNT(CASE WHEN s.agent_id = ? THEN 1 END) AS agent
+		if l.RunningPerAgent > 0 {
+			chk.Locks = append(chk.Locks, "gatehouse-running-commands:agent:"+strconv.FormatInt(s.AgentID, 10))
+		}
+		chk.CountSQL = `SELECT COUNT(CASE WHEN ` + owner + ` THEN 1 END) AS owner, COUNT(CASE WHEN s.agent_id = ? THEN 1 END) AS agent
 		FROM commands c JOIN sessions s ON s.id = c.session_id
-		WHERE c.state = 'running' AND s.state NOT IN ('closed', 'lost') AND (`+owner+` OR s.agent_id = ?)`,
-		arg, s.AgentID, arg, s.AgentID).Scan(&n).Error
-	if err != nil {
-		return fmt.Errorf("count running commands: %w", err)
+		WHERE c.state = 'running' AND s.state NOT IN ('closed', 'lost') AND (` + owner + ` OR s.agent_id = ?)`
+		chk.CountArgs = []any{arg, s.AgentID, arg, s.AgentID}
 	}
+	chk.Judge = func(st recordings.SessionState, counts [2]int64) error {
+		if st.Closing || st.State == sessions.StateClosed || st.State == sessions.StateLost {
+			return apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", s.ID)
+		}
+		if !capped {
+			return nil
+		}
+		return g.judgeRunning(a, t, counts[0], counts[1])
+	}
+	return chk
+}
+
+// judgeRunning refuses an exec in session t when its owner (running
+// owned commands) or its agent (agent commands) is at its cap.
+func (g *Gateway) judgeRunning(a *authz.Actor, t sessions.Target, owned, agent int64) error {
+	l := g.Limits
+	s := t.Session
 	refuse := func(rule, message string) error {
 		return a.Refuse(authz.Denial{Target: sessions.AuditTarget(s), Domain: authz.Domain(s.AgentDepartmentID), Object: terminalObject(s.ID),
 			Action: ActExec, Rule: rule, Answer: "too_many_requests"}, apperr.New(apperr.ErrTooMany, "command_limit", "%s", message))
 	}
-	if l.RunningPerUser > 0 && n.Owner >= int64(l.RunningPerUser) {
+	if l.RunningPerUser > 0 && owned >= int64(l.RunningPerUser) {
 		who := "You have"
 		if !sessions.Owns(a, s) {
 			who = "The owner of session " + strconv.FormatInt(s.ID, 10) + " has"
 		}
 		return refuse(fmt.Sprintf("cap of %d running commands per user", l.RunningPerUser),
-			sessions.CapMessage(who, n.Owner, "running command", l.RunningPerUser, "per user", "wait for one to end, or kill one, first"))
+			sessions.CapMessage(who, owned, "running command", l.RunningPerUser, "per user", "wait for one to end, or kill one, first"))
 	}
-	if l.RunningPerAgent > 0 && n.Agent >= int64(l.RunningPerAgent) {
+	if l.RunningPerAgent > 0 && agent >= int64(l.RunningPerAgent) {
 		return refuse(fmt.Sprintf("cap of %d running commands per agent", l.RunningPerAgent),
-			sessions.CapMessage("Agent "+strconv.Quote(t.Agent.Name)+" has", n.Agent, "running command", l.RunningPerAgent, "per agent",
+			sessions.CapMessage("Agent "+strconv.Quote(t.Agent.Name)+" has", agent, "running command", l.RunningPerAgent, "per agent",
 				"one of them must end before another starts"))
 	}
 	return nil

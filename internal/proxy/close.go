@@ -8,14 +8,11 @@ import (
 	"time"
 
 	"gorm.io/gorm"
-	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
-	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Closing a session ends what it started. The session is closed by the
@@ -130,28 +127,6 @@ func markClosing(ctx context.Context, org Org, a *authz.Actor, s sessions.Sessio
 		return err
 	})
 	return durable(err)
-}
-
-// startable refuses, inside an exec's commit, a session whose close began
-// or that ended: the row is read under a shared lock on Postgres, so a
-// close's mark waits for this commit (and then lists its command) or this
-// read waits for the mark (and refuses). SQLite serializes the two.
-func startable(tx *gorm.DB, sessionID int64) error {
-	var row struct {
-		State     string
-		ClosingAt *time.Time
-	}
-	q := tx.Table("sessions").Select("state, closing_at").Where("id = ?", sessionID)
-	if store.DialectOfDB(tx) == store.Postgres {
-		q = q.Clauses(clause.Locking{Strength: "SHARE"})
-	}
-	if err := q.Take(&row).Error; err != nil {
-		return fmt.Errorf("read session %d: %w", sessionID, err)
-	}
-	if row.ClosingAt != nil || row.State == sessions.StateClosed || row.State == sessions.StateLost {
-		return apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", sessionID)
-	}
-	return nil
 }
 
 // runningCommands lists every running command of a session.

@@ -10,11 +10,11 @@ import (
 	"strings"
 	"time"
 
-	"gorm.io/gorm"
-
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -132,24 +132,10 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, durable(err)
 	}
 	// One commit: the command's record and its audit event, before agentd
-	// hears of it.
-	err = org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		// A session whose close began starts nothing more: its close kills
-		// what runs, and a command started now would outlive it.
-		if err := startable(tx, sessionID); err != nil {
-			return err
-		}
-		// The running-command caps are counted in this commit, so a burst
-		// of execs cannot overshoot them; a refusal writes nothing.
-		if err := g.checkRunning(ctx, tx, a, t); err != nil {
-			return err
-		}
-		if err := recordings.Start(ctx, tx, &cmd); err != nil {
-			return err
-		}
-		_, err = org.Audit.AppendTx(ctx, tx, event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
-			"command_id": cmd.ID, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS}))
-		return err
+	// hears of it (two round trips on Postgres).
+	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.startChecks(a, t), &cmd, func(id int64) audit.Event {
+		return event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
+			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS})
 	})
 	if err != nil {
 		return Output{}, durable(err)
@@ -193,7 +179,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		return Output{}, mayStillStart(g.upstream(ctx, org, t, err), cmd.ID)
 	}
 	g.Followers.CreateDone(org.rec(), cmd.ID)
-	g.Followers.FollowNew(org.Slug, cmd, resp)
+	g.Followers.FollowNew(org.rec(), cmd, resp)
 	g.reachable(ctx, org, t)
 	return toOutput(cmd, resp), nil
 }
@@ -241,8 +227,35 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	// A suspended or deleted org ends its long-polls at once.
 	pctx, stop := tenant.BindRevoked(pctx, org.Revoked)
 	defer stop()
-	// A reader peeks: only the recorder lets agentd drop what it read.
-	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
+	// The command's follower on this replica read its output already:
+	// polls are answered from that, and agentd serves each byte once.
+	resp, st, err := g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, wait)
+	switch {
+	case err == nil && st == recorder.LiveAnswered:
+		out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
+		out.TTY = k.tty
+		return out, nil
+	case err == nil && st == recorder.LiveBehind:
+		// Behind what the follower keeps: the recording has it.
+		if rec, rerr := g.fromRecordingOf(ctx, org, commandID, cursor); rerr == nil && rec.NextCursor > cursor {
+			if rec.State == recordings.StateRunning {
+				rec.More = true
+			}
+			rec.TTY = k.tty
+			return rec, nil
+		}
+	}
+	if err == nil {
+		// Not followed here: its follower here just recorded its end (the
+		// client is behind it), another replica follows it, or its
+		// follower waits out a failure. An ended command is read from
+		// its recording; otherwise a reader peeks, as only the recorder
+		// lets agentd drop what it read.
+		if c, gerr := recordings.Get(ctx, org.DB, commandID); gerr == nil && c.Ended() {
+			return g.fromRecording(ctx, org, c, cursor)
+		}
+		resp, err = g.peek(pctx, t, k.agentdID, cursor, wait)
+	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
 		// agentd no longer knows it (its environment restarted, or it

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math/rand/v2"
 	"net/http"
 	"sync"
 	"time"
@@ -42,9 +43,10 @@ type Sessions interface {
 
 // Followers record the output of running commands, each from its start
 // until it ends, whether or not any client polls. A follower holds a lease
-// on its command's row, renewed with every write: one replica follows a
-// command at a time, and when a replica dies its commands' leases lapse
-// and another replica (or the same one after a restart) takes over from
+// on its command's row, renewed for all of this process's followed
+// commands of an org by one statement every third of the lease: one
+// replica follows a command at a time, and when a replica dies its
+// commands' leases lapse and another replica (or the same one after a restart) takes over from
 // the last recorded chunk, so nothing is missed or stored twice.
 type Followers struct {
 	// Owner names this process in leases; unique per process start.
@@ -72,6 +74,12 @@ type Followers struct {
 
 	mu      sync.Mutex
 	running map[followKey]bool
+	// live is the output just read of the commands followed here, which
+	// clients' polls share.
+	live live
+	// renewing is the context the lease renewer runs under (one per
+	// Start).
+	renewing context.Context
 	// indexed names the orgs whose ended commands all have a search
 	// entry (the backfill of commands that ended before search existed),
 	// each with the database that was true of: an org created again under
@@ -106,11 +114,19 @@ func (f *Followers) lease() time.Duration {
 	return time.Minute
 }
 
+// defaultWait is a follower's long-poll of agentd: just under agentd's
+// longest (agentd.MaxWait), so a quiet command costs its follower one
+// request a minute; agentd answers at once when output comes or the
+// command ends.
+const defaultWait = agentd.MaxWait - 5*time.Second
+
 func (f *Followers) wait() time.Duration {
 	if f.Wait > 0 {
 		return f.Wait
 	}
-	return 20 * time.Second
+	// Up to a sixth shorter at random: commands started (or adopted by a
+	// sweep) together do not all wake together a minute later.
+	return defaultWait - rand.N(defaultWait/6)
 }
 
 func (f *Followers) now() time.Time {
@@ -161,8 +177,12 @@ func (f *Followers) Follow(org string, id int64) { f.start(org, id, nil) }
 // FollowNew follows a command this process has just started with its own
 // lease, recording first (agentd's answer to the start) without asking
 // again: a command that already ended is recorded with one commit.
-func (f *Followers) FollowNew(org string, c recordings.Command, first *agentd.SessionResponse) {
-	f.start(org, c.ID, &started{cmd: c, first: first})
+func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.SessionResponse) {
+	// Clients' polls are answered from the follower's reads from the
+	// moment the starter answers (a poll may arrive before the
+	// follower's goroutine runs).
+	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
+	f.start(org.Slug, c.ID, &started{cmd: c, first: first})
 }
 
 // started is what the starter of a command knows of it.
@@ -180,13 +200,26 @@ func (f *Followers) start(org string, id int64, known *started) {
 	if f.ctx == nil {
 		f.ctx, f.stop = context.WithCancel(context.Background())
 	}
-	if f.running[k] || f.ctx.Err() != nil {
+	if f.running[k] {
 		f.mu.Unlock()
+		return
+	}
+	if f.ctx.Err() != nil {
+		f.mu.Unlock()
+		f.live.forget(liveKey{org, id})
 		return
 	}
 	f.running[k] = true
 	ctx := f.ctx
 	f.wg.Add(1)
+	if f.renewing != ctx {
+		f.renewing = ctx
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.renew(ctx)
+		}()
+	}
 	f.mu.Unlock()
 	go func() {
 		defer f.wg.Done()
@@ -195,6 +228,9 @@ func (f *Followers) start(org string, id int64, known *started) {
 			delete(f.running, k)
 			f.mu.Unlock()
 		}()
+		// Clients of the command ask agentd (or read the recording) once
+		// its follower here is gone.
+		defer f.live.forget(liveKey{org, id})
 		if err := f.follow(ctx, org, id, known); err != nil && ctx.Err() == nil {
 			f.logger().Warn("recording follower stopped", "org", org, "command", id, "error", err)
 		}
@@ -210,6 +246,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	defer release()
 	// A create still unanswered when following ends is not sent again.
 	defer f.CreateDone(org, id)
+	lk := liveKey{slug, id}
 	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	backoff := 200 * time.Millisecond
@@ -230,7 +267,11 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	if known != nil && known.first != nil {
 		// The starter holds the lease already and has agentd's first
 		// answer: record it as it is.
+		f.live.publish(lk, org.DB, 0, known.first)
 		done, err := f.record(ctx, org, known.cmd, known.first)
+		if err == nil {
+			f.live.storedTo(lk, uint64(done.cmd.LastChunk))
+		}
 		if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
 			return nil
 		}
@@ -259,6 +300,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 				// The database is away (an outage): the command keeps
 				// running and agentd keeps its output; follow on when
 				// the database is back, from the last stored chunk.
+				f.live.stalled(lk)
 				if !retry() {
 					return ctx.Err()
 				}
@@ -280,6 +322,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			// Read the command again next time: another replica may
 			// have ended it meanwhile.
 			c = nil
+			f.live.stalled(lk)
 			if !retry() {
 				return ctx.Err()
 			}
@@ -292,6 +335,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			if errors.Is(err, recordings.ErrLeaseLost) {
 				return nil
 			}
+			f.live.stalled(lk)
 			if store.IsUnavailable(err) || agentd.Unanswered(err) {
 				// The database or agentd is away: keep the lease alive
 				// where possible and try again; nothing is judged from
@@ -450,10 +494,13 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	cl := agentd.NewClient(t.AgentdURL, t.AgentdToken, f.HTTPFor(t.Environment))
 	var resp *agentd.SessionResponse
 	var err error
+	lk := liveKey{org.Slug, c.ID}
+	readFrom := uint64(c.LastChunk)
 	if ahead != nil {
 		<-ahead.done
 		ahead.cancel()
 		resp, err = ahead.resp, ahead.err
+		readFrom = ahead.cursor
 		if err != nil || ahead.cursor != uint64(c.LastChunk) || (len(resp.Chunks) == 0 && resp.State == agentd.StateRunning && !resp.More) {
 			// Failed, stale, or nothing yet: read again, acknowledging
 			// what is stored and waiting for output.
@@ -463,13 +510,14 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if resp == nil {
 		pctx, cancel := context.WithTimeout(ctx, f.wait()+30*time.Second)
 		defer cancel()
+		readFrom = uint64(c.LastChunk)
 		wait := f.wait()
 		if recordings.IndexLags(c) {
 			// Output waits to be indexed for search: come back soon,
 			// output or not, so it is searchable within seconds.
 			wait = min(wait, recordings.IndexEvery)
 		}
-		resp, err = cl.Poll(pctx, c.AgentdID, uint64(c.LastChunk), wait)
+		resp, err = cl.Poll(pctx, c.AgentdID, readFrom, wait)
 	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
@@ -493,6 +541,9 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		}
 		return stepResult{}, nil, err
 	}
+	// Clients polling this command get it now, before it is stored (as
+	// they did asking agentd themselves).
+	f.live.publish(lk, org.DB, readFrom, resp)
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
@@ -506,6 +557,8 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if err != nil {
 		next.drop()
 		next = nil
+	} else {
+		f.live.storedTo(lk, uint64(stored.cmd.LastChunk))
 	}
 	return stored, next, err
 }
@@ -526,7 +579,9 @@ func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, r
 			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorderActor().AuditActor())
 		return stepResult{cmd: stored, ended: err == nil}, err
 	}
-	stored, err := recordings.AppendOutput(ctx, org.DB, c.ID, f.Owner, out, at.Add(f.lease()))
+	// One statement, and none for a quiet batch: the lease is renewed for
+	// every followed command at once (renew).
+	stored, err := recordings.AppendFollowed(ctx, org.DB, c, f.Owner, out)
 	return stepResult{cmd: stored}, err
 }
 
@@ -615,5 +670,50 @@ func (f *Followers) Run(ctx context.Context, tick <-chan time.Time) {
 		case <-tick:
 			f.Sweep(ctx)
 		}
+	}
+}
+
+// renewEvery is how often the leases of followed commands are renewed: a
+// third of the lease, so two renewals may fail (the database away for a
+// moment) before another replica takes a command over.
+func (f *Followers) renewEvery() time.Duration { return max(f.lease()/3, 10*time.Millisecond) }
+
+// renew extends the leases of every command this process follows, one
+// statement per org per interval, until ctx ends.
+func (f *Followers) renew(ctx context.Context) {
+	t := time.NewTicker(f.renewEvery())
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.RenewNow(ctx)
+		}
+	}
+}
+
+// RenewNow renews the leases of every command this process follows, one
+// statement per org.
+func (f *Followers) RenewNow(ctx context.Context) {
+	byOrg := map[string][]int64{}
+	f.mu.Lock()
+	for k := range f.running {
+		byOrg[k.org] = append(byOrg[k.org], k.id)
+	}
+	f.mu.Unlock()
+	until := f.now().Add(f.lease())
+	for slug, ids := range byOrg {
+		org, release, err := f.OpenOrg(ctx, slug)
+		if err != nil {
+			if ctx.Err() == nil {
+				f.logger().Warn("recording followers: leases not renewed", "org", slug, "error", err)
+			}
+			continue
+		}
+		if _, err := recordings.RenewLeases(ctx, org.DB, f.Owner, ids, until); err != nil && ctx.Err() == nil {
+			f.logger().Warn("recording followers: leases not renewed", "org", slug, "error", err)
+		}
+		release()
 	}
 }

@@ -164,13 +164,10 @@ func IndexLags(c Command) bool {
 // across the upgrade that brought live search) is read from the recording
 // first.
 func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64, chunks []Chunk, now time.Time, updates map[string]any) error {
+	if !indexDue(*c, prevLast, chunks, now) {
+		return nil
+	}
 	b := newTextBatch(*c)
-	if b.cur.Capped || len(chunks) == 0 && b.cur.Seq >= uint64(prevLast) {
-		return nil
-	}
-	if b.cur.Written && now.UnixMilli()-b.cur.At < IndexEvery.Milliseconds() {
-		return nil
-	}
 	b.cur.At = now.UnixMilli()
 	if b.cur.Seq < uint64(prevLast) {
 		if err := b.catchUp(ctx, tx, uint64(prevLast)); err != nil {
@@ -183,6 +180,26 @@ func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64,
 		}
 	}
 	return b.write(ctx, tx, c, updates)
+}
+
+// indexDue says whether storing chunks after c (whose recording ended at
+// prevLast) writes its search entry now: something is left to index, and
+// the last write is IndexEvery old.
+func indexDue(c Command, prevLast int64, chunks []Chunk, now time.Time) bool {
+	cur := readCursor(c)
+	if cur.Capped || len(chunks) == 0 && cur.Seq >= uint64(prevLast) {
+		return false
+	}
+	return !cur.Written || now.UnixMilli()-cur.At >= IndexEvery.Milliseconds()
+}
+
+// indexTime is when a batch of chunks is indexed: its last chunk's time,
+// or now for a batch that brought nothing.
+func indexTime(chunks []Chunk) time.Time {
+	if len(chunks) > 0 {
+		return chunks[len(chunks)-1].At
+	}
+	return time.Now()
 }
 
 // catchUp indexes the recorded chunks after the cursor up to upTo.

@@ -178,7 +178,9 @@ type Output struct {
 }
 
 // AppendOutput stores a batch of output chunks for command id as follower
-// owner and extends its lease. Chunks at or below the recorded cursor are
+// owner and extends its lease until leaseUntil (unless zero), reading the
+// command under a lock first (AppendFollowed is the one-statement form for
+// a follower that knows the row). Chunks at or below the recorded cursor are
 // skipped, so a batch read twice (a follower that restarted mid-write) is
 // never stored twice.
 func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out Output, leaseUntil time.Time) (Command, error) {
@@ -191,7 +193,11 @@ func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out 
 			// another replica recording the end finds it ended).
 			return err
 		}
-		return appendOutputTx(tx, &c, out, map[string]any{"lease_until": leaseUntil.UTC()})
+		updates := map[string]any{}
+		if !leaseUntil.IsZero() {
+			updates["lease_until"] = leaseUntil.UTC()
+		}
+		return appendOutputTx(tx, &c, out, updates)
 	})
 	return c, err
 }
@@ -229,60 +235,27 @@ func lockOwned(tx *gorm.DB, id int64, owner string) (Command, error) {
 // appendOutputTx stores out's new chunks as one frame of c and updates c
 // (with extra updates) inside tx.
 func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any) error {
-	if !c.Acked {
-		// Whatever is stored here, agentd answered for the command.
-		c.Acked, updates["agentd_acked"] = true, true
+	prev := *c
+	fresh := freshChunks(prev, out)
+	f, more, next, err := planAppend(prev, out)
+	if err != nil {
+		return err
 	}
-	var fresh []Chunk
-	if out.Dropped > 0 {
-		// The gap takes the id just before the first chunk that survived,
-		// which agentd never returned to anyone.
-		at := time.Now()
-		if len(out.Chunks) > 0 {
-			at = out.Chunks[0].At
-		}
-		gapSeq := uint64(c.LastChunk) + 1
-		if len(out.Chunks) > 0 && out.Chunks[0].Seq > gapSeq {
-			gapSeq = out.Chunks[0].Seq - 1
-		}
-		fresh = append(fresh, Chunk{Seq: gapSeq, Stream: StreamGap, At: at, Data: []byte(strconv.FormatUint(out.Dropped, 10))})
-	}
-	for _, ch := range out.Chunks {
-		if int64(ch.Seq) > c.LastChunk && (len(fresh) == 0 || ch.Seq > fresh[len(fresh)-1].Seq) {
-			fresh = append(fresh, ch)
-		}
+	*c = next
+	for k, v := range more {
+		updates[k] = v
 	}
 	// Searchable as it is stored: the batch's text joins the command's
 	// search entry in this transaction (or, within IndexEvery of the last
 	// write, with the next one: a poll that brought nothing writes what
 	// waited).
-	now := time.Now()
-	if len(fresh) > 0 {
-		now = fresh[len(fresh)-1].At
-	}
-	if err := indexOutputTx(tx.Statement.Context, tx, c, c.LastChunk, fresh, now, updates); err != nil {
+	if err := indexOutputTx(tx.Statement.Context, tx, c, prev.LastChunk, fresh, indexTime(fresh), updates); err != nil {
 		return err
 	}
-	if len(fresh) > 0 {
-		body, head, raw, err := encodeFrame(c.OutHash, fresh)
-		if err != nil {
-			return err
-		}
-		f := frame{CommandID: c.ID, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
-			StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
-		if err := tx.Create(&f).Error; err != nil {
+	if f != nil {
+		if err := tx.Create(f).Error; err != nil {
 			return fmt.Errorf("store output frame: %w", err)
 		}
-		gap := int64(0)
-		if out.Dropped > 0 {
-			gap = int64(len(fresh[0].Data))
-		}
-		c.OutHash, c.LastChunk = head, f.LastSeq
-		c.OutBytes += int64(raw) - gap
-		c.DroppedBytes += int64(out.Dropped)
-		c.Truncated = c.Truncated || out.Dropped > 0
-		updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
-		updates["dropped_bytes"], updates["truncated"] = c.DroppedBytes, c.Truncated
 	}
 	if len(updates) == 0 {
 		return nil

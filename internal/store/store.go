@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/glebarez/sqlite"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/stdlib"
 	"gorm.io/driver/postgres"
 	"gorm.io/gorm"
 	"gorm.io/gorm/logger"
@@ -41,6 +43,7 @@ func DialectOf(dsn string) Dialect {
 // Options tune a pool. Zero values take sane defaults.
 type Options struct {
 	MaxOpenConns int
+	// MaxIdleConns defaults to MaxOpenConns.
 	MaxIdleConns int
 	ConnMaxIdle  time.Duration
 	Logger       *slog.Logger
@@ -58,7 +61,13 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 	var dial gorm.Dialector
 	switch DialectOf(dsn) {
 	case Postgres:
-		dial = postgres.Open(dsn)
+		// Every connection carries the tracer that counts round trips for
+		// contexts asking (CountTrips).
+		dial = postgres.New(postgres.Config{DSN: dsn, OptionOpenDB: []stdlib.OptionOpenDB{
+			stdlib.OptionBeforeConnect(func(_ context.Context, c *pgx.ConnConfig) error {
+				c.Tracer = pgTracer{}
+				return nil
+			})}})
 	default:
 		sep := "?"
 		if strings.Contains(dsn, "?") {
@@ -74,12 +83,20 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("database handle: %w", err)
 	}
+	if DialectOf(dsn) == SQLite {
+		cp := countingPool{sqlDB}
+		db.ConnPool, db.Statement.ConnPool = cp, cp
+	}
 	maxOpen, maxIdle := opt.MaxOpenConns, opt.MaxIdleConns
 	if maxOpen == 0 {
 		maxOpen = 10
 	}
 	if maxIdle == 0 {
-		maxIdle = 2
+		// As many idle as open: a pool that closes what a burst opened
+		// pays a connect (and, on Postgres, the re-preparing of every
+		// statement, which pgx caches per connection) at the next burst.
+		// ConnMaxIdle still closes connections unused for minutes.
+		maxIdle = maxOpen
 	}
 	sqlDB.SetMaxOpenConns(maxOpen)
 	sqlDB.SetMaxIdleConns(maxIdle)

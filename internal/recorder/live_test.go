@@ -1,0 +1,119 @@
+package recorder
+
+import (
+	"bytes"
+	"context"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+)
+
+func chunks(from, to uint64, size int) []agentd.Chunk {
+	var out []agentd.Chunk
+	for i := from; i <= to; i++ {
+		out = append(out, agentd.Chunk{ID: i, Stream: "stdout", Data: bytes.Repeat([]byte{'a' + byte(i%26)}, size)})
+	}
+	return out
+}
+
+// TestLiveOutput proves the window clients' polls are answered from: what
+// the follower read after a cursor, as agentd would answer it, a waiting
+// poll woken by the next read, clients behind the window sent to the
+// recording and polls of a command not followed (or whose follower is
+// stalled) sent to agentd.
+func TestLiveOutput(t *testing.T) {
+	t.Parallel()
+	f := &Followers{}
+	k := liveKey{"acme", 7}
+	ctx := context.Background()
+	running := func(next uint64, cs []agentd.Chunk) *agentd.SessionResponse {
+		return &agentd.SessionResponse{State: agentd.StateRunning, Chunks: cs, NextCursor: next}
+	}
+	if _, st, _ := f.ReadLive(ctx, "acme", nil, 7, 0, 0); st != LiveUnknown {
+		t.Fatalf("a command not followed: %v", st)
+	}
+	f.live.publish(k, nil, 0, running(3, chunks(1, 3, 10)))
+	cases := []struct {
+		name   string
+		cursor uint64
+		st     LiveStatus
+		first  uint64
+		n      int
+		next   uint64
+	}{
+		{"from the start", 0, LiveAnswered, 1, 3, 3},
+		{"after a cursor", 2, LiveAnswered, 3, 1, 3},
+		{"ahead of the follower", 9, LiveUnknown, 0, 0, 0},
+	}
+	for _, c := range cases {
+		resp, st, err := f.ReadLive(ctx, "acme", nil, 7, c.cursor, 0)
+		if err != nil || st != c.st {
+			t.Fatalf("%s: status %v, %v", c.name, st, err)
+		}
+		if st == LiveAnswered && (len(resp.Chunks) != c.n || resp.Chunks[0].ID != c.first || resp.NextCursor != c.next || resp.State != agentd.StateRunning) {
+			t.Fatalf("%s: %+v", c.name, resp)
+		}
+	}
+	t.Run("a waiting poll wakes with the next read", func(t *testing.T) {
+		got := make(chan *agentd.SessionResponse, 1)
+		go func() {
+			resp, _, _ := f.ReadLive(ctx, "acme", nil, 7, 3, time.Minute)
+			got <- resp
+		}()
+		// Publish until the waiter has taken it (it may start waiting
+		// before or after this read).
+		f.live.publish(k, nil, 3, running(4, chunks(4, 4, 10)))
+		resp := <-got
+		if len(resp.Chunks) != 1 || resp.Chunks[0].ID != 4 {
+			t.Fatalf("woken with %+v", resp)
+		}
+	})
+	t.Run("nothing new within the wait", func(t *testing.T) {
+		resp, st, err := f.ReadLive(ctx, "acme", nil, 7, 4, time.Millisecond)
+		if err != nil || st != LiveAnswered || len(resp.Chunks) != 0 || resp.NextCursor != 4 || resp.State != agentd.StateRunning {
+			t.Fatalf("%+v %v %v", resp, st, err)
+		}
+	})
+	t.Run("a client behind the window reads the recording", func(t *testing.T) {
+		// Past the window's size, stored chunks leave it.
+		big := chunks(5, 12, 2<<20)
+		f.live.publish(k, nil, 4, running(12, big))
+		f.live.storedTo(k, 12)
+		if _, st, _ := f.ReadLive(ctx, "acme", nil, 7, 1, 0); st != LiveBehind {
+			t.Fatalf("cursor 1 after the window moved: %v", st)
+		}
+		resp, st, _ := f.ReadLive(ctx, "acme", nil, 7, 10, 0)
+		if st != LiveAnswered || len(resp.Chunks) != 2 || resp.Chunks[0].ID != 11 {
+			t.Fatalf("cursor 10: %v %+v", st, resp)
+		}
+	})
+	t.Run("an answer is capped, the rest said to be more", func(t *testing.T) {
+		resp, _, _ := f.ReadLive(ctx, "acme", nil, 7, 8, 0)
+		if len(resp.Chunks) != 2 || !resp.More || resp.NextCursor != 10 {
+			t.Fatalf("%d chunks, more %v, next %d", len(resp.Chunks), resp.More, resp.NextCursor)
+		}
+	})
+	t.Run("the end comes with the last chunk", func(t *testing.T) {
+		exit := 0
+		f.live.publish(k, nil, 12, &agentd.SessionResponse{State: agentd.StateExited, ExitCode: &exit, Chunks: chunks(13, 13, 1), NextCursor: 13})
+		resp, _, _ := f.ReadLive(ctx, "acme", nil, 7, 10, 0)
+		if resp.State != agentd.StateRunning || !resp.More {
+			t.Fatalf("the end said before the output: %+v", resp.State)
+		}
+		resp, _, _ = f.ReadLive(ctx, "acme", nil, 7, 12, 0)
+		if resp.State != agentd.StateExited || resp.More || resp.NextCursor != 13 || *resp.ExitCode != 0 {
+			t.Fatalf("last answer %+v", resp)
+		}
+	})
+	t.Run("a stalled follower sends clients to agentd", func(t *testing.T) {
+		f.live.stalled(k)
+		if _, st, _ := f.ReadLive(ctx, "acme", nil, 7, 12, 0); st != LiveUnknown {
+			t.Fatalf("stalled: %v", st)
+		}
+		f.live.forget(k)
+		if f.liveCount() != 0 {
+			t.Fatal("forgotten command still has a window")
+		}
+	})
+}

@@ -1,0 +1,295 @@
+package recordings_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// execChecks are the checks the gateway makes in an exec's commit: the
+// session's state and both running-command caps (locks and count).
+func execChecks(judge func(recordings.SessionState, [2]int64) error) recordings.StartChecks {
+	return recordings.StartChecks{SessionID: 1, Locks: []string{"gatehouse-running-commands:user:1", "gatehouse-running-commands:agent:1"},
+		CountSQL: `SELECT COUNT(CASE WHEN s.subject = ? THEN 1 END), COUNT(CASE WHEN s.agent_id = ? THEN 1 END)
+			FROM commands c JOIN sessions s ON s.id = c.session_id WHERE c.state = 'running' AND (s.subject = ? OR s.agent_id = ?)`,
+		CountArgs: []any{"user:1", 1, "user:1", 1}, Judge: judge}
+}
+
+func execEvent(id int64) audit.Event {
+	return audit.Event{Actor: audit.Actor{Type: audit.ActorUser, ID: "1", Name: "u"}, Action: "command.exec",
+		Target: audit.Target{Type: "command", ID: fmt.Sprint(id)}, Details: audit.Details(map[string]any{"command_id": id, "command": "true"})}
+}
+
+func newCommand(i int) *recordings.Command {
+	now := time.Now().UTC()
+	lease := now.Add(time.Minute)
+	return &recordings.Command{SessionID: 1, AgentdID: fmt.Sprintf("gh-speed-%d", i), Command: "true", ActorType: "user", ActorID: "1",
+		ActorName: "u", StartedAt: now, LeaseOwner: "me", LeaseUntil: &lease, StdinContent: true}
+}
+
+// TestExecRoundTrips proves an exec's commit (the checks, the command's
+// record and its audit event) costs two round trips on Postgres and one
+// short transaction on SQLite, writes nothing when refused or when its
+// audit event cannot be written, and keeps the audit chain whole under
+// concurrent execs.
+func TestExecRoundTrips(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		db := storetest.Open(t, d, store.OrgSet)
+		log := audit.NewLog(db, audit.OrgTable, nil)
+		first := command(t, db, "me") // the rows a command refers to, and one running command
+		allow := func(s recordings.SessionState, counts [2]int64) error { return nil }
+
+		t.Run("round trips", func(t *testing.T) {
+			// Warm the connection's statement cache, as a console serving
+			// execs has.
+			for i := range 3 {
+				if err := recordings.StartAudited(context.Background(), db, log, execChecks(allow), newCommand(100+i), execEvent); err != nil {
+					t.Fatal(err)
+				}
+			}
+			ctx, trips := store.CountTrips(context.Background())
+			c := newCommand(1)
+			if err := recordings.StartAudited(ctx, db, log, execChecks(allow), c, execEvent); err != nil {
+				t.Fatal(err)
+			}
+			sent := strings.Join(trips.Sent(), "\n")
+			if d == store.Postgres && trips.N() > 2 {
+				t.Fatalf("an exec's commit took %d round trips, want at most 2:\n%s", trips.N(), sent)
+			}
+			begins, commits := strings.Count(sent, "BEGIN"), strings.Count(sent, "COMMIT")
+			if begins != 1 || commits != 1 {
+				t.Fatalf("an exec's commit is not one transaction (%d BEGIN, %d COMMIT):\n%s", begins, commits, sent)
+			}
+			got, err := recordings.Get(context.Background(), db, c.ID)
+			if err != nil || got.AgentdID != "gh-speed-1" || got.State != recordings.StateRunning || got.LeaseOwner != "me" {
+				t.Fatalf("recorded %+v, %v", got, err)
+			}
+			evs, err := log.Query(context.Background(), audit.Filter{Action: "command.exec"}, 0, 1)
+			if err != nil || len(evs) != 1 || evs[0].Target.ID != fmt.Sprint(c.ID) {
+				t.Fatalf("last exec event %+v, %v", evs, err)
+			}
+		})
+
+		t.Run("the checks see the session and the counts", func(t *testing.T) {
+			var seen recordings.SessionState
+			var counts [2]int64
+			refused := apperr.New(apperr.ErrTooMany, "command_limit", "At the cap.")
+			err := recordings.StartAudited(context.Background(), db, log, execChecks(func(s recordings.SessionState, n [2]int64) error {
+				seen, counts = s, n
+				return refused
+			}), newCommand(2), execEvent)
+			if !errors.Is(err, refused) {
+				t.Fatalf("refused exec = %v", err)
+			}
+			if seen.State != "running" || seen.Closing || counts[0] < 2 || counts[0] != counts[1] {
+				t.Fatalf("checks saw %+v, counts %v", seen, counts)
+			}
+			assertNoCommand(t, db, "gh-speed-2")
+		})
+
+		t.Run("an exec whose audit event fails writes nothing", func(t *testing.T) {
+			refuse := []string{`CREATE TRIGGER refuse_exec BEFORE INSERT ON audit_events FOR EACH ROW WHEN (NEW.action = 'command.exec') BEGIN SELECT RAISE(ABORT, 'refused'); END`}
+			allowAll := []string{`DROP TRIGGER refuse_exec`}
+			if d == store.Postgres {
+				refuse = []string{`CREATE FUNCTION refuse_exec() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'refused'; END $$`,
+					`CREATE TRIGGER refuse_exec BEFORE INSERT ON audit_events FOR EACH ROW WHEN (NEW.action = 'command.exec') EXECUTE FUNCTION refuse_exec()`}
+				allowAll = []string{`DROP TRIGGER refuse_exec ON audit_events`, `DROP FUNCTION refuse_exec()`}
+			}
+			execAll(t, db, refuse)
+			err := recordings.StartAudited(context.Background(), db, log, execChecks(allow), newCommand(3), execEvent)
+			execAll(t, db, allowAll)
+			if err == nil || !strings.Contains(err.Error(), "refused") {
+				t.Fatalf("exec with a failing audit insert = %v", err)
+			}
+			assertNoCommand(t, db, "gh-speed-3")
+			// The pool is usable after the failed commit.
+			if err := recordings.StartAudited(context.Background(), db, log, execChecks(allow), newCommand(4), execEvent); err != nil {
+				t.Fatal(err)
+			}
+		})
+
+		t.Run("concurrent execs keep one chain", func(t *testing.T) {
+			var wg sync.WaitGroup
+			errs := make(chan error, 16)
+			for i := range 16 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					errs <- recordings.StartAudited(context.Background(), db, log, execChecks(allow), newCommand(200+i), execEvent)
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					t.Fatal(err)
+				}
+			}
+			res, err := log.Verify(context.Background())
+			if err != nil || !res.OK {
+				t.Fatalf("audit verify = %+v, %v", res, err)
+			}
+			var n int64
+			if err := db.Raw("SELECT count(*) FROM commands WHERE id <> ?", first.ID).Scan(&n).Error; err != nil || n != 3+1+1+16 {
+				t.Fatalf("%d commands recorded (%v), want %d", n, err, 3+1+1+16)
+			}
+		})
+	})
+}
+
+func execAll(t *testing.T, db *gorm.DB, stmts []string) {
+	t.Helper()
+	for _, s := range stmts {
+		if err := db.Exec(s).Error; err != nil {
+			t.Fatalf("%s: %v", s, err)
+		}
+	}
+}
+
+func assertNoCommand(t *testing.T, db *gorm.DB, agentdID string) {
+	t.Helper()
+	var n int64
+	if err := db.Raw("SELECT count(*) FROM commands WHERE agentd_id = ?", agentdID).Scan(&n).Error; err != nil || n != 0 {
+		t.Fatalf("%d commands %s recorded (%v), want none", n, agentdID, err)
+	}
+}
+
+// TestFollowerRoundTrips proves a follower's batch is one round trip on
+// Postgres (one short transaction on SQLite), a quiet batch none, and the
+// lease renewal of all of a replica's commands one statement; and that
+// the one-statement form still never stores a batch twice nor writes
+// without the lease.
+func TestFollowerRoundTrips(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		db := storetest.Open(t, d, store.OrgSet)
+		log := audit.NewLog(db, audit.OrgTable, nil)
+		c := command(t, db, "me")
+		at := time.Now().UTC()
+		batch := func(from, to uint64) recordings.Output {
+			out := recordings.Output{NextCursor: to}
+			for i := from; i <= to; i++ {
+				out.Chunks = append(out.Chunks, recordings.Chunk{Seq: i, Stream: recordings.StreamStdout, At: at, Data: []byte(fmt.Sprintf("line %d\n", i))})
+			}
+			return out
+		}
+		ctx, trips := store.CountTrips(context.Background())
+		var err error
+		// The first batch warms the connection's statement cache.
+		if c, err = recordings.AppendFollowed(context.Background(), db, c, "me", batch(1, 2)); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			name  string
+			out   recordings.Output
+			trips int // on Postgres; SQLite: one transaction, or nothing when 0
+			last  int64
+		}{
+			{"a batch", batch(3, 5), 1, 5},
+			{"a quiet batch", recordings.Output{NextCursor: 5}, 0, 5},
+			{"a batch read twice", batch(4, 7), 1, 7},
+			{"a batch with a gap", recordings.Output{Chunks: batch(10, 10).Chunks, Dropped: 100, NextCursor: 10}, 1, 10},
+		}
+		for _, tc := range cases {
+			t.Run(tc.name, func(t *testing.T) {
+				trips.Reset()
+				next, err := recordings.AppendFollowed(ctx, db, c, "me", tc.out)
+				if err != nil {
+					t.Fatal(err)
+				}
+				sent := strings.Join(trips.Sent(), "\n")
+				switch {
+				case tc.trips == 0 && trips.N() != 0:
+					t.Fatalf("a quiet batch wrote:\n%s", sent)
+				case d == store.Postgres && trips.N() != tc.trips:
+					t.Fatalf("%d round trips, want %d:\n%s", trips.N(), tc.trips, sent)
+				case d == store.SQLite && tc.trips > 0 && (strings.Count(sent, "BEGIN") != 1 || strings.Count(sent, "COMMIT") != 1):
+					t.Fatalf("not one transaction:\n%s", sent)
+				}
+				stored, err := recordings.Get(context.Background(), db, c.ID)
+				if err != nil || stored.LastChunk != tc.last || stored.OutHash != next.OutHash || stored.OutBytes != next.OutBytes || !stored.Acked {
+					t.Fatalf("stored %+v (%v), follower has %+v", stored, err, next)
+				}
+				c = next
+			})
+		}
+		t.Run("a follower behind the row falls back and stores nothing twice", func(t *testing.T) {
+			stale := c
+			if c, err = recordings.AppendFollowed(ctx, db, c, "me", batch(11, 12)); err != nil {
+				t.Fatal(err)
+			}
+			got, err := recordings.AppendFollowed(ctx, db, stale, "me", batch(11, 13))
+			if err != nil || got.LastChunk != 13 {
+				t.Fatalf("stale append = %+v, %v", got, err)
+			}
+			c = got
+			chunks, err := recordings.Read(context.Background(), db, c.ID, recordings.KindOut)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i := 1; i < len(chunks); i++ {
+				if chunks[i].Seq <= chunks[i-1].Seq {
+					t.Fatalf("chunk %d stored twice or out of order: %v", chunks[i].Seq, chunks)
+				}
+			}
+		})
+		t.Run("another follower cannot write", func(t *testing.T) {
+			if _, err := recordings.AppendFollowed(ctx, db, c, "other", batch(14, 14)); !errors.Is(err, recordings.ErrLeaseLost) {
+				t.Fatalf("append by a non-owner = %v", err)
+			}
+		})
+		t.Run("one statement renews a replica's leases", func(t *testing.T) {
+			ids := []int64{c.ID}
+			for i := range 50 {
+				n := newCommand(300 + i)
+				if i%10 == 0 {
+					n.LeaseOwner = "other"
+				}
+				if err := recordings.Start(context.Background(), db, n); err != nil {
+					t.Fatal(err)
+				}
+				ids = append(ids, n.ID)
+			}
+			until := time.Now().Add(time.Hour).UTC().Truncate(time.Second)
+			trips.Reset()
+			n, err := recordings.RenewLeases(ctx, db, "me", ids, until)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if trips.N() != 1 {
+				t.Fatalf("renewal took %d round trips:\n%s", trips.N(), strings.Join(trips.Sent(), "\n"))
+			}
+			if n != 46 {
+				t.Fatalf("renewed %d leases, want the 46 held by this replica", n)
+			}
+			var renewed int64
+			if err := db.Raw("SELECT count(*) FROM commands WHERE lease_until >= ? AND lease_owner = 'me'", until).Scan(&renewed).Error; err != nil || renewed != 46 {
+				t.Fatalf("%d leases renewed in the database (%v)", renewed, err)
+			}
+		})
+		t.Run("the recording verifies", func(t *testing.T) {
+			exit := 0
+			if _, err := recordings.Complete(context.Background(), db, log, c.ID, "me", batch(14, 15),
+				recordings.End{State: recordings.StateExited, ExitCode: &exit, At: time.Now()}, audit.Actor{Type: audit.ActorSystem, Name: "recorder"}); err != nil {
+				t.Fatal(err)
+			}
+			res, err := recordings.VerifyAll(context.Background(), db, log)
+			if err != nil || !res.OK {
+				t.Fatalf("VerifyAll = %+v, %v", res, err)
+			}
+		})
+	})
+}

@@ -1,0 +1,179 @@
+package recordings
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/store"
+)
+
+// StartChecks is what an exec's commit reads before it records the
+// command: the session's state (read with a share lock, so a close cannot
+// begin under it) and, under the advisory locks named in Locks (taken in
+// order), one row of counts. Judge decides from them; an error refuses the
+// exec and nothing is written.
+type StartChecks struct {
+	SessionID int64
+	// Locks name store.XactLock locks, taken after the session's row.
+	Locks []string
+	// CountSQL (with ? placeholders) reads one row of two counts; empty:
+	// none.
+	CountSQL  string
+	CountArgs []any
+	Judge     func(s SessionState, counts [2]int64) error
+}
+
+// SessionState is the session row as an exec's commit read it.
+type SessionState struct {
+	State   string
+	Closing bool
+}
+
+// StartAudited records command c and its audit event ev(c.ID) in one
+// commit, after checks, before the command is forwarded. On Postgres it
+// costs two round trips: one pipelined batch takes the session's share
+// lock, the check locks, the counts, the audit chain's lock, the chain
+// head (read under that lock, so the chain cannot fork) and the command's
+// id; a second sends both inserts and the COMMIT. SQLite does the same in
+// one short transaction (its write lock serializes the chain).
+func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChecks, c *Command, ev func(id int64) audit.Event) error {
+	c.State = StateRunning
+	c.StartedAt = c.StartedAt.UTC()
+	if store.DialectOfDB(db) != store.Postgres {
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			var s SessionState
+			var row struct {
+				State     string
+				ClosingAt *time.Time
+			}
+			if err := tx.Table("sessions").Select("state, closing_at").Where("id = ?", chk.SessionID).Take(&row).Error; err != nil {
+				return fmt.Errorf("read session %d: %w", chk.SessionID, err)
+			}
+			s = SessionState{State: row.State, Closing: row.ClosingAt != nil}
+			var counts [2]int64
+			if chk.CountSQL != "" {
+				var n struct{ A, B int64 }
+				if err := tx.Raw(chk.CountSQL, chk.CountArgs...).Row().Scan(&n.A, &n.B); err != nil {
+					return fmt.Errorf("count running commands: %w", err)
+				}
+				counts = [2]int64{n.A, n.B}
+			}
+			if err := chk.Judge(s, counts); err != nil {
+				return err
+			}
+			if err := tx.Create(c).Error; err != nil {
+				return fmt.Errorf("record command: %w", err)
+			}
+			_, err := log.AppendTx(ctx, tx, ev(c.ID))
+			return err
+		})
+	}
+	var action string
+	err := store.OnPgConn(ctx, db, func(conn *pgx.Conn) error {
+		var s SessionState
+		var counts [2]int64
+		var head audit.Head
+		var closing *time.Time
+		b := &pgx.Batch{}
+		b.Queue("BEGIN")
+		b.Queue("SELECT state, closing_at FROM sessions WHERE id = $1 FOR SHARE", chk.SessionID).QueryRow(func(r pgx.Row) error {
+			err := r.Scan(&s.State, &closing)
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("read session %d: %w", chk.SessionID, gorm.ErrRecordNotFound)
+			}
+			return err
+		})
+		for _, l := range chk.Locks {
+			b.Queue("SELECT pg_advisory_xact_lock($1)", store.LockKey(l))
+		}
+		if chk.CountSQL != "" {
+			b.Queue(dollars(chk.CountSQL), chk.CountArgs...).QueryRow(func(r pgx.Row) error { return r.Scan(&counts[0], &counts[1]) })
+		}
+		b.Queue("SELECT pg_advisory_xact_lock($1)", int64(audit.ChainLockKey))
+		b.Queue(log.HeadSQL()).Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				head.Found = true
+				if err := rows.Scan(&head.Seq, &head.Hash, &head.At); err != nil {
+					return err
+				}
+			}
+			return rows.Err()
+		})
+		b.Queue("SELECT nextval(pg_get_serial_sequence('commands', 'id'))").QueryRow(func(r pgx.Row) error { return r.Scan(&c.ID) })
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return rollback(ctx, conn, fmt.Errorf("record command: %w", err))
+		}
+		s.Closing = closing != nil
+		if err := chk.Judge(s, counts); err != nil {
+			return rollback(ctx, conn, err)
+		}
+		e, err := log.Link(ev(c.ID), head)
+		if err != nil {
+			return rollback(ctx, conn, err)
+		}
+		action = e.Action
+		insert, args := log.InsertSQL(e)
+		b = &pgx.Batch{}
+		b.Queue(`INSERT INTO commands (id, session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, started_at,
+			state, stdin_content, lease_owner, lease_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
+			c.ID, c.SessionID, c.AgentdID, c.Command, c.Cwd, c.TTY, c.ActorType, c.ActorID, c.ActorName, c.StartedAt,
+			c.State, c.StdinContent, c.LeaseOwner, utcPtr(c.LeaseUntil))
+		b.Queue(insert, args...)
+		b.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			err = fmt.Errorf("record command and its audit event: %w", err)
+			log.Appended(action, err)
+			return rollback(ctx, conn, err)
+		}
+		log.Appended(action, nil)
+		return nil
+	})
+	if err != nil {
+		c.ID = 0
+	}
+	return err
+}
+
+// rollback ends the transaction a failed batch left open (a failed
+// statement makes the server skip the rest of its batch, COMMIT
+// included) and returns cause.
+func rollback(ctx context.Context, conn *pgx.Conn, cause error) error {
+	if conn.PgConn().TxStatus() != 'I' {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		defer cancel()
+		_, _ = conn.Exec(rctx, "ROLLBACK")
+	}
+	return cause
+}
+
+// dollars numbers a statement's ? placeholders for Postgres ($1, $2, ...);
+// the statements given to it have no ? in literals.
+func dollars(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
