@@ -36,6 +36,11 @@ type execMonitor struct {
 	procs map[int]*procNode
 
 	lost atomic.Int64 // events the kernel dropped (the socket overflowed)
+	// starting counts sessions being started and not yet claimed: only
+	// then can an unclaimed child of agentd be one of this server's (in a
+	// process running several servers, as tests do, the others' children
+	// are not read for).
+	starting atomic.Int32
 }
 
 // procNode is one process of a session as the monitor knows it.
@@ -155,7 +160,7 @@ func (m *execMonitor) exec(pid, tgid int) {
 	first := !n.execed
 	n.execed = true
 	o := n.owner
-	if o.claimed && !o.want {
+	if o.claimed && !o.want || !o.claimed && m.starting.Load() == 0 {
 		return
 	}
 	r := ExecRecord{Type: ExecRecordExec, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: n.depth, First: first}

@@ -39,6 +39,7 @@ func testMonitor() (*execMonitor, *[]ExecRecord) {
 func TestExecMonitorAttribution(t *testing.T) {
 	m, got := testMonitor()
 	sink := func(r ExecRecord) { *got = append(*got, r) }
+	m.starting.Add(1) // a session is being started
 	// Leader 10 forked by agentd (pid 1), its exec seen before the claim.
 	m.handleMessages(procMsg(procEventFork, 1, 1, 10, 10))
 	m.handleMessages(procMsg(procEventExec, 10, 10))
@@ -153,6 +154,7 @@ func FuzzProcEvents(f *testing.F) {
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, _ := testMonitor()
+		m.starting.Add(1)
 		m.claim(10, true, func(ExecRecord) {})
 		m.handleMessages(procMsg(procEventFork, 1, 1, 10, 10))
 		m.handleMessages(b)

@@ -144,6 +144,10 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		s.mu.Unlock()
 	}()
 
+	if s.execMon != nil {
+		s.execMon.starting.Add(1)
+		defer s.execMon.starting.Add(-1)
+	}
 	proc, err := startProcess(spec, s.tracker)
 	if err != nil {
 		s.mu.Lock()
