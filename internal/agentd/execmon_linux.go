@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // netlinkConnector is NETLINK_CONNECTOR (linux/netlink.h).
@@ -68,7 +69,7 @@ func startExecMonitor(logger *slog.Logger) (*execMonitor, func(), error) {
 		// moment an event arrives, so it reads a short process's argv
 		// before the process is gone far more often than not.
 		runtime.LockOSThread()
-		_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), -20)
+		realtime(logger)
 		buf := make([]byte, 64<<10)
 		for !stop.Load() {
 			n, _, err := syscall.Recvfrom(fd, buf, 0)
@@ -87,6 +88,21 @@ func startExecMonitor(logger *slog.Logger) (*execMonitor, func(), error) {
 		}
 	}()
 	return m, func() { stop.Store(true); <-done }, nil
+}
+
+// realtime gives the calling thread the lowest real-time priority
+// (SCHED_FIFO 1): on a busy machine it then runs the moment an event
+// arrives instead of waiting for a time slice, which is what decides
+// whether a process that exits at once is read in time. It blocks almost
+// always, and the kernel's real-time throttling bounds it anyway. Without
+// the privilege it takes the highest ordinary priority instead.
+func realtime(logger *slog.Logger) {
+	param := struct{ priority int32 }{1}
+	const schedFIFO = 1
+	if _, _, errno := syscall.RawSyscall(syscall.SYS_SCHED_SETSCHEDULER, uintptr(syscall.Gettid()), schedFIFO, uintptr(unsafe.Pointer(&param))); errno != 0 {
+		logger.Info("exec reporting: no real-time priority for the event loop", "error", errno.Error())
+		_ = syscall.Setpriority(syscall.PRIO_PROCESS, syscall.Gettid(), -20)
+	}
 }
 
 // execStopCheck is how often the event loop looks whether it should stop.

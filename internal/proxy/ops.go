@@ -147,6 +147,9 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	defer cancel()
 	create := agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
 		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS,
+		// What ran in it, from the kernel, for the recording and (on a
+		// TTY) the audit log; an agentd without it ignores the ask.
+		ExecRecords: true,
 		// agentd holds output back until the recorder has read it, so the
 		// recording is complete however fast the command writes.
 		Overflow: agentd.OverflowBlock}
@@ -187,12 +190,25 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 }
 
 func toOutput(c recordings.Command, r *agentd.SessionResponse) Output {
-	chunks := r.Chunks
-	if chunks == nil {
-		chunks = []agentd.Chunk{}
-	}
+	chunks := terminalChunks(r.Chunks)
 	return Output{CommandID: c.ID, SessionID: c.SessionID, TTY: r.TTY, State: r.State, ExitCode: r.ExitCode, Chunks: chunks,
 		NextCursor: r.NextCursor, More: r.More, Truncated: r.Truncated, DroppedBytes: r.DroppedBytes}
+}
+
+// terminalChunks is chunks without exec records: those go to the
+// recording (and the audit log), never to a terminal or an output poll,
+// whose cursors still pass over them (next_cursor does).
+func terminalChunks(chunks []agentd.Chunk) []agentd.Chunk {
+	out := chunks[:0:0]
+	for _, ch := range chunks {
+		if ch.Stream != agentd.StreamExec {
+			out = append(out, ch)
+		}
+	}
+	if len(out) == len(chunks) && chunks != nil {
+		return chunks
+	}
+	return out
 }
 
 // Poll long-polls a command's output after cursor, as agentd does. A
@@ -291,7 +307,7 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 	}
 	for _, ch := range chunks {
 		out.NextCursor = ch.Seq
-		if ch.Stream != recordings.StreamGap {
+		if ch.Stream != recordings.StreamGap && ch.Stream != recordings.StreamExec {
 			out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
 		}
 	}

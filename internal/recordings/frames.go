@@ -40,8 +40,8 @@ const (
 	StreamEOF = "eof"
 )
 
-var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6}
-var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF}
+var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6, StreamExec: 7}
+var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF, 7: StreamExec}
 
 // Chunk is one piece of recorded terminal traffic.
 type Chunk struct {

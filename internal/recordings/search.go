@@ -73,7 +73,11 @@ func indexTx(ctx context.Context, tx *gorm.DB, c Command) error {
 			return errStop
 		}
 		off := len(body)
-		body = s.Append(body, ch.Data)
+		if ch.Stream == StreamExec {
+			body = execText(body, ch.Data)
+		} else {
+			body = s.Append(body, ch.Data)
+		}
 		if ms := sinceStart(c, ch.At); len(body) > off && ms >= lastMS+momentStep && len(times) < momentsLimit {
 			times = strconv.AppendInt(append(strconv.AppendInt(times, int64(off), 10), ':'), ms, 10)
 			times = append(times, ' ')

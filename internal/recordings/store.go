@@ -162,6 +162,9 @@ type Output struct {
 	Dropped uint64
 	// NextCursor is agentd's cursor after the batch.
 	NextCursor uint64
+	// Audit receives the terminal.command events of the batch's exec
+	// records, in the same commit (nil: none are written).
+	Audit *audit.Log
 }
 
 // AppendOutput stores a batch of output chunks for command id as follower
@@ -248,6 +251,11 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 			StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
 		if err := tx.Create(&f).Error; err != nil {
 			return fmt.Errorf("store output frame: %w", err)
+		}
+		// Stored once with the chunks they come from: a batch read twice
+		// is skipped above, and so are its events.
+		if err := terminalCommandsTx(tx.Statement.Context, tx, out.Audit, *c, fresh); err != nil {
+			return err
 		}
 		gap := int64(0)
 		if out.Dropped > 0 {

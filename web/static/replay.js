@@ -44,6 +44,19 @@
     });
   });
 
+  // The jump lists: a typed line or a program seeks the player to its
+  // moment and plays from there.
+  document.querySelectorAll(".replay-jump").forEach(function (b) {
+    b.addEventListener("click", function () {
+      const p = state.player;
+      const t = Number(b.dataset.t) || 0;
+      Promise.resolve(p.seek(t)).then(function () {
+        state.jumpedTo = t;
+        return p.play();
+      });
+    });
+  });
+
   const start = Number(el.dataset.start || 0);
   open(start, start > 0);
 })();
