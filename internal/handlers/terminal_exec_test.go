@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/agentd/agentdtest"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 	"github.com/gatehouse/gatehouse/internal/terminal"
@@ -305,6 +306,64 @@ func TestTerminalCommandBurst(t *testing.T) {
 		}
 		if count != 5000 {
 			t.Fatalf("%d exec records of the burst in the recording, want 5000", count)
+		}
+	})
+}
+
+// TestEnvironmentExecReportingShown: an environment's page says whether
+// its agentd reports the programs started in terminals; one whose agentd
+// has it switched off (--exec-reporting off) says they are not audited,
+// and its shells still run, with neither exec records nor
+// terminal.command events.
+func TestEnvironmentExecReportingShown(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		url, token := agentdtest.Start(t, agentdtest.WithConfig(func(c *agentd.Config) { c.ExecReporting = agentd.ExecReportingDisabled }))
+		_, offSession := f.hostSession(t, "no-exec-host", url, token)
+
+		page := func(name string) string {
+			t.Helper()
+			r := f.e.json(http.MethodGet, "/api/v1/orgs/acme/environments", f.tokens["entered-admin"], nil)
+			wantStatus(t, "list environments", r, http.StatusOK)
+			var list struct {
+				Items []struct {
+					ID     int64
+					Name   string
+					Health struct {
+						ExecReporting string `json:"exec_reporting"`
+					}
+				}
+			}
+			r.decode(t, &list)
+			for _, e := range list.Items {
+				if e.Name != name {
+					continue
+				}
+				wantStatus(t, "test "+name, f.e.json(http.MethodPost, fmt.Sprintf("/api/v1/orgs/acme/environments/%d/test", e.ID), f.tokens["entered-admin"], nil), http.StatusOK)
+				p := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/environments/%d", e.ID),
+					cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["entered-admin"]}}})
+				wantStatus(t, "environment page", p, http.StatusOK)
+				return string(p.body)
+			}
+			t.Fatalf("no environment %q in %s", name, r.body)
+			return ""
+		}
+		mustContain(t, "reporting host", page("build-host"), `data-exec-reporting="netlink"`, "reported by the kernel and audited")
+		mustContain(t, "host without reporting", page("no-exec-host"), `data-exec-reporting="off"`, "Unavailable (off): turned off (--exec-reporting off)",
+			"not reported or audited")
+
+		f.session = offSession
+		sh := openShell(t, f, "member")
+		sh.typeLines(t, "/bin/echo unreported-marker")
+		if got := f.exportAudit(t, fmt.Sprintf("action:terminal.command target:%d", sh.id)); len(got) != 0 {
+			t.Fatalf("%d terminal.command events from an agentd without exec reporting", len(got))
+		}
+		if recs := f.recordedExec(t, sh.id); len(recs) != 0 {
+			t.Fatalf("%d exec records from an agentd without exec reporting", len(recs))
+		}
+		if lines, _ := f.replayLists(t, sh.id); !slices.Equal(lines, []string{"/bin/echo unreported-marker", "exit"}) {
+			t.Fatalf("jump list %q: the shell's marks still delimit typed lines", lines)
 		}
 	})
 }
