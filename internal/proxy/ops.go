@@ -45,6 +45,11 @@ type Output struct {
 	More         bool           `json:"more"`
 	Truncated    bool           `json:"truncated"`
 	DroppedBytes uint64         `json:"dropped_bytes"`
+
+	// firstSeq is the id of the first recorded chunk an answer from the
+	// recording read (exec records included, which it does not return): 0
+	// for agentd's answers.
+	firstSeq uint64
 }
 
 const (
@@ -272,8 +277,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		// This reader fell behind agentd's buffer; the recorder did not
 		// (agentd holds output for it), so the stored recording has what
 		// this reader missed.
-		if rec, err := g.fromRecordingOf(ctx, org, commandID, cursor); err == nil && len(rec.Chunks) > 0 &&
-			rec.Chunks[0].ID == cursor+1 {
+		if rec, err := g.fromRecordingOf(ctx, org, commandID, cursor); err == nil && rec.firstSeq == cursor+1 {
 			rec.State, rec.ExitCode, rec.More, rec.TTY = agentd.StateRunning, nil, true, k.tty
 			return rec, nil
 		}
@@ -307,6 +311,9 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 	}
 	for _, ch := range chunks {
 		out.NextCursor = ch.Seq
+		if out.firstSeq == 0 && ch.Stream != recordings.StreamGap {
+			out.firstSeq = ch.Seq
+		}
 		if ch.Stream != recordings.StreamGap && ch.Stream != recordings.StreamExec {
 			out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
 		}

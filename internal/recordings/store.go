@@ -257,12 +257,14 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 		if err := terminalCommandsTx(tx.Statement.Context, tx, out.Audit, *c, fresh); err != nil {
 			return err
 		}
-		gap := int64(0)
-		if out.Dropped > 0 {
-			gap = int64(len(fresh[0].Data))
+		notOutput := int64(0) // the gap's count and exec records
+		for _, ch := range fresh {
+			if !countsAsOutput(ch.Stream) {
+				notOutput += int64(len(ch.Data))
+			}
 		}
 		c.OutHash, c.LastChunk = head, f.LastSeq
-		c.OutBytes += int64(raw) - gap
+		c.OutBytes += int64(raw) - notOutput
 		c.DroppedBytes += int64(out.Dropped)
 		c.Truncated = c.Truncated || out.Dropped > 0
 		updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
@@ -480,7 +482,7 @@ func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) 
 			}
 			for _, c := range cs {
 				head = chainHash(head, c)
-				if c.Stream != StreamGap {
+				if countsAsOutput(c.Stream) {
 					n += int64(len(c.Data))
 				}
 			}

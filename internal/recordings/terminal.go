@@ -30,6 +30,11 @@ const ActionTerminalCommand = "terminal.command"
 // 4 KiB).
 const terminalCommandName = 200
 
+// countsAsOutput reports whether a chunk of stream counts in a command's
+// output bytes: what the command printed, not a gap's count or agentd's
+// exec records.
+func countsAsOutput(stream string) bool { return stream != StreamGap && stream != StreamExec }
+
 // terminalCommandsTx appends the terminal.command events of the exec
 // records among fresh (chunks being stored for command c) inside tx: one
 // per program a direct child of c's shell ran first after its fork. Only

@@ -50,10 +50,16 @@
     b.addEventListener("click", function () {
       const p = state.player;
       const t = Number(b.dataset.t) || 0;
-      Promise.resolve(p.seek(t)).then(function () {
-        state.jumpedTo = t;
-        return p.play();
-      });
+      Promise.resolve(p.seek(t))
+        .then(function () {
+          return p.getCurrentTime();
+        })
+        .then(function (at) {
+          // For the browser tests: where the jump went.
+          state.jumpedTo = t;
+          state.positionAfterJump = at;
+          return p.play();
+        });
     });
   });
 
