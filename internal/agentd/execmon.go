@@ -144,6 +144,9 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 	}
 	p := m.procs[parentTgid]
 	if p == nil {
+		// Not a session's: a node left under this pid (its exit event
+		// lost to an overflow) belonged to a process that is gone.
+		delete(m.procs, childTgid)
 		return
 	}
 	m.procs[childTgid] = &procNode{owner: p.owner, depth: p.depth + 1, ppid: parentTgid}
