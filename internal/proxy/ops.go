@@ -216,6 +216,20 @@ func terminalChunks(chunks []agentd.Chunk) []agentd.Chunk {
 	return out
 }
 
+// onlyExecRecords reports an answer of a running command whose chunks are
+// all exec records, with nothing after them yet.
+func onlyExecRecords(r *agentd.SessionResponse) bool {
+	if r.State != agentd.StateRunning || r.More || r.Truncated || len(r.Chunks) == 0 {
+		return false
+	}
+	for _, ch := range r.Chunks {
+		if ch.Stream != agentd.StreamExec {
+			return false
+		}
+	}
+	return true
+}
+
 // Poll long-polls a command's output after cursor, as agentd does. A
 // command that ended and is fully recorded is answered from its recording,
 // so its output stays readable after agentd forgot it or the sandbox was
@@ -251,7 +265,18 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	pctx, stop := tenant.BindRevoked(pctx, org.Revoked)
 	defer stop()
 	// A reader peeks: only the recorder lets agentd drop what it read.
+	// An answer holding only exec records (which readers are not given)
+	// is no reason to end the wait: it goes on past them.
+	until := time.Now().Add(wait) // the wait is real time, whatever the clock
 	resp, err := g.peek(pctx, t, k.agentdID, cursor, wait)
+	for err == nil && onlyExecRecords(resp) {
+		left := time.Until(until)
+		if left <= 0 {
+			break
+		}
+		cursor = resp.NextCursor
+		resp, err = g.peek(pctx, t, k.agentdID, cursor, left)
+	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
 		// agentd no longer knows it (its environment restarted, or it
