@@ -33,6 +33,16 @@ type interactiveShell struct {
 	prompts int
 }
 
+// onAgentdProcess moves f's session to a host whose agentd is the real
+// binary in a process of its own: its event loop then competes with no
+// console goroutines for the test process's threads, as in production.
+func onAgentdProcess(t *testing.T, f *terminalFixture) {
+	t.Helper()
+	token := "agentd-token-" + randomHex(12)
+	proc := startAgentdProcess(t, token)
+	_, f.session = f.hostSession(t, "exec-host", "http://"+proc.Addr(), token)
+}
+
 func openShell(t *testing.T, f *terminalFixture, who string) *interactiveShell {
 	t.Helper()
 	r := f.call(http.MethodPost, f.sessionPath("/commands"), who, map[string]any{"command": terminal.ShellCommand, "tty": true, "stdin": true, "rows": 50, "cols": 250})
@@ -176,6 +186,7 @@ func TestTerminalCommandsAudited(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newTerminalFixture(t, d)
+		onAgentdProcess(t, f)
 		sh := openShell(t, f, "member")
 		typed := []string{
 			"cd /tmp",
@@ -272,6 +283,7 @@ func TestTerminalCommandBurst(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newTerminalFixture(t, d)
+		onAgentdProcess(t, f)
 		sh := openShell(t, f, "member")
 		const burst = `sh -c 'i=0; while [ $i -lt 5000 ]; do /bin/true; i=$((i+1)); done'`
 		sh.typeLines(t, burst)
