@@ -3,6 +3,7 @@ package agentd
 import (
 	"encoding/binary"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -49,6 +50,11 @@ type procNode struct {
 	depth  int
 	ppid   int
 	execed bool
+	// interactive: the process runs an interactive shell (see
+	// interactiveShell); shellChild: its parent is the session's leader or
+	// such a shell, so it is something a person ran at a prompt.
+	interactive bool
+	shellChild  bool
 }
 
 // maxPendingRecords bounds the records kept for a leader agentd has
@@ -149,7 +155,7 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 		delete(m.procs, childTgid)
 		return
 	}
-	m.procs[childTgid] = &procNode{owner: p.owner, depth: p.depth + 1, ppid: parentTgid}
+	m.procs[childTgid] = &procNode{owner: p.owner, depth: p.depth + 1, ppid: parentTgid, shellChild: p.depth == 0 || p.interactive}
 }
 
 // exec handles PROC_EVENT_EXEC.
@@ -166,11 +172,12 @@ func (m *execMonitor) exec(pid, tgid int) {
 	if o.claimed && !o.want || !o.claimed && m.starting.Load() == 0 {
 		return
 	}
-	r := ExecRecord{Type: ExecRecordExec, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: n.depth, First: first}
+	r := ExecRecord{Type: ExecRecordExec, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: n.depth, First: first, ShellChild: n.shellChild}
 	argv, cwd, uid, ok := m.inspect(tgid)
 	if ok && len(argv) > 0 {
 		r.Argv, r.ArgvTruncated = boundArgv(argv)
 		r.Cwd, r.UID = cwd, uid
+		n.interactive = interactiveShell(argv)
 	} else {
 		r.ArgvUnavailable = true
 		if len(argv) > 0 {
@@ -197,10 +204,35 @@ func (m *execMonitor) exit(pid, tgid int, status uint32) {
 	switch {
 	case n.depth == 0 && o.leader == tgid:
 		o.exit()
-	case n.depth == 1 && n.execed:
+	case n.shellChild && n.execed:
 		code := waitStatusCode(status)
-		o.deliver(ExecRecord{Type: ExecRecordExit, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: 1, ExitCode: &code})
+		o.deliver(ExecRecord{Type: ExecRecordExit, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: n.depth, ShellChild: true, ExitCode: &code})
 	}
+}
+
+// interactiveShells are the programs that, run without a command (-c) or
+// a script, read commands a person types.
+var interactiveShells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "fish": true}
+
+// interactiveShell reports whether argv starts a shell that reads typed
+// commands: a shell by name with options only (bash, bash -l, -zsh), not
+// bash -c '...' or sh script.sh. A person who starts one at a prompt (or a
+// TTY command "bash" that sh -c forks rather than execs) keeps typing into
+// it, so its children are what they ran too.
+func interactiveShell(argv []string) bool {
+	name := argv[0]
+	if i := strings.LastIndexByte(name, '/'); i >= 0 {
+		name = name[i+1:]
+	}
+	if !interactiveShells[strings.TrimPrefix(name, "-")] {
+		return false
+	}
+	for _, a := range argv[1:] {
+		if !strings.HasPrefix(a, "-") || a == "-c" || (len(a) > 1 && a[1] != '-' && strings.ContainsRune(a, 'c')) {
+			return false
+		}
+	}
+	return true
 }
 
 // waitStatusCode turns a wait status into an exit code as a shell shows

@@ -60,10 +60,15 @@ type ExecRecord struct {
 	// First is set on the first program a process runs after its fork; a
 	// later exec of the same process (bash -c 'x' execs x in place) is not
 	// first.
-	First bool     `json:"first,omitempty"`
-	UID   *uint32  `json:"uid,omitempty"`
-	Cwd   string   `json:"cwd,omitempty"`
-	Argv  []string `json:"argv,omitempty"`
+	First bool `json:"first,omitempty"`
+	// ShellChild marks a process whose parent is the session's leader or
+	// an interactive shell started in it (a shell by name with options
+	// only: bash, bash -l; not bash -c or sh script.sh): a program a person
+	// ran at a prompt. Exit records are sent for these.
+	ShellChild bool     `json:"shell_child,omitempty"`
+	UID        *uint32  `json:"uid,omitempty"`
+	Cwd        string   `json:"cwd,omitempty"`
+	Argv       []string `json:"argv,omitempty"`
 	// ArgvTruncated marks an argv cut to MaxExecArgv.
 	ArgvTruncated bool `json:"argv_truncated,omitempty"`
 	// ArgvUnavailable marks a process gone before agentd could read its

@@ -31,6 +31,7 @@ type interactiveShell struct {
 	cursor  uint64
 	out     bytes.Buffer
 	prompts int
+	prompt  []byte // what marks a prompt; promptMark by default
 }
 
 // onAgentdProcess moves f's session to a host whose agentd is the real
@@ -56,7 +57,11 @@ func openShell(t *testing.T, f *terminalFixture, who string) *interactiveShell {
 func (s *interactiveShell) awaitPrompt(t *testing.T, n int) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for bytes.Count(s.out.Bytes(), promptMark) < n {
+	mark := promptMark
+	if s.prompt != nil {
+		mark = s.prompt
+	}
+	for bytes.Count(s.out.Bytes(), mark) < n {
 		if time.Now().After(deadline) {
 			t.Fatalf("no prompt %d after 30 s; output: %q", n, s.out.String())
 		}
@@ -376,6 +381,41 @@ func TestEnvironmentExecReportingShown(t *testing.T) {
 		}
 		if lines, _ := f.replayLists(t, sh.id); !slices.Equal(lines, []string{"/bin/echo unreported-marker", "exit"}) {
 			t.Fatalf("jump list %q: the shell's marks still delimit typed lines", lines)
+		}
+	})
+}
+
+// TestTerminalCommandsInAForkedShell: an API exec on a TTY whose shell is
+// not the command itself (sh -c forks "bash -i" instead of running it in
+// place) still has what is typed into that shell audited: agentd marks
+// the children of an interactive shell (a shell by name with options only)
+// as shell children; a non-interactive "bash -c" does not count.
+func TestTerminalCommandsInAForkedShell(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		onAgentdProcess(t, f)
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "cd /tmp && bash --norc --noprofile -i",
+			"env": map[string]string{"PS1": "ready> "}, "tty": true, "stdin": true})
+		wantStatus(t, "open bash", r, http.StatusCreated)
+		var o outputJSON
+		r.decode(t, &o)
+		sh := &interactiveShell{f: f, who: "member", id: o.CommandID, prompt: []byte("ready> ")}
+		sh.typeLines(t, "/bin/echo forked-marker", "bash -c '/bin/echo inner-marker; /bin/true'")
+		events := f.exportAudit(t, fmt.Sprintf("action:terminal.command target:%d", sh.id))
+		var lines []string
+		for _, e := range events {
+			lines = append(lines, strings.Join(e.Details.Argv, " "))
+		}
+		for _, want := range []string{"bash --norc --noprofile -i", "/bin/echo forked-marker", "bash -c /bin/echo inner-marker; /bin/true"} {
+			if !slices.Contains(lines, want) {
+				t.Errorf("no terminal.command %q among %q", want, lines)
+			}
+		}
+		for _, l := range lines {
+			if l == "/bin/echo inner-marker" || l == "/bin/true" {
+				t.Errorf("a program of a non-interactive bash -c is audited: %q", l)
+			}
 		}
 	})
 }

@@ -63,7 +63,7 @@ func ReadOutline(ctx context.Context, db *gorm.DB, c Command) (Outline, error) {
 				switch {
 				case r.Type == agentd.ExecRecordExec:
 					o.ProgramsTotal++
-					if r.Depth == 1 && r.First && len(o.Programs) < OutlinePrograms {
+					if r.ShellChild && r.First && len(o.Programs) < OutlinePrograms {
 						pat := at
 						if !r.Time.IsZero() {
 							pat = max(r.Time.Sub(c.StartedAt).Seconds(), 0)

@@ -37,7 +37,9 @@ func countsAsOutput(stream string) bool { return stream != StreamGap && stream !
 
 // terminalCommandsTx appends the terminal.command events of the exec
 // records among fresh (chunks being stored for command c) inside tx: one
-// per program a direct child of c's shell ran first after its fork. Only
+// per program a direct child of c's shell (its leader, or an interactive
+// shell started in it: agentd marks them shell_child) ran first after its
+// fork. Only
 // interactive shells (commands on a TTY) have them: an agent's exec is
 // audited by its command.exec, and every program below it stays in the
 // recording. An exit record in the same batch gives the event its exit
@@ -61,7 +63,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		recs, _ := agentd.ParseExecRecords(ch.Data)
 		for _, r := range recs {
 			switch {
-			case r.Type == agentd.ExecRecordExec && r.Depth == 1 && r.First:
+			case r.Type == agentd.ExecRecordExec && r.ShellChild && r.First:
 				p := &pending{rec: r, at: r.Time}
 				if p.at.IsZero() {
 					p.at = ch.At

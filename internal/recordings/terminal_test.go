@@ -29,11 +29,11 @@ func TestTerminalCommandEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		at := time.Now().UTC()
-		records := `{"type":"exec","time":"2026-12-02T01:00:00Z","pid":10,"ppid":1,"depth":1,"first":true,"cwd":"/w","argv":["/bin/ls","-l"]}
+		records := `{"type":"exec","time":"2026-12-02T01:00:00Z","pid":10,"ppid":1,"depth":1,"first":true,"shell_child":true,"cwd":"/w","argv":["/bin/ls","-l"]}
 {"type":"exec","time":"2026-12-02T01:00:00Z","pid":12,"ppid":10,"depth":2,"first":true,"argv":["grandchild"]}
-{"type":"exec","time":"2026-12-02T01:00:00Z","pid":10,"ppid":1,"depth":1,"argv":["/bin/ls","again"]}
-{"type":"exit","time":"2026-12-02T01:00:01Z","pid":10,"ppid":1,"depth":1,"exit_code":3}
-{"type":"exec","time":"2026-12-02T01:00:02Z","pid":11,"ppid":1,"depth":1,"first":true,"argv_unavailable":true,"comm":"vim"}
+{"type":"exec","time":"2026-12-02T01:00:00Z","pid":10,"ppid":1,"depth":1,"shell_child":true,"argv":["/bin/ls","again"]}
+{"type":"exit","time":"2026-12-02T01:00:01Z","pid":10,"ppid":1,"depth":1,"shell_child":true,"exit_code":3}
+{"type":"exec","time":"2026-12-02T01:00:02Z","pid":11,"ppid":1,"depth":1,"first":true,"shell_child":true,"argv_unavailable":true,"comm":"vim"}
 `
 		out := recordings.Output{Audit: log, Chunks: []recordings.Chunk{
 			{Seq: 1, Stream: recordings.StreamPTY, At: at, Data: []byte("$ ls -l\r\n")},
@@ -88,7 +88,7 @@ func TestTerminalCommandEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		more := recordings.Output{Audit: log, Chunks: []recordings.Chunk{{Seq: 4, Stream: recordings.StreamExec, At: at,
-			Data: []byte(`{"type":"exec","pid":20,"ppid":1,"depth":1,"first":true,"argv":["make"]}` + "\n")}}}
+			Data: []byte(`{"type":"exec","pid":20,"ppid":1,"depth":1,"first":true,"shell_child":true,"argv":["make"]}` + "\n")}}}
 		if _, err := recordings.AppendOutput(ctx, db, c.ID, "me", more, lease); err != nil {
 			t.Fatal(err)
 		}
