@@ -179,3 +179,53 @@ func FuzzExecRecords(f *testing.F) {
 		}
 	})
 }
+
+func TestInteractiveShell(t *testing.T) {
+	tests := []struct {
+		argv []string
+		want bool
+	}{
+		{[]string{"bash"}, true},
+		{[]string{"/bin/bash", "-l"}, true},
+		{[]string{"-zsh"}, true},
+		{[]string{"bash", "--norc", "--noprofile", "-i"}, true},
+		{[]string{"bash", "-c", "ls"}, false},
+		{[]string{"bash", "-lc", "ls"}, false},
+		{[]string{"sh", "build.sh"}, false},
+		{[]string{"bash", "--rcfile", "/dev/fd/63", "-i"}, false}, // the leader: its children count anyway
+		{[]string{"python3"}, false},
+	}
+	for _, tt := range tests {
+		if got := interactiveShell(tt.argv); got != tt.want {
+			t.Errorf("interactiveShell(%q) = %v, want %v", tt.argv, got, tt.want)
+		}
+	}
+}
+
+// TestExecMonitorShellChildren: the children of the leader, and of an
+// interactive shell below it, are shell children; those of bash -c are not.
+func TestExecMonitorShellChildren(t *testing.T) {
+	m, got := testMonitor()
+	argv := map[int][]string{20: {"sh", "-c", "bash -i"}, 21: {"bash", "-i"}, 22: {"/bin/ls"}, 23: {"bash", "-c", "x"}, 24: {"x"}}
+	m.inspect = func(pid int) ([]string, string, *uint32, bool) { return argv[pid], "/", nil, true }
+	m.starting.Add(1)
+	m.claim(20, true, func(r ExecRecord) { *got = append(*got, r) })
+	for _, ev := range [][]byte{
+		procMsg(procEventExec, 20, 20),
+		procMsg(procEventFork, 20, 20, 21, 21), procMsg(procEventExec, 21, 21), // bash -i, forked by sh -c
+		procMsg(procEventFork, 21, 21, 22, 22), procMsg(procEventExec, 22, 22), // typed into it
+		procMsg(procEventFork, 21, 21, 23, 23), procMsg(procEventExec, 23, 23), // bash -c typed into it
+		procMsg(procEventFork, 23, 23, 24, 24), procMsg(procEventExec, 24, 24), // run by bash -c
+	} {
+		m.handleMessages(ev)
+	}
+	want := map[int]bool{20: false, 21: true, 22: true, 23: true, 24: false}
+	for _, r := range *got {
+		if r.ShellChild != want[r.PID] {
+			t.Errorf("pid %d (%q): shell_child %v, want %v", r.PID, r.Argv, r.ShellChild, want[r.PID])
+		}
+	}
+	if len(*got) != len(want) {
+		t.Fatalf("%d records, want %d", len(*got), len(want))
+	}
+}
