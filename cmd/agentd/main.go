@@ -53,6 +53,7 @@ type options struct {
 	runAs       string
 	cgroup      string
 	cgroupDir   string
+	execReports string
 	memoryMax   int64
 	pidsMax     int64
 	privFetch   bool
@@ -85,6 +86,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.DurationVar(&o.stdinTime, "stdin-timeout", agentd.DefaultStdinTimeout, "how long one stdin request may take, from its arrival")
 	fs.StringVar(&o.runAs, "run-as", "", "run commands as this user (name or uid; agentd must run as root)")
 	fs.StringVar(&o.cgroup, "cgroup", agentd.CgroupAuto, "cgroup v2 per session: auto, off or required (Linux)")
+	fs.StringVar(&o.execReports, "exec-reporting", agentd.ExecReportingAuto, "report the programs started in sessions from the kernel: auto or off (Linux, as root)")
 	fs.StringVar(&o.cgroupDir, "cgroup-parent", "", "cgroup v2 directory for the session cgroups (default: agentd's own cgroup)")
 	fs.Int64Var(&o.memoryMax, "session-memory-max", 0, "memory.max of each session's cgroup in bytes (0: none; needs cgroups)")
 	fs.Int64Var(&o.pidsMax, "session-pids-max", 0, "pids.max of each session's cgroup (0: none; needs cgroups)")
@@ -96,6 +98,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	}
 	if fs.NArg() > 0 {
 		return o, fmt.Errorf("unexpected arguments: %s", strings.Join(fs.Args(), " "))
+	}
+	if o.execReports != agentd.ExecReportingAuto && o.execReports != agentd.ExecReportingDisabled {
+		return o, fmt.Errorf("--exec-reporting must be auto or off, not %q", o.execReports)
 	}
 	switch o.cgroup {
 	case agentd.CgroupAuto, agentd.CgroupOff, agentd.CgroupRequired:
@@ -228,6 +233,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		KillGrace:                  o.killGrace,
 		StdinTimeout:               o.stdinTime,
 		Cgroup:                     o.cgroup,
+		ExecReporting:              o.execReports,
 		CgroupParent:               o.cgroupDir,
 		SessionMemoryMax:           o.memoryMax,
 		SessionPidsMax:             o.pidsMax,

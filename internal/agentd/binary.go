@@ -19,7 +19,10 @@ import (
 //
 //	header line: the SessionResponse as JSON with "chunks":[] and a '\n'
 //	then per chunk: id (8 bytes, big endian), stream (1 byte: 0 stdout,
-//	1 stderr, 2 pty), length (4 bytes, big endian), data
+//	1 stderr, 2 pty, 3 exec), length (4 bytes, big endian), data
+//
+// Stream 3 appears only in sessions whose create asked for exec records
+// (HeaderExecRecords), so a client that does not know it never meets it.
 const ChunksMediaType = "application/x-agentd-chunks"
 
 const frameHeaderLen = 8 + 1 + 4
@@ -60,6 +63,8 @@ func streamNumber(name string) uint8 {
 		return streamStderr
 	case StreamPTY:
 		return streamPTY
+	case StreamExec:
+		return streamExec
 	default:
 		return streamStdout
 	}

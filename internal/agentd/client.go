@@ -71,9 +71,19 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 // state and output arrive in the response.
 func (c *Client) CreateSession(ctx context.Context, req CreateSessionRequest) (*SessionResponse, error) {
 	var resp SessionResponse
-	if err := c.do(ctx, http.MethodPost, "/v1/sessions", req, &resp, MaxOutputAnswer); err != nil {
+	var hdr http.Header
+	if req.ExecRecords {
+		hdr = http.Header{HeaderExecRecords: []string{"1"}}
+	}
+	httpResp, err := c.sendWith(ctx, http.MethodPost, "/v1/sessions", req, "", hdr)
+	if err != nil {
 		return nil, err
 	}
+	defer httpResp.Body.Close()
+	if err := decodeAnswer(httpResp, &resp, MaxOutputAnswer, "POST /v1/sessions"); err != nil {
+		return nil, err
+	}
+	resp.ExecRecords = httpResp.Header.Get(HeaderExecRecords)
 	return &resp, nil
 }
 
@@ -333,6 +343,11 @@ func decodeAnswer(resp *http.Response, out any, limit int64, what string) error 
 
 // send performs a request and turns error statuses into *Error.
 func (c *Client) send(ctx context.Context, method, path string, in any, accept string) (*http.Response, error) {
+	return c.sendWith(ctx, method, path, in, accept, nil)
+}
+
+// sendWith is send with extra request headers.
+func (c *Client) sendWith(ctx context.Context, method, path string, in any, accept string, extra http.Header) (*http.Response, error) {
 	var body io.Reader
 	if in != nil {
 		b, err := json.Marshal(in)
@@ -346,6 +361,9 @@ func (c *Client) send(ctx context.Context, method, path string, in any, accept s
 		return nil, err
 	}
 	for k, v := range c.headers {
+		req.Header[k] = v
+	}
+	for k, v := range extra {
 		req.Header[k] = v
 	}
 	if in != nil {

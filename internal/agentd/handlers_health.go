@@ -10,11 +10,14 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	s.mu.Lock()
 	active := s.running
 	s.mu.Unlock()
+	execState, execWhy := s.ExecReporting()
 	writeJSON(w, http.StatusOK, Health{
-		Status:         "ok",
-		Version:        Version,
-		ActiveSessions: active,
-		UptimeSeconds:  time.Since(s.started).Seconds(),
+		ExecReporting:       execState,
+		ExecReportingReason: execWhy,
+		Status:              "ok",
+		Version:             Version,
+		ActiveSessions:      active,
+		UptimeSeconds:       time.Since(s.started).Seconds(),
 
 		ProcessTracking: s.tracker.mode(),
 	})

@@ -15,6 +15,7 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) err
 	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
 		return err
 	}
+	req.ExecRecords = r.Header.Get(HeaderExecRecords) == "1"
 	spec, err := s.sessionSpec(req)
 	if err != nil {
 		return err
@@ -37,6 +38,12 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) err
 	resp, err := sess.snapshot(0, release{})
 	if err != nil {
 		return err
+	}
+	if req.ExecRecords {
+		w.Header().Set(HeaderExecRecords, ExecRecordsUnavailable)
+		if sess.exec != nil {
+			w.Header().Set(HeaderExecRecords, ExecRecordsOn)
+		}
 	}
 	writeJSON(w, http.StatusCreated, resp)
 	return nil
@@ -137,6 +144,10 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 		s.mu.Unlock()
 	}()
 
+	if s.execMon != nil {
+		s.execMon.starting.Add(1)
+		defer s.execMon.starting.Add(-1)
+	}
 	proc, err := startProcess(spec, s.tracker)
 	if err != nil {
 		s.mu.Lock()
@@ -153,6 +164,17 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	}
 	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace, pollBytes: s.cfg.PollBytes}
 	sess := newSession(id, proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
+	if s.execMon != nil && proc.pid() > 0 {
+		// Claimed before the session runs on: records of what the leader
+		// did meanwhile were kept for it. A session that did not ask is
+		// tracked only so that nothing is read for it.
+		sess.execMon = s.execMon
+		if req.ExecRecords {
+			sess.exec = s.execMon.claim(proc.pid(), true, sess.appendExec)
+		} else {
+			sess.exec = s.execMon.claim(proc.pid(), false, nil)
+		}
+	}
 
 	s.mu.Lock()
 	closed := s.closed

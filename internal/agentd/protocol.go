@@ -69,6 +69,12 @@ type Health struct {
 	// "cgroup", "process-tree" (Linux without cgroups), "process-group"
 	// (other unix) or "process" (Windows). See docs/agentd-protocol.md.
 	ProcessTracking string `json:"process_tracking,omitempty"`
+	// ExecReporting says whether sessions that ask get exec records (the
+	// programs started in them, from the kernel): "netlink", "unavailable"
+	// (another platform, or no privilege; ExecReportingReason says why)
+	// or "off". An agentd older than exec records leaves it out.
+	ExecReporting       string `json:"exec_reporting,omitempty"`
+	ExecReportingReason string `json:"exec_reporting_reason,omitempty"`
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions.
@@ -102,6 +108,11 @@ type CreateSessionRequest struct {
 	// reading the command's output (so it blocks writing) until a poller
 	// has asked past the oldest buffered chunk.
 	Overflow string `json:"overflow,omitempty"`
+	// ExecRecords asks for the session's exec records (stream "exec"). It
+	// travels as the header HeaderExecRecords, not in the body, so an
+	// agentd that does not know it ignores it instead of refusing the
+	// body.
+	ExecRecords bool `json:"-"`
 }
 
 // Output overflow policies of CreateSessionRequest.Overflow.
@@ -137,6 +148,10 @@ type SessionResponse struct {
 	// AckTo is set by the Client when the answering agentd honours the
 	// ack_to poll parameter (its HeaderAckTo); it is not part of the JSON.
 	AckTo bool `json:"-"`
+	// ExecRecords is set by the Client on a create's answer from the
+	// HeaderExecRecords answer header: ExecRecordsOn, ExecRecordsUnavailable,
+	// or "" from an agentd that does not know exec records.
+	ExecRecords string `json:"-"`
 }
 
 // HeaderAckTo marks the poll answers of an agentd that honours ack_to. An

@@ -79,6 +79,8 @@ func streamName(s uint8) string {
 		return StreamStderr
 	case streamPTY:
 		return StreamPTY
+	case streamExec:
+		return StreamExec
 	default:
 		return StreamStdout
 	}
@@ -219,6 +221,35 @@ func (r *ring) add(stream uint8, data []byte) {
 	r.evict(r.bytes+cost-r.max, false)
 	r.lastID++
 	r.chunks = append(r.chunks, chunk{id: r.lastID, stream: stream, end: r.total, data: data})
+	r.bytes += cost
+}
+
+// addExec appends exec records (one or more JSON lines) like add, but a
+// blocking ring never waits for room or evicts output no poller has asked
+// past: the records come from the loop reading the kernel's events, which
+// must not stop. The session bounds how far over max that may go.
+func (r *ring) addExec(data []byte) {
+	if !r.blocking {
+		r.add(streamExec, data)
+		return
+	}
+	r.total += uint64(len(data))
+	if live := r.live(); len(live) > 0 {
+		c := &live[len(live)-1]
+		if c.id > r.served && c.stream == streamExec && len(c.data)+len(data) <= r.coalesceLimit() {
+			before := cap(c.data)
+			c.data = append(c.data, data...)
+			c.end = r.total
+			r.bytes += cap(c.data) - before
+			r.evict(r.bytes-r.max, true)
+			return
+		}
+	}
+	buf := append(make([]byte, 0, max(len(data), 256)), data...)
+	cost := cap(buf) + chunkOverhead
+	r.evict(r.bytes+cost-r.max, true)
+	r.lastID++
+	r.chunks = append(r.chunks, chunk{id: r.lastID, stream: streamExec, end: r.total, data: buf})
 	r.bytes += cost
 }
 

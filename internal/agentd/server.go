@@ -93,6 +93,11 @@ type Config struct {
 	Subreaper bool
 	// RunAs runs commands with these credentials (nil: agentd's own).
 	RunAs *Credential
+	// ExecReporting chooses whether agentd reports the programs started in
+	// sessions that ask for them (HeaderExecRecords): ExecReportingAuto
+	// (default, ""): where the kernel lets it (Linux's process-events
+	// connector, as root); ExecReportingDisabled: never. Health says which.
+	ExecReporting string
 	// Logger receives operational logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -178,9 +183,14 @@ type Server struct {
 	tokenHash [sha256.Size]byte
 	files     *fileSystem
 	tracker   *tracker
-	baseEnv   []string
-	started   time.Time
-	handler   http.Handler
+	// execMon reports what ran in sessions (nil: unavailable, execWhy
+	// says why); stopExec ends it.
+	execMon  *execMonitor
+	execWhy  string
+	stopExec func()
+	baseEnv  []string
+	started  time.Time
+	handler  http.Handler
 
 	mu       sync.Mutex
 	sessions map[string]*session
@@ -225,6 +235,7 @@ func NewServer(cfg Config) (*Server, error) {
 		closing:     make(chan struct{}),
 		janitorDone: make(chan struct{}),
 	}
+	s.startExecReporting()
 	s.handler = s.routes()
 	go s.janitor()
 	return s, nil
@@ -253,6 +264,41 @@ func childEnv(env []string, runAs *Credential) []string {
 		out = append(out, runAs.Env...)
 	}
 	return out
+}
+
+// startExecReporting subscribes to the kernel's process events unless
+// turned off; where that fails agentd runs on without exec records and
+// says so on /healthz.
+func (s *Server) startExecReporting() {
+	if s.cfg.ExecReporting == ExecReportingDisabled {
+		s.execWhy = "turned off (--exec-reporting off)"
+		return
+	}
+	m, stop, err := startExecMonitor(s.cfg.Logger)
+	if err != nil {
+		s.execWhy = err.Error()
+		s.cfg.Logger.Warn("exec reporting unavailable", "error", err)
+		return
+	}
+	s.execMon, s.stopExec = m, stop
+}
+
+func (s *Server) stopExecReporting() {
+	if s.stopExec != nil {
+		s.stopExec()
+	}
+}
+
+// ExecReporting reports whether the server reports exec records
+// (Health.ExecReporting) and, when not, why.
+func (s *Server) ExecReporting() (state, reason string) {
+	switch {
+	case s.execMon != nil:
+		return ExecReportingNetlink, ""
+	case s.cfg.ExecReporting == ExecReportingDisabled:
+		return ExecReportingOff, s.execWhy
+	}
+	return ExecReportingUnavailable, s.execWhy
 }
 
 // ProcessTracking reports how the server finds every process of a session
@@ -479,6 +525,7 @@ func (s *Server) Close() error {
 		<-s.janitorDone
 		defer s.files.close()
 		defer s.tracker.close()
+		defer s.stopExecReporting()
 		for _, sess := range all {
 			sess.kill(StateKilled)
 		}

@@ -62,6 +62,13 @@ type session struct {
 
 	ending sync.Once
 	gone   chan struct{} // closed once no process of the session is left
+
+	// exec is the session's share of the exec monitor (nil without one);
+	// execLost counts records not kept because the ring was too far over
+	// its limit (nobody reading), reported as one lost record.
+	exec     *execOwner
+	execMon  *execMonitor
+	execLost int
 }
 
 // memberPollEvery is how often an ending session checks whether its
@@ -154,6 +161,48 @@ func (s *session) appendOutput(stream uint8, data []byte) {
 	s.mu.Unlock()
 }
 
+// appendExec adds an exec record to the output. It is called by the exec
+// monitor's loop with the monitor's lock held, so it never waits: a
+// blocking ring may go over its limit for records (output waits for room
+// as always), up to twice its size; past that, with nobody reading,
+// records are counted and reported as lost once there is room again.
+func (s *session) appendExec(r ExecRecord) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ring.blocking && s.ring.bytes > 2*s.ring.max {
+		s.execLost++
+		return
+	}
+	var data []byte
+	if s.execLost > 0 {
+		data = appendExecRecord(data, ExecRecord{Type: ExecRecordLost, Time: r.Time, Count: s.execLost})
+		s.execLost = 0
+	}
+	s.ring.addExec(appendExecRecord(data, r))
+	s.wakeLocked()
+}
+
+// execRecordsGrace bounds how long a session's end waits for the exec
+// monitor to have read the leader's exit: the kernel queues that event
+// before agentd can wait for the leader, so it is normally already there,
+// and every event before it (the programs the shell ran) with it.
+const execRecordsGrace = 2 * time.Second
+
+// awaitExecRecords waits until the exec monitor has handled the leader's
+// exit, so the records of what ran before it are in the output before the
+// state becomes final.
+func (s *session) awaitExecRecords() {
+	if s.exec == nil || !s.exec.want {
+		return
+	}
+	t := time.NewTimer(execRecordsGrace)
+	defer t.Stop()
+	select {
+	case <-s.exec.exited:
+	case <-t.C:
+	}
+}
+
 // wakeLocked wakes every long-poller. s.mu must be held.
 func (s *session) wakeLocked() {
 	if s.changed != nil {
@@ -167,6 +216,7 @@ func (s *session) wakeLocked() {
 // pipes are closed), then records the final state.
 func (s *session) reap(pumpsDone chan struct{}) {
 	s.proc.wait()
+	s.awaitExecRecords()
 	code := exitCode(s.proc.cmd.ProcessState)
 	drain := time.NewTimer(s.timing.drainGrace)
 	defer drain.Stop()
@@ -219,6 +269,9 @@ func (s *session) reap(pumpsDone chan struct{}) {
 	// Whatever the command left behind ends with it.
 	s.endProcesses()
 	<-s.gone
+	if s.exec != nil {
+		s.execMon.release(s.exec)
+	}
 	s.onEnd(s)
 }
 

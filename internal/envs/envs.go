@@ -75,9 +75,14 @@ type Environment struct {
 	HealthLatencyMS    int `gorm:"column:health_latency_ms"`
 	AgentdVersion      string
 	ActiveSessions     int
-	CreatedBy          string
-	CreatedAt          time.Time
-	UpdatedAt          time.Time
+	// ExecReporting is what agentd said of exec reporting at the last
+	// check (agentd.Health.ExecReporting; "" when unknown), with the
+	// reason when it is not available.
+	ExecReporting       string
+	ExecReportingReason string
+	CreatedBy           string
+	CreatedAt           time.Time
+	UpdatedAt           time.Time
 }
 
 // TableName binds Environment to its table.
@@ -642,6 +647,10 @@ type Health struct {
 	Latency        time.Duration
 	Version        string
 	ActiveSessions int
+	// ExecReporting and ExecReportingReason: agentd's exec reporting
+	// (hosts only; "" when agentd does not say).
+	ExecReporting       string
+	ExecReportingReason string
 	// OwnMachine is set when the probe dialled an address netguard
 	// reserves (loopback, link-local, metadata): see Shown.
 	OwnMachine bool
@@ -658,7 +667,8 @@ func (s *Service) RecordHealth(ctx context.Context, id int64, h Health) (prev st
 	}
 	now := s.now()
 	updates := map[string]any{"health_status": h.Status, "health_error": truncate(h.Error, 500), "health_checked_at": now,
-		"health_latency_ms": int(h.Latency / time.Millisecond), "agentd_version": h.Version, "active_sessions": h.ActiveSessions}
+		"health_latency_ms": int(h.Latency / time.Millisecond), "agentd_version": h.Version, "active_sessions": h.ActiveSessions,
+		"exec_reporting": h.ExecReporting, "exec_reporting_reason": truncate(h.ExecReportingReason, 500)}
 	if e.HealthStatus != h.Status {
 		updates["health_changed_at"] = now
 		prev = e.HealthStatus

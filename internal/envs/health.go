@@ -98,6 +98,7 @@ func (s *Service) check(ctx context.Context, e Environment, hc *http.Client, tim
 			return Health{Status: HealthUnreachable, Error: explain(err), Latency: h.Latency}
 		}
 		h.Version, h.ActiveSessions, h.answered = hz.Version, hz.ActiveSessions, true
+		h.ExecReporting, h.ExecReportingReason = hz.ExecReporting, hz.ExecReportingReason
 		if hz.Status != "ok" {
 			h.Status, h.Error = HealthDegraded, fmt.Sprintf("agentd reports status %q", hz.Status)
 			break

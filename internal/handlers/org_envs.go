@@ -45,6 +45,11 @@ type healthJSON struct {
 	LatencyMS      int        `json:"latency_ms"`
 	AgentdVersion  string     `json:"agentd_version,omitempty"`
 	ActiveSessions int        `json:"active_sessions"`
+	// ExecReporting is agentd's exec reporting at the last check:
+	// netlink, unavailable or off ("" when unknown); see
+	// docs/agentd-protocol.md.
+	ExecReporting       string `json:"exec_reporting,omitempty"`
+	ExecReportingReason string `json:"exec_reporting_reason,omitempty"`
 }
 
 // envJSON never carries a secret: only whether each is set.
@@ -80,7 +85,8 @@ func toEnvJSON(e envs.Environment) envJSON {
 		SandboxScheme: e.SandboxScheme, ProxyBaseURL: e.ProxyBaseURL, WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath,
 		APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(),
 		Health: healthJSON{Status: e.HealthStatus, Error: e.HealthError, CheckedAt: e.HealthCheckedAt, ChangedAt: e.HealthChangedAt,
-			LatencyMS: e.HealthLatencyMS, AgentdVersion: e.AgentdVersion, ActiveSessions: e.ActiveSessions},
+			LatencyMS: e.HealthLatencyMS, AgentdVersion: e.AgentdVersion, ActiveSessions: e.ActiveSessions,
+			ExecReporting: e.ExecReporting, ExecReportingReason: e.ExecReportingReason},
 		CreatedBy: e.CreatedBy, CreatedAt: e.CreatedAt.UTC(), UpdatedAt: e.UpdatedAt.UTC()}
 }
 

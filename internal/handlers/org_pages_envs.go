@@ -93,7 +93,7 @@ func (s *Server) envRow(c echo.Context, e envs.Environment) (views.EnvRow, error
 		ProxyBaseURL: e.ProxyBaseURL, WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath,
 		APIKeySet: e.HasAPIKey(), AgentdTokenSet: e.HasAgentdToken(), Health: e.HealthStatus,
 		HealthError: e.HealthError, CheckedAt: e.HealthCheckedAt, LatencyMS: e.HealthLatencyMS, Version: e.AgentdVersion,
-		ActiveSessions: e.ActiveSessions, CreatedBy: e.CreatedBy, CanManage: canManage, DepartmentID: dept}, nil
+		ActiveSessions: e.ActiveSessions, ExecReporting: e.ExecReporting, ExecReportingReason: e.ExecReportingReason, CreatedBy: e.CreatedBy, CanManage: canManage, DepartmentID: dept}, nil
 }
 
 func (s *Server) renderEnvs(c echo.Context, status int, form views.EnvForm) error {

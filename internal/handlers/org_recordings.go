@@ -216,8 +216,9 @@ func (s *Server) resizes(c echo.Context, cmd recordings.Command) ([]recordings.R
 }
 
 // pageReplay plays a command's recording; ?t= starts it that many seconds
-// in (a search hit's moment). The page reads nothing of the recording
-// itself: the player fetches it, and that read is audited.
+// in (a search hit's moment). The page lists the recording's typed lines
+// and programs (an audited read); the player fetches the rest, and that
+// read is audited too.
 func (s *Server) pageReplay(c echo.Context) error {
 	cmd, err := s.recordedCommand(c)
 	if err != nil {
@@ -236,8 +237,38 @@ func (s *Server) pageReplay(c echo.Context) error {
 	d := views.ReplayData{Slug: slug, SessionID: cmd.SessionID, CommandRow: commandRow(cmd), Truncated: cmd.Truncated,
 		CastURL: base + "?format=cast&eol=crlf", CastDownload: base + "?format=cast&download=1", TextDownload: base + "?format=txt&download=1",
 		StartAt: start}
+	if err := s.replayOutline(c, cmd, &d); err != nil {
+		return err
+	}
 	replayCSP(c)
 	return render(c, http.StatusOK, views.ReplayPage(s.orgPage(c, "Replay of command "+strconv.FormatInt(cmd.ID, 10)), d))
+}
+
+// replayOutline fills the replay's jump lists (typed lines, programs
+// started) from the recording; reading them is a read of the recording,
+// audited as one.
+func (s *Server) replayOutline(c echo.Context, cmd recordings.Command, d *views.ReplayData) error {
+	if err := s.audited(c, "recording.read", cmd.Target(), map[string]any{"session_id": cmd.SessionID, "format": "outline"}); err != nil {
+		return err
+	}
+	o, err := recordings.ReadOutline(c.Request().Context(), tenantOf(c).DB, cmd)
+	if err != nil {
+		return err
+	}
+	exit := func(code *int) string {
+		if code == nil {
+			return ""
+		}
+		return strconv.Itoa(*code)
+	}
+	for _, l := range o.Lines {
+		d.Lines = append(d.Lines, views.ReplayLine{At: recordings.Seconds(l.At), Text: l.Text, Exit: exit(l.ExitCode)})
+	}
+	for _, p := range o.Programs {
+		d.Programs = append(d.Programs, views.ReplayLine{At: recordings.Seconds(p.At), Text: p.Line, Exit: exit(p.ExitCode)})
+	}
+	d.ProgramsTotal = o.ProgramsTotal
+	return nil
 }
 
 // replayCSP is the terminal's policy plus WebAssembly: asciinema-player

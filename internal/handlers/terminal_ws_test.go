@@ -20,8 +20,9 @@ import (
 const wsCSRF = "ws-test-csrf-token-0123456789"
 
 // ansiEscape matches the terminal control sequences a shell prints
-// (bracketed paste, colours), which a person does not see as text.
-var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+// (bracketed paste, colours, the terminal shell's OSC 133 marks), which a
+// person does not see as text.
+var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07\x1b]*(\x07|\x1b\\)`)
 
 // dialTerminal opens the browser terminal's WebSocket as a browser would:
 // the sign-in cookie, the CSRF cookie, the CSRF token as a subprotocol and

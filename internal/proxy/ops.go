@@ -46,6 +46,11 @@ type Output struct {
 	More         bool           `json:"more"`
 	Truncated    bool           `json:"truncated"`
 	DroppedBytes uint64         `json:"dropped_bytes"`
+
+	// firstSeq is the id of the first recorded chunk an answer from the
+	// recording read (exec records included, which it does not return): 0
+	// for agentd's answers.
+	firstSeq uint64
 }
 
 const (
@@ -145,6 +150,9 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	defer cancel()
 	create := agentd.CreateSessionRequest{ID: cmd.AgentdID, Command: req.Command, Cwd: cmd.Cwd, Env: req.Env,
 		TTY: req.TTY, Rows: req.Rows, Cols: req.Cols, Stdin: req.Stdin, TimeoutMS: req.TimeoutMS,
+		// What ran in it, from the kernel, for the recording and (on a
+		// TTY) the audit log; an agentd without it ignores the ask.
+		ExecRecords: true,
 		// agentd holds output back until the recorder has read it, so the
 		// recording is complete however fast the command writes.
 		Overflow: agentd.OverflowBlock}
@@ -185,12 +193,39 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 }
 
 func toOutput(c recordings.Command, r *agentd.SessionResponse) Output {
-	chunks := r.Chunks
-	if chunks == nil {
-		chunks = []agentd.Chunk{}
-	}
+	chunks := terminalChunks(r.Chunks)
 	return Output{CommandID: c.ID, SessionID: c.SessionID, TTY: r.TTY, State: r.State, ExitCode: r.ExitCode, Chunks: chunks,
 		NextCursor: r.NextCursor, More: r.More, Truncated: r.Truncated, DroppedBytes: r.DroppedBytes}
+}
+
+// terminalChunks is chunks without exec records: those go to the
+// recording (and the audit log), never to a terminal or an output poll,
+// whose cursors still pass over them (next_cursor does).
+func terminalChunks(chunks []agentd.Chunk) []agentd.Chunk {
+	out := chunks[:0:0]
+	for _, ch := range chunks {
+		if ch.Stream != agentd.StreamExec {
+			out = append(out, ch)
+		}
+	}
+	if len(out) == len(chunks) && chunks != nil {
+		return chunks
+	}
+	return out
+}
+
+// onlyExecRecords reports an answer of a running command whose chunks are
+// all exec records, with nothing after them yet.
+func onlyExecRecords(r *agentd.SessionResponse) bool {
+	if r.State != agentd.StateRunning || r.More || r.Truncated || len(r.Chunks) == 0 {
+		return false
+	}
+	for _, ch := range r.Chunks {
+		if ch.Stream != agentd.StreamExec {
+			return false
+		}
+	}
+	return true
 }
 
 // Poll long-polls a command's output after cursor, as agentd does. A
@@ -254,7 +289,18 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		if c, gerr := recordings.Get(ctx, org.DB, commandID); gerr == nil && c.Ended() {
 			return g.fromRecording(ctx, org, c, cursor)
 		}
+		// An answer holding only exec records (which readers are not
+		// given) is no reason to end the wait: it goes on past them.
+		until := time.Now().Add(wait) // the wait is real time, whatever the clock
 		resp, err = g.peek(pctx, t, k.agentdID, cursor, wait)
+		for err == nil && onlyExecRecords(resp) {
+			left := time.Until(until)
+			if left <= 0 {
+				break
+			}
+			cursor = resp.NextCursor
+			resp, err = g.peek(pctx, t, k.agentdID, cursor, left)
+		}
 	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
@@ -281,8 +327,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		// This reader fell behind agentd's buffer; the recorder did not
 		// (agentd holds output for it), so the stored recording has what
 		// this reader missed.
-		if rec, err := g.fromRecordingOf(ctx, org, commandID, cursor); err == nil && len(rec.Chunks) > 0 &&
-			rec.Chunks[0].ID == cursor+1 {
+		if rec, err := g.fromRecordingOf(ctx, org, commandID, cursor); err == nil && rec.firstSeq == cursor+1 {
 			rec.State, rec.ExitCode, rec.More, rec.TTY = agentd.StateRunning, nil, true, k.tty
 			return rec, nil
 		}
@@ -316,7 +361,10 @@ func (g *Gateway) fromRecording(ctx context.Context, org Org, c recordings.Comma
 	}
 	for _, ch := range chunks {
 		out.NextCursor = ch.Seq
-		if ch.Stream != recordings.StreamGap {
+		if out.firstSeq == 0 && ch.Stream != recordings.StreamGap {
+			out.firstSeq = ch.Seq
+		}
+		if ch.Stream != recordings.StreamGap && ch.Stream != recordings.StreamExec {
 			out.Chunks = append(out.Chunks, agentd.Chunk{ID: ch.Seq, Stream: ch.Stream, Data: ch.Data})
 		}
 	}

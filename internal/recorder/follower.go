@@ -567,7 +567,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 // ended with nothing more buffered, its end too, in the same commit.
 func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, resp *agentd.SessionResponse) (stepResult, error) {
 	at := f.now()
-	out := recordings.Output{Dropped: resp.DroppedBytes, NextCursor: resp.NextCursor}
+	out := recordings.Output{Dropped: resp.DroppedBytes, NextCursor: resp.NextCursor, Audit: org.Audit}
 	if !resp.Truncated {
 		out.Dropped = 0
 	}

@@ -199,6 +199,9 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, opts Ca
 		if ch.Stream == StreamGap {
 			return emit(ch.At, "m", "gatehouse: "+string(ch.Data)+" bytes of output were lost here (agentd's buffer overflowed)")
 		}
+		if ch.Stream == StreamExec {
+			return nil // the terminal never showed it; the .json export has it
+		}
 		if p := j.next(ch.Data); len(p) > 0 {
 			return emit(ch.At, "o", eol.convert(p))
 		}
@@ -230,7 +233,7 @@ func WriteText(ctx context.Context, db *gorm.DB, w io.Writer, c Command) error {
 	var j runeJoiner
 	var buf []byte
 	err := Walk(ctx, db, c.ID, KindOut, func(ch Chunk) error {
-		if ch.Stream == StreamGap {
+		if ch.Stream == StreamGap || ch.Stream == StreamExec {
 			return nil
 		}
 		buf = s.Append(buf[:0], ch.Data)

@@ -11,6 +11,21 @@ import (
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
+// auditsCommands says whether storing fresh writes terminal.command
+// events (exec records of an interactive shell): those go in the same
+// commit as their chunks, by the locking form.
+func auditsCommands(c Command, out Output, fresh []Chunk) bool {
+	if out.Audit == nil || !c.TTY {
+		return false
+	}
+	for _, ch := range fresh {
+		if ch.Stream == StreamExec {
+			return true
+		}
+	}
+	return false
+}
+
 // freshChunks is what of out is new after c: a gap chunk for what agentd
 // dropped, then the chunks above c's cursor, in order.
 func freshChunks(c Command, out Output) []Chunk {
@@ -56,12 +71,14 @@ func planAppend(c Command, out Output) (*frame, map[string]any, Command, error) 
 	}
 	f := &frame{CommandID: c.ID, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
 		StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
-	gap := int64(0)
-	if out.Dropped > 0 {
-		gap = int64(len(fresh[0].Data))
+	notOutput := int64(0) // the gap's count and exec records
+	for _, ch := range fresh {
+		if !countsAsOutput(ch.Stream) {
+			notOutput += int64(len(ch.Data))
+		}
 	}
 	c.OutHash, c.LastChunk = head, f.LastSeq
-	c.OutBytes += int64(raw) - gap
+	c.OutBytes += int64(raw) - notOutput
 	c.DroppedBytes += int64(out.Dropped)
 	c.Truncated = c.Truncated || out.Dropped > 0
 	updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
@@ -82,7 +99,7 @@ func AppendFollowed(ctx context.Context, db *gorm.DB, c Command, owner string, o
 	if err != nil {
 		return c, err
 	}
-	if fresh := freshChunks(c, out); indexDue(c, c.LastChunk, fresh, indexTime(fresh)) {
+	if fresh := freshChunks(c, out); indexDue(c, c.LastChunk, fresh, indexTime(fresh)) || auditsCommands(c, out, fresh) {
 		// The search entry is written with this batch (at most once per
 		// IndexEvery per command): the locking form, which reads what
 		// the entry needs under the row's lock.

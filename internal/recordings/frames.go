@@ -43,8 +43,8 @@ const (
 	StreamTypist = "typist"
 )
 
-var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6, StreamTypist: 7}
-var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF, 7: StreamTypist}
+var streamCodes = map[string]byte{StreamStdout: 1, StreamStderr: 2, StreamPTY: 3, StreamStdin: 4, StreamGap: 5, StreamEOF: 6, StreamTypist: 7, StreamExec: 8}
+var streamNames = map[byte]string{1: StreamStdout, 2: StreamStderr, 3: StreamPTY, 4: StreamStdin, 5: StreamGap, 6: StreamEOF, 7: StreamTypist, 8: StreamExec}
 
 // Chunk is one piece of recorded terminal traffic.
 type Chunk struct {

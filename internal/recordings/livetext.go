@@ -87,12 +87,19 @@ func (b *textBatch) add(ch Chunk) bool {
 		return false
 	}
 	off := b.cur.Len + len(b.body)
-	s := Stripper{state: b.cur.State, lastCR: b.cur.CR}
-	text := s.Append(append([]byte(nil), b.cur.Tail...), ch.Data)
-	b.cur.State, b.cur.CR = s.state, s.lastCR
-	n := completeUTF8(text)
-	b.cur.Tail = append(b.cur.Tail[:0], text[n:]...)
-	text = ValidUTF8(text[:n])
+	var text []byte
+	if ch.Stream == StreamExec {
+		// agentd's exec records are indexed as "$ argv" lines, apart
+		// from the terminal's escape state.
+		text = ValidUTF8(execText(nil, ch.Data))
+	} else {
+		s := Stripper{state: b.cur.State, lastCR: b.cur.CR}
+		text = s.Append(append([]byte(nil), b.cur.Tail...), ch.Data)
+		b.cur.State, b.cur.CR = s.state, s.lastCR
+		n := completeUTF8(text)
+		b.cur.Tail = append(b.cur.Tail[:0], text[n:]...)
+		text = ValidUTF8(text[:n])
+	}
 	if ms := sinceStart(b.c, ch.At); len(text) > 0 && ms >= b.cur.MS+momentStep && b.cur.Times < momentsLimit {
 		before := len(b.times)
 		b.times = append(strconv.AppendInt(append(strconv.AppendInt(b.times, int64(off), 10), ':'), ms, 10), ' ')

@@ -175,6 +175,9 @@ type Output struct {
 	Dropped uint64
 	// NextCursor is agentd's cursor after the batch.
 	NextCursor uint64
+	// Audit receives the terminal.command events of the batch's exec
+	// records, in the same commit (nil: none are written).
+	Audit *audit.Log
 }
 
 // AppendOutput stores a batch of output chunks for command id as follower
@@ -255,6 +258,11 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 	if f != nil {
 		if err := tx.Create(f).Error; err != nil {
 			return fmt.Errorf("store output frame: %w", err)
+		}
+		// Stored once with the chunks they come from: a batch read twice
+		// is skipped above, and so are its events.
+		if err := terminalCommandsTx(tx.Statement.Context, tx, out.Audit, *c, fresh); err != nil {
+			return err
 		}
 	}
 	if len(updates) == 0 {
@@ -472,7 +480,7 @@ func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) 
 			}
 			for _, c := range cs {
 				head = chainHash(head, c)
-				if c.Stream != StreamGap && c.Stream != StreamTypist {
+				if countsAsOutput(c.Stream) {
 					n += int64(len(c.Data))
 				}
 			}

@@ -89,11 +89,6 @@ func lostAccess(err error) error {
 	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
 }
 
-// ShellCommand starts the user's login shell, or sh where bash is missing:
-// every interactive terminal a browser opens runs it, which is how pages
-// tell those terminals from other commands.
-const ShellCommand = `if command -v bash >/dev/null 2>&1; then exec bash -l; else exec sh -l; fi`
-
 // Terminals tracks open browser terminals, so they can be closed (an org
 // suspended, a test dropping connections).
 type Terminals struct {
@@ -340,6 +335,9 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			}
 			cursor = ch.ID
 		}
+		// Exec records are not sent but pass the cursor: an answer that
+		// held only them moved it.
+		advanced := out.NextCursor > cursor
 		if out.NextCursor > cursor && len(out.Chunks) == 0 {
 			cursor = out.NextCursor
 		}
@@ -350,7 +348,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			}
 			return conn.Close(websocket.StatusNormalClosure, "the command ended")
 		}
-		if len(out.Chunks) == 0 && time.Since(asked) < idlePollPause {
+		if len(out.Chunks) == 0 && !advanced && time.Since(asked) < idlePollPause {
 			// Answered at once with nothing (a command of a closed session
 			// whose end is not recorded yet): no wait at agentd paced it.
 			select {

@@ -44,6 +44,25 @@
     });
   });
 
+  // The jump lists: a typed line or a program seeks the player to its
+  // moment and plays from there.
+  document.querySelectorAll(".replay-jump").forEach(function (b) {
+    b.addEventListener("click", function () {
+      const p = state.player;
+      const t = Number(b.dataset.t) || 0;
+      Promise.resolve(p.seek(t))
+        .then(function () {
+          return p.getCurrentTime();
+        })
+        .then(function (at) {
+          // For the browser tests: where the jump went.
+          state.jumpedTo = t;
+          state.positionAfterJump = at;
+          return p.play();
+        });
+    });
+  });
+
   const start = Number(el.dataset.start || 0);
   open(start, start > 0);
 })();
