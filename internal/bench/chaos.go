@@ -81,6 +81,9 @@ type ChaosReport struct {
 	Requests  int64 // sent by the driver
 	Served    int64 // answered 2xx
 	Retries   int64 // connection refused, reset or cut by a killed replica: sent again
+	// Connections the balancer handed to a replica, and replicas it
+	// passed over because they refused (killed, not yet restarted).
+	Connections, PassedOver int64
 	Ops       map[string]int
 	Commands  int
 	Lost      int // commands that ended lost (their agentd restarted under them)
@@ -108,6 +111,7 @@ func (r *ChaosReport) Print(w io.Writer) {
 	fmt.Fprintf(w, "\nGatehouse chaos run (%s): %d console replicas on one Postgres, %d sessions, %s\n", Machine(), r.Replicas, r.Sessions,
 		r.Duration.Round(time.Second))
 	fmt.Fprintf(w, "requests: %d sent, %d served (2xx), %d retried after a killed replica dropped them\n", r.Requests, r.Served, r.Retries)
+	fmt.Fprintf(w, "balancer: %d connections to replicas, %d times a refusing (killed) replica was passed over\n", r.Connections, r.PassedOver)
 	fmt.Fprintf(w, "operations: %s; commands: %d (%d lost to the agentd restart)\n", countsLine(r.Ops), r.Commands, r.Lost)
 	fmt.Fprintf(w, "faults injected: %s\n", countsLine(r.Faults))
 	byFault := map[string][]time.Duration{}
@@ -286,7 +290,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error)
 	rep = &ChaosReport{Duration: o.Duration, Replicas: o.Replicas, Sessions: len(r.sessions),
 		Requests: r.c.requests.Load(), Served: r.c.served.Load(), Retries: r.c.retries.Load(),
 		Ops: r.ops, Faults: r.faults, Recovery: r.recovery, Checks: checks, Errors: documented, Violation: r.violation, Settle: settle,
-		Commands: len(r.commands)}
+		Commands: len(r.commands), Connections: r.lb.Accepted.Load(), PassedOver: r.lb.Skipped.Load()}
 	for _, c := range r.commands {
 		if c.state == "lost" {
 			rep.Lost++
