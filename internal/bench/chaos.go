@@ -75,24 +75,24 @@ const (
 
 // ChaosReport is what a chaos run measured and found.
 type ChaosReport struct {
-	Duration  time.Duration
-	Replicas  int
-	Sessions  int
-	Requests  int64 // sent by the driver
-	Served    int64 // answered 2xx
-	Retries   int64 // connection refused, reset or cut by a killed replica: sent again
+	Duration time.Duration
+	Replicas int
+	Sessions int
+	Requests int64 // sent by the driver
+	Served   int64 // answered 2xx
+	Retries  int64 // connection refused, reset or cut by a killed replica: sent again
 	// Connections the balancer handed to a replica, and replicas it
 	// passed over because they refused (killed, not yet restarted).
 	Connections, PassedOver int64
-	Ops       map[string]int
-	Commands  int
-	Lost      int // commands that ended lost (their agentd restarted under them)
-	Faults    map[string]int
-	Recovery  []Recovery
-	Checks    map[string]int // invariant checks made, by invariant
-	Errors    map[string]int // documented error answers, by reason
-	Violation []string       // what broke an invariant
-	Settle    time.Duration  // from the end of the chaos to every command ended
+	Ops                     map[string]int
+	Commands                int
+	Lost                    int // commands that ended lost (their agentd restarted under them)
+	Faults                  map[string]int
+	Recovery                []Recovery
+	Checks                  map[string]int // invariant checks made, by invariant
+	Errors                  map[string]int // documented error answers, by reason
+	Violation               []string       // what broke an invariant
+	Settle                  time.Duration  // from the end of the chaos to every command ended
 }
 
 // Recovery is how long the system took to work again after one fault.

@@ -59,6 +59,8 @@ func (r *replica) start(ctx context.Context) error {
 func (r *replica) startOnce(ctx context.Context) error {
 	cmd := exec.Command(r.bin, "serve", "--listen", r.addr)
 	cmd.Env = append(os.Environ(), r.env...)
+	// A run that dies (a test timeout) takes its replicas with it.
+	cmd.SysProcAttr = dieWithParent()
 	logf, err := os.OpenFile(r.logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
 	if err != nil {
 		return err

@@ -59,12 +59,14 @@ type cmdRecord struct {
 	// never reaches agentd and ends lost once agentd has not acknowledged
 	// it for two minutes.
 	unknownCommit bool
-	client        string // stdout as the client read it through the gateway
-	watcher       string // stdout as a second reader read it (counter), or ""
-	watched       bool
-	state         string
-	started       time.Time
-	ended         time.Time
+	// eofRefused: the last EOF was answered 502 (not sent again).
+	eofRefused bool
+	client     string // stdout as the client read it through the gateway
+	watcher    string // stdout as a second reader read it (counter), or ""
+	watched    bool
+	state      string
+	started    time.Time
+	ended      time.Time
 }
 
 // setup creates, through the balancer: two orgs, each with a department, a
@@ -469,6 +471,7 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 				var ae *apiError
 				errors.As(err, &ae)
 				r.c.record(request{method: http.MethodPost, path: s.path("/commands/%d/stdin", c.id), org: s.org.slug, env: s.env}, ae.Status, ae.Code, []byte(ae.Body))
+				c.eofRefused = k == 0
 			}
 			c.ambiguous[k] = true
 		case isCode(err, "command_ended") || isCode(err, "not_running"):
@@ -486,13 +489,17 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 		}
 		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
 	}
-	// EOF ends the loop; one that got no answer is sent again (a second
-	// EOF is refused or ignored, never typed).
-	for !ended {
+	// EOF ends the loop; one that got no answer is sent again, a few
+	// times (a second EOF is refused or ignored, never typed). A command
+	// agentd never started answers 502 for ever: its follow finds out.
+	for range 5 {
+		if ended {
+			break
+		}
 		if err := stdin(map[string]any{"eof": true}, 0); err != nil {
 			return err
 		}
-		if !c.ambiguous[0] {
+		if !c.ambiguous[0] || c.eofRefused {
 			break
 		}
 		delete(c.ambiguous, 0)
