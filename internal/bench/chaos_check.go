@@ -135,7 +135,7 @@ func (r *chaosRun) checkRecording(ctx context.Context, c *cmdRecord, checks map[
 	if c.unknownCommit {
 		// Never sent to agentd: nothing recorded; running until agentd's
 		// two minutes to acknowledge it are over, then lost.
-		checks["an exec answered 503 but recorded never ran"]++
+		checks["a command never started records nothing"]++
 		if len(rec.Events) != 0 || rec.Command.State != "running" && rec.Command.State != "lost" {
 			r.violate("%s, answered 503 at its exec: %d chunks recorded, state %s", name, len(rec.Events), rec.Command.State)
 		}

@@ -327,9 +327,12 @@ func (r *chaosRun) follow(ctx context.Context, c *cmdRecord) (string, string, er
 			// wait for that; the checks treat it as never started.
 			if acked, err := r.acked(ctx, c); err == nil && !acked {
 				r.mu.Lock() // a second reader may find the same
+				first := !c.unknownCommit
 				c.unknownCommit = true
+				if first {
+					r.ops["exec recorded but never started (its replica died before agentd heard of it)"]++
+				}
 				r.mu.Unlock()
-				r.count(r.ops, "exec recorded but never started (its replica died before agentd heard of it)")
 				return "", "running", nil
 			}
 			progress = time.Now()
