@@ -7,6 +7,8 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/bench"
@@ -26,8 +28,11 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 		defer os.RemoveAll(root)
 		return bench.ServeAgentdChild(ctx, root, os.Stdin, stdout)
 	}
+	if len(args) > 0 && args[0] == "chaos" {
+		return chaosCmd(ctx, args[1:], getenv, stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "gateway" {
-		return fmt.Errorf("usage: console bench gateway [flags] (see console bench gateway -h)")
+		return fmt.Errorf("usage: console bench gateway|chaos [flags] (see console bench gateway -h, console bench chaos -h)")
 	}
 	fs := flag.NewFlagSet("console bench gateway", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -122,4 +127,63 @@ func benchOne(ctx context.Context, dsn string, ad *bench.Agentd, cfg bench.Confi
 		return nil, fmt.Errorf("%s: %w", s.Dialect, err)
 	}
 	return r, nil
+}
+
+// chaosCmd runs `console bench chaos`: several replicas of this very
+// binary (`console serve`) on one Postgres, driven through a balancer
+// while a chaos loop kills consoles, restarts an agentd and cuts the
+// database; it prints the figures and every invariant that broke, and
+// fails when one did.
+func chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("console bench chaos", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var o bench.ChaosOptions
+	fs.DurationVar(&o.Duration, "duration", 5*time.Minute, "how long the driver runs and the chaos loop injects faults")
+	fs.DurationVar(&o.KillEvery, "kill-every", 5*time.Second, "mean time between console SIGKILLs (each is restarted at once)")
+	fs.IntVar(&o.Replicas, "replicas", 3, "console processes")
+	fs.IntVar(&o.Sessions, "sessions", 20, "sessions kept busy")
+	fs.DurationVar(&o.DBCut, "db-cut", 5*time.Second, "how long Postgres is cut, once")
+	fs.StringVar(&o.PostgresDSN, "postgres", getenv("DATABASE_URL"), "Postgres server DSN: throwaway databases are created on it and dropped after (default DATABASE_URL)")
+	fs.StringVar(&o.AgentdBin, "agentd", "", "the agentd binary (default: agentd next to this binary, else on PATH)")
+	quiet := fs.Bool("quiet", false, "print only the report, not a line per fault")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if o.PostgresDSN == "" {
+		return fmt.Errorf("console bench chaos needs Postgres: give --postgres DSN or DATABASE_URL")
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("find this binary to run as the replicas: %w", err)
+	}
+	o.ConsoleBin = exe
+	if o.AgentdBin == "" {
+		if o.AgentdBin, err = findAgentd(exe); err != nil {
+			return err
+		}
+	}
+	if !*quiet {
+		o.Progress = stderr
+	}
+	rep, err := bench.RunChaos(ctx, o)
+	if err != nil {
+		return err
+	}
+	rep.Print(stdout)
+	if !rep.OK() {
+		return fmt.Errorf("the chaos run broke %d invariants", len(rep.Violation))
+	}
+	return nil
+}
+
+// findAgentd is agentd next to the console binary, else on PATH.
+func findAgentd(exe string) (string, error) {
+	sibling := filepath.Join(filepath.Dir(exe), "agentd")
+	if fi, err := os.Stat(sibling); err == nil && !fi.IsDir() {
+		return sibling, nil
+	}
+	if p, err := exec.LookPath("agentd"); err == nil {
+		return p, nil
+	}
+	return "", fmt.Errorf("no agentd binary next to %s or on PATH: build it (go build -o %s ./cmd/agentd) or give --agentd", exe, sibling)
 }

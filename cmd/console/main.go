@@ -4,6 +4,7 @@
 //	console [serve] [--listen ADDR] [--data-dir DIR]   run the server (default)
 //	console migrate                                    apply catalog and org migrations, then exit
 //	console bench gateway [--postgres DSN]             time the terminal gateway against agentd
+//	console bench chaos --postgres DSN [--duration 5m]  kill replicas, restart agentd, cut Postgres; check invariants
 //	console admin reset-password <email>               give a platform admin a new one-time password
 //	console admin create <email>                       add a platform admin with a one-time password
 //	console admin list                                 list the platform admins' emails

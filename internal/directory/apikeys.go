@@ -6,6 +6,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -178,8 +179,13 @@ func (d *Directory) VerifyKey(ctx context.Context, token string) (APIKey, *User,
 	var owner *User
 	if k.OwnerUserID != nil {
 		u, err := d.GetUser(ctx, *k.OwnerUserID)
-		if err != nil || u.Status != StatusActive {
+		if errors.Is(err, apperr.ErrNotFound) || err == nil && u.Status != StatusActive {
 			return APIKey{}, nil, bad
+		}
+		if err != nil {
+			// The database failing between the two reads is an outage
+			// (503), not a bad key: a 401 tells the caller to stop trying.
+			return APIKey{}, nil, err
 		}
 		owner = &u
 	}

@@ -3,6 +3,7 @@ package directory
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
 // AuthCache remembers, for a short time, the credentials an org's requests
@@ -183,8 +186,12 @@ func (c *AuthCache) LoginUser(ctx context.Context, d *Directory, loginID, subjec
 			return nil, false, nil
 		}
 		u, err := d.GetUser(ctx, id)
-		if err != nil {
+		if errors.Is(err, apperr.ErrNotFound) {
 			return nil, false, nil
+		}
+		if err != nil {
+			// A database failure is an outage, not a sign-in that ended.
+			return nil, false, err
 		}
 		user = &u
 	}

@@ -82,7 +82,9 @@ func TestOpenAPITypedSSOAndRecording(t *testing.T) {
 			r.decode(t, &rec)
 			var out string
 			for _, ev := range rec.Events {
-				out += string(ev.Data)
+				if ev.Stream == "stdout" || ev.Stream == "stderr" || ev.Stream == "pty" {
+					out += string(ev.Data) // not agentd's exec records
+				}
 			}
 			if rec.Command.ID != o.CommandID || out != "typed\n" {
 				t.Fatalf("recording %s (output %q)", r.body, out)

@@ -5,33 +5,22 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
-	"net/url"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/netfault"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
-// dbCutter is a loopback TCP forwarder in front of Postgres that a test
-// can cut (every live connection closed, new ones closed as soon as they
-// are accepted) and restore, to stop "the database" for one console without
-// stopping the server others use.
-type dbCutter struct {
-	ln     net.Listener
-	target string
-
-	mu    sync.Mutex
-	cut   bool
-	conns map[net.Conn]struct{}
-	wg    sync.WaitGroup
-}
+// dbCutter is a loopback TCP forwarder in front of Postgres (or agentd)
+// that a test can cut (every live connection closed, new ones closed as
+// soon as they are accepted) and restore, to stop "the database" for one
+// console without stopping the server others use.
+type dbCutter = netfault.Forwarder
 
 // cutDatabase reroutes cfg's DATABASE_URL through a dbCutter and returns
 // it; the catalog and the org databases (on the same server) all go
@@ -47,96 +36,12 @@ func cutDatabase(t *testing.T, cfg *config.Config) *dbCutter {
 // with dsn rerouted through it.
 func newDBCutter(t *testing.T, dsn string) (*dbCutter, string) {
 	t.Helper()
-	u, err := url.Parse(dsn)
-	if err != nil || u.Host == "" {
-		t.Fatalf("database URL %q is not a URL the test can reroute: %v", dsn, err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c, rerouted, err := netfault.Reroute(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &dbCutter{ln: ln, target: u.Host, conns: map[net.Conn]struct{}{}}
-	c.wg.Add(1)
-	go c.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		c.Cut()
-		c.wg.Wait()
-	})
-	u.Host = ln.Addr().String()
-	return c, u.String()
-}
-
-func (c *dbCutter) accept() {
-	defer c.wg.Done()
-	for {
-		in, err := c.ln.Accept()
-		if err != nil {
-			return
-		}
-		c.mu.Lock()
-		cut := c.cut
-		c.mu.Unlock()
-		if cut {
-			in.Close()
-			continue
-		}
-		out, err := net.DialTimeout("tcp", c.target, 5*time.Second)
-		if err != nil {
-			in.Close()
-			continue
-		}
-		if !c.track(in, out) {
-			continue
-		}
-		c.wg.Add(2)
-		go c.pipe(in, out)
-		go c.pipe(out, in)
-	}
-}
-
-// track registers a live pair, unless the cut came in between.
-func (c *dbCutter) track(conns ...net.Conn) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.cut {
-		for _, cn := range conns {
-			cn.Close()
-		}
-		return false
-	}
-	for _, cn := range conns {
-		c.conns[cn] = struct{}{}
-	}
-	return true
-}
-
-func (c *dbCutter) pipe(dst, src net.Conn) {
-	defer c.wg.Done()
-	_, _ = io.Copy(dst, src)
-	dst.Close()
-	src.Close()
-	c.mu.Lock()
-	delete(c.conns, dst)
-	delete(c.conns, src)
-	c.mu.Unlock()
-}
-
-// Cut closes every live connection and refuses new ones until Restore.
-func (c *dbCutter) Cut() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cut = true
-	for cn := range c.conns {
-		cn.Close()
-	}
-}
-
-// Restore lets connections through again.
-func (c *dbCutter) Restore() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cut = false
+	t.Cleanup(func() { _ = c.Close() })
+	return c, rerouted
 }
 
 // TestTerminalDatabaseOutage cuts Postgres in the middle of a session (a

@@ -156,14 +156,17 @@ func TestTerminalTypist(t *testing.T) {
 				t.Fatalf("detach events %d, want only the owner's", len(evs))
 			}
 			// What was typed is in the recording, not the audit log: the
-			// shell's own events are its start, the attach and detach, and
-			// its end (the terminal's sentence says so).
+			// shell's own events are its start, the attach and detach, the
+			// programs it started, and its end (the terminal's sentence
+			// says so).
 			for _, ev := range waitEvents(t, f, fmt.Sprintf("target:%d", cid), func([]audit.Event) bool { return true }) {
 				if ev.Target.Type != "command" {
 					continue
 				}
 				switch ev.Action {
-				case "command.exec", "command.attach", "command.detach", "command.resize", "command.end":
+				// terminal.command: the programs the shell (and its login
+				// files) started, from agentd's exec records.
+				case "command.exec", "command.attach", "command.detach", "command.resize", "command.end", "terminal.command":
 				default:
 					t.Errorf("unexpected event %s of the shell", ev.Action)
 				}

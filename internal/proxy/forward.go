@@ -9,6 +9,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
@@ -39,6 +40,27 @@ func (g *Gateway) upstream(ctx context.Context, org Org, t sessions.Target, err 
 	}
 	g.unreachable(ctx, org, t, err)
 	return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment did not answer; try again shortly.")
+}
+
+// commandUpstream is upstream for an operation on a running command
+// (stdin, resize, kill): agentd not knowing the command is not the
+// caller's mistake to be passed on with agentd's own id for it. A command
+// agentd acknowledged and then forgot ended with its environment's
+// restart: its follower is woken to record it lost, and the caller hears
+// 409 command_ended, as for any ended command. One agentd never
+// acknowledged may still start (its follower sends the create again):
+// the caller is told to try again.
+func (g *Gateway) commandUpstream(ctx context.Context, org Org, t sessions.Target, c recordings.Command, err error) error {
+	var ae *agentd.Error
+	if !errors.As(err, &ae) || !ae.Unknown() {
+		return g.upstream(ctx, org, t, err)
+	}
+	g.reachable(ctx, org, t)
+	g.Followers.Follow(org.Slug, c.ID)
+	if c.Acked {
+		return apperr.New(apperr.ErrConflict, "command_ended", "Command %d has ended (lost): its environment no longer knows it.", c.ID)
+	}
+	return apperr.New(apperr.ErrUpstream, "environment_unreachable", "Command %d has not started in its environment yet; try again shortly.", c.ID)
 }
 
 // fromAgentd maps agentd's own refusals onto the console's error kinds,

@@ -402,7 +402,7 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, m Meta, se
 	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
 	defer cancel()
 	if err := g.client(t).WriteStdin(fctx, c.AgentdID, data, eof); err != nil {
-		return g.upstream(ctx, org, t, err)
+		return g.commandUpstream(ctx, org, t, c, err)
 	}
 	g.reachable(ctx, org, t)
 	return nil
@@ -472,7 +472,7 @@ func (g *Gateway) Kill(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	defer cancel()
 	resp, err := g.client(t).Kill(fctx, c.AgentdID)
 	if err != nil {
-		return Output{}, g.upstream(ctx, org, t, err)
+		return Output{}, g.commandUpstream(ctx, org, t, c, err)
 	}
 	g.Followers.Follow(org.Slug, c.ID)
 	return toOutput(c, resp), nil

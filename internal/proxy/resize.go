@@ -151,7 +151,7 @@ func (g *Gateway) applyResize(ctx context.Context, r heldResize, n int) error {
 	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
 	defer cancel()
 	if err := g.client(r.target).Resize(fctx, r.command.AgentdID, r.rows, r.cols); err != nil {
-		return g.upstream(ctx, r.org, r.target, err)
+		return g.commandUpstream(ctx, r.org, r.target, r.command, err)
 	}
 	return nil
 }

@@ -59,7 +59,10 @@ func resolve(ctx context.Context, org Org, a *authz.Actor, sessionID int64, act 
 // sessions. live reports whether agentd may still be asked.
 func resolveRecorded(ctx context.Context, org Org, a *authz.Actor, sessionID int64) (t sessions.Target, live bool, err error) {
 	t, err = org.Sessions.Locate(ctx, a, sessionID)
-	if err != nil && (!sessions.IsFinal(err) || t.Session.ID == 0) {
+	// A session without a sandbox yet has a history too (empty, or what
+	// ran before a reclaim put it back to pending): read like a final one.
+	readable := sessions.IsFinal(err) || sessions.IsUnstarted(err)
+	if err != nil && (!readable || t.Session.ID == 0) {
 		return t, false, err
 	}
 	return t, err == nil, authorize(ctx, a, t, ActRead)

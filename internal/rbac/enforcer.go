@@ -131,18 +131,31 @@ func NewEnforcer(ctx context.Context, db *gorm.DB) (*Enforcer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("casbin adapter: %w", err)
 	}
+	en := &Enforcer{db: db, CheckEvery: time.Second, now: time.Now}
+	// The version is read before the policies are loaded: a change that
+	// lands in between then shows as a newer version at the next check and
+	// is loaded. Read after, it would be taken for what was loaded, and
+	// this replica would decide on the older policies until the next
+	// change (found by the chaos run: a role assigned while another
+	// replica first opened the org was refused there for good).
+	loaded, err := en.readVersion(ctx)
+	if err != nil {
+		return nil, err
+	}
 	ce, err := casbin.NewEnforcer(m, a)
 	if err != nil {
 		return nil, fmt.Errorf("casbin enforcer: %w", err)
 	}
-	en := &Enforcer{db: db, e: ce, CheckEvery: time.Second, now: time.Now}
-	if err := en.installBuiltins(ctx); err != nil {
+	en.e = ce
+	if err := en.installBuiltins(ctx, loaded); err != nil {
 		return nil, err
 	}
 	return en, nil
 }
 
-func (en *Enforcer) installBuiltins(ctx context.Context) error {
+// installBuiltins adds the built-in policies the loaded ones lack; loaded
+// is the version read before they were loaded.
+func (en *Enforcer) installBuiltins(ctx context.Context, loaded int64) error {
 	en.mu.Lock()
 	defer en.mu.Unlock()
 	changed := false
@@ -170,17 +183,14 @@ func (en *Enforcer) installBuiltins(ctx context.Context) error {
 			changed = true
 		}
 	}
-	v, err := en.readVersion(ctx)
-	if err != nil {
-		return err
-	}
 	if changed {
-		v, err = en.bump(ctx)
-		if err != nil {
+		// Other replicas reload; this one keeps the version it loaded at,
+		// so it reloads once too, taking in whatever changed meanwhile.
+		if _, err := en.bump(ctx); err != nil {
 			return err
 		}
 	}
-	en.version, en.checkedAt = v, en.now()
+	en.version, en.checkedAt = loaded, en.now()
 	return nil
 }
 

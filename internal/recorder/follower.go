@@ -337,9 +337,16 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 			}
 			f.live.stalled(lk)
 			if store.IsUnavailable(err) || agentd.Unanswered(err) {
-				// The database or agentd is away: keep the lease alive
-				// where possible and try again; nothing is judged from
-				// a failed read.
+				// The database or agentd is away (or agentd has not
+				// started the command yet): keep the lease alive, over
+				// the wait before the next attempt too, and try again;
+				// nothing is judged from a failed read. A lease left to
+				// lapse here would have every replica's sweep adopt the
+				// command and wait on it side by side, the row naming a
+				// replica that may be long dead (found by the chaos run).
+				if held, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()+backoff)); err == nil && !held {
+					return nil // another replica took it over
+				}
 				if !retry() {
 					return ctx.Err()
 				}

@@ -84,6 +84,14 @@ func (s *Service) LocateForClose(ctx context.Context, a *authz.Actor, id int64) 
 	return t, nil
 }
 
+// IsUnstarted reports whether err is Locate's answer for a sandbox session
+// that has no sandbox (yet, or again): nothing runs in it now, but what
+// ran stays readable, as for a final one.
+func IsUnstarted(err error) bool {
+	var ae *apperr.Error
+	return errors.As(err, &ae) && ae.Code == "session_"+StatePending
+}
+
 // IsFinal reports a session that will not come back: closed, lost, or its
 // environment deleted (the session then has nowhere to run; following on
 // would retry for ever).

@@ -1,0 +1,9 @@
+package bench
+
+import "syscall"
+
+// dieWithParent makes a child get SIGKILL when the process that started
+// it ends, however it ends.
+func dieWithParent() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+}

@@ -1,0 +1,9 @@
+//go:build !linux
+
+package bench
+
+import "syscall"
+
+// dieWithParent is Linux's Pdeathsig elsewhere: not available, so a run
+// that dies may leave its replicas behind.
+func dieWithParent() *syscall.SysProcAttr { return nil }
