@@ -227,27 +227,6 @@ func timePairs(ctx context.Context, n int, a, b func() (time.Duration, error)) (
 	return da, db, nil
 }
 
-func timeN(ctx context.Context, n int, f func() (time.Duration, error)) ([]time.Duration, error) {
-	// Warm up connections, caches and the session before timing.
-	for range min(20, n) {
-		if _, err := f(); err != nil {
-			return nil, err
-		}
-	}
-	out := make([]time.Duration, 0, n)
-	for range n {
-		if err := ctx.Err(); err != nil {
-			return out, err
-		}
-		d, err := f()
-		if err != nil {
-			return out, err
-		}
-		out = append(out, d)
-	}
-	return out, nil
-}
-
 // cpuProfile starts a CPU profile of this process (the console, and the
 // benchmark's client) into s.CPUProfile plus suffix when set; call the
 // result to stop.

@@ -196,8 +196,7 @@ func (g *Gateway) typing(ctx context.Context, org Org, a *authz.Actor, m Meta, s
 	at := &attachment{opener: opener, last: now}
 	t.m[k] = at
 	actor, idle := a.AuditActor(), t.idleTime()
-	var check func()
-	check = func() {
+	check := func() {
 		t.mu.Lock()
 		if t.m[k] != at {
 			t.mu.Unlock()
