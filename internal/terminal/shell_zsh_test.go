@@ -114,11 +114,18 @@ func TestZshIntegrationStartupFiles(t *testing.T) {
 		tmpdir  string            // TMPDIR, under HOME ("": a fresh directory)
 		want    []string          // in the probe's output
 		marks   bool
+		// switchOff: the user removes the hooks with add-zsh-hook -d, and
+		// the marks stop.
+		switchOff bool
 	}{
-		{name: "home", files: map[string]string{".zshrc": rc, ".zlogin": "export GH_L=login-ran\n",
+		{name: "home", files: map[string]string{".zlogin": "export GH_L=login-ran\n",
+			// A prompt theme: a precmd of the user's that sets PS1 anew
+			// at each prompt. It still runs, and the B mark is still there.
+			".zshrc": rc + "precmd() { print -n \"[mine]\"; PS1=\"ready> \" }\n",
 			// The private directory is the user's alone while it exists.
 			".zshenv": "print -r -- \"private=$(stat -c %a:%u $__gatehouse_dir)\"\n"},
-			want: []string{"alias-ran", "probe-42 login-ran zdotdir=unset", "private=700:" + strconv.Itoa(os.Getuid())}, marks: true},
+			want: []string{"alias-ran", "probe-42 login-ran zdotdir=unset", "private=700:" + strconv.Itoa(os.Getuid()), "[mine]"}, marks: true,
+			switchOff: true},
 		{name: "inherited ZDOTDIR", zdotdir: "z", files: map[string]string{"z/.zshenv": "PS1=\"ready> \"\n", "z/.zshrc": rc, ".zshrc": "alias greet=\"echo wrong-rc\"\n"},
 			want: []string{"alias-ran", "zdotdir=HOME/z"}, marks: true},
 		{name: "ZDOTDIR set by .zshenv", files: map[string]string{".zshenv": "export ZDOTDIR=$HOME/cfg\n", "cfg/.zshrc": rc, "cfg/.zlogin": "export GH_L=login-ran\n"},
@@ -164,8 +171,29 @@ func TestZshIntegrationStartupFiles(t *testing.T) {
 			if got := strings.Contains(out, "\x1b]133;D;0\x07"); got != tc.marks {
 				t.Errorf("OSC 133 marks: %v, want %v; output %q", got, tc.marks, out)
 			}
+			if tc.marks && strings.Count(out, "ready> \x1b]133;B\x07") < 2 {
+				t.Errorf("prompts without the B mark: %q", out)
+			}
 			if left, _ := os.ReadDir(tmp); len(left) != 0 {
 				t.Errorf("TMPDIR holds %v", left)
+			}
+			if tc.switchOff {
+				if _, err := s.tty.WriteString("add-zsh-hook -d precmd __gatehouse_precmd; add-zsh-hook -d preexec __gatehouse_preexec; echo off-$((1+1))\n"); err != nil {
+					t.Fatal(err)
+				}
+				s.waitFor(t, "off-2", 1)
+				s.waitFor(t, "ready> ", 3)
+				if _, err := s.tty.WriteString("echo still-$((2+1))\n"); err != nil {
+					t.Fatal(err)
+				}
+				s.waitFor(t, "still-3", 1)
+				s.waitFor(t, "ready> ", 4)
+				_, after, _ := strings.Cut(s.output(), "off-2")
+				// Without C no line is listed (B may stay in a PS1 that
+				// no theme resets).
+				if strings.Contains(after, "\x1b]133;C") || strings.Contains(after, "\x1b]133;D") {
+					t.Errorf("marks after the hooks were removed: %q", after)
+				}
 			}
 			if _, err := s.tty.WriteString("exit\n"); err != nil {
 				t.Fatal(err)
