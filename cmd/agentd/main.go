@@ -148,6 +148,12 @@ func lookupRunAs(name string) (*agentd.Credential, error) {
 		GID: uint32(gid),
 		Env: []string{"HOME=" + u.HomeDir, "USER=" + u.Username, "LOGNAME=" + u.Username},
 	}
+	// The user's login shell, as login(1) sets it: the browser terminal
+	// starts it when it is zsh. os/user does not expose it; a user not in
+	// /etc/passwd (NSS, LDAP) gets no SHELL rather than agentd's own.
+	if sh := passwdShell("/etc/passwd", u.Username); sh != "" {
+		c.Env = append(c.Env, "SHELL="+sh)
+	}
 	if ids, err := u.GroupIds(); err == nil {
 		for _, id := range ids {
 			if g, err := strconv.ParseUint(id, 10, 32); err == nil {
@@ -156,6 +162,27 @@ func lookupRunAs(name string) (*agentd.Credential, error) {
 		}
 	}
 	return c, nil
+}
+
+// passwdShell is name's login shell in the passwd file at path ("" when
+// the file or the user is not there); an empty shell field is /bin/sh, as
+// for login(1).
+func passwdShell(path, name string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Split(line, ":")
+		if len(f) != 7 || f[0] != name {
+			continue
+		}
+		if f[6] == "" {
+			return "/bin/sh"
+		}
+		return f[6]
+	}
+	return ""
 }
 
 func loadToken(o options, getenv func(string) string) (string, error) {

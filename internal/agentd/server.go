@@ -113,8 +113,8 @@ const (
 type Credential struct {
 	UID, GID uint32
 	Groups   []uint32
-	// Env replaces HOME, USER and LOGNAME in the commands' environment
-	// (KEY=VALUE entries).
+	// Env replaces HOME, USER, LOGNAME and SHELL in the commands'
+	// environment (KEY=VALUE entries).
 	Env []string
 }
 
@@ -247,7 +247,7 @@ func WithoutToken(env []string) []string { return childEnv(env, nil) }
 
 // childEnv strips agentd's own secrets from the environment commands
 // inherit and, for commands run as another user, sets that user's HOME,
-// USER and LOGNAME.
+// USER, LOGNAME and SHELL (agentd's own would name the wrong user's).
 func childEnv(env []string, runAs *Credential) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
@@ -255,7 +255,7 @@ func childEnv(env []string, runAs *Credential) []string {
 		if key == "AGENTD_TOKEN" {
 			continue
 		}
-		if runAs != nil && (key == "HOME" || key == "USER" || key == "LOGNAME") {
+		if runAs != nil && (key == "HOME" || key == "USER" || key == "LOGNAME" || key == "SHELL") {
 			continue
 		}
 		out = append(out, kv)

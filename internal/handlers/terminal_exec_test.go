@@ -46,7 +46,10 @@ func onAgentdProcess(t *testing.T, f *terminalFixture) {
 
 func openShell(t *testing.T, f *terminalFixture, who string) *interactiveShell {
 	t.Helper()
-	r := f.call(http.MethodPost, f.sessionPath("/commands"), who, map[string]any{"command": terminal.ShellCommand, "tty": true, "stdin": true, "rows": 50, "cols": 250})
+	// bash, whatever the test process's own $SHELL (a developer's zsh):
+	// these tests type bash's lines (see TestTerminalZshIntegration for zsh).
+	r := f.call(http.MethodPost, f.sessionPath("/commands"), who, map[string]any{"command": terminal.ShellCommand, "tty": true, "stdin": true, "rows": 50, "cols": 250,
+		"env": map[string]string{"SHELL": "/bin/bash"}})
 	wantStatus(t, "open the shell", r, http.StatusCreated)
 	var o outputJSON
 	r.decode(t, &o)

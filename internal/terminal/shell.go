@@ -44,12 +44,19 @@ PS1="${PS1}\[\033]133;B\007\]"
 trap "__gatehouse_preexec" DEBUG
 `
 
-// ShellCommand is what a browser terminal runs: bash as a login shell with
-// the OSC 133 integration (see bashIntegration), or sh where bash is
-// missing. bash execs into bash, so the shell keeps agentd's session
-// leader's pid and the programs typed into it are the leader's direct
-// children (what becomes terminal.command in the audit log). The rc file
-// comes through a pipe of the shell's own (process substitution, a fork
-// that runs only builtins), so nothing is written to disk.
-const ShellCommand = `if command -v bash >/dev/null 2>&1; then export GATEHOUSE_RC='` + bashIntegration +
+// ShellCommand is what a browser terminal runs: the user's login shell
+// when it is zsh ($SHELL ends in /zsh and is executable), with the zsh
+// integration (see zshBoot), otherwise bash as a login shell with the
+// OSC 133 integration (see bashIntegration), or sh where bash is missing.
+// Each execs into the shell, so the shell keeps agentd's session leader's
+// pid and the programs typed into it are the leader's direct children
+// (what becomes terminal.command in the audit log). bash's rc file comes
+// through a pipe of the shell's own (process substitution, a fork that
+// runs only builtins), so nothing is written to disk; zsh, which reads
+// startup files only from a directory, gets a private one that its .zshrc
+// removes. It is one constant: pages recognise an interactive terminal by
+// comparing a command with it.
+const ShellCommand = `case "${SHELL:-}" in */zsh) if [ -x "$SHELL" ]; then export GATEHOUSE_ZSHENV='` + zshEnv +
+	`' GATEHOUSE_ZPROFILE='` + zshProfile + `' GATEHOUSE_ZSHRC='` + zshRC + `'; exec "$SHELL" -f -c '` + zshBoot + `'; fi;; esac
+if command -v bash >/dev/null 2>&1; then export GATEHOUSE_RC='` + bashIntegration +
 	`'; exec bash -c 'exec bash --rcfile <(printf "%s" "$GATEHOUSE_RC") -i'; else exec sh -l; fi`
