@@ -142,8 +142,12 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 	defer m.mu.Unlock()
 	if parentTgid == m.self {
 		// A leader agentd started (or anything else it forks: unclaimed
-		// ones leave with their exit).
-		if m.procs[childTgid] == nil {
+		// ones leave with their exit). A node already there is kept only
+		// when it is this leader's own claim, made before its fork event
+		// arrived: any other is a process gone with its exit event lost
+		// (an overflow) whose pid the kernel gave again, and keeping it
+		// would report the new leader's programs into another session.
+		if n := m.procs[childTgid]; n == nil || n.depth != 0 || n.owner.leader != childTgid || !n.owner.claimed || n.owner.closed {
 			m.procs[childTgid] = &procNode{owner: newOwner(childTgid), ppid: parentTgid}
 		}
 		return
