@@ -37,6 +37,15 @@ func countsAsOutput(stream string) bool {
 	return stream != StreamGap && stream != StreamExec && stream != StreamTypist
 }
 
+// shellProgram is a program a shell started directly, as one batch's exec
+// records tell: its exec record, when it started, its exit code when its
+// exit record came in the same batch.
+type shellProgram struct {
+	rec agentd.ExecRecord
+	at  time.Time
+	end *int
+}
+
 // terminalCommandsTx appends the terminal.command events of the exec
 // records among fresh (chunks being stored for command c) inside tx: one
 // per program a direct child of c's shell (its leader, or an interactive
@@ -51,13 +60,8 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 	if log == nil || !c.TTY {
 		return nil
 	}
-	type pending struct {
-		rec agentd.ExecRecord
-		at  time.Time
-		end *int
-	}
-	var events []*pending
-	byPID := map[int]*pending{}
+	var events []*shellProgram
+	byPID := map[int]*shellProgram{}
 	for _, ch := range fresh {
 		if ch.Stream != StreamExec {
 			continue
@@ -66,7 +70,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		for _, r := range recs {
 			switch {
 			case r.Type == agentd.ExecRecordExec && r.ShellChild && r.First:
-				p := &pending{rec: r, at: r.Time}
+				p := &shellProgram{rec: r, at: r.Time}
 				if p.at.IsZero() {
 					p.at = ch.At
 				}
@@ -78,6 +82,18 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 				}
 			}
 		}
+	}
+	// A loop at a prompt (for i in $(seq 100000); do /bin/true; done)
+	// starts programs as fast as the kernel forks: past the first
+	// MaxTerminalCommandsPerBatch of a batch, its programs are one
+	// coalesced event, so the audit log grows with the batches stored
+	// (each a poll of agentd), not with the processes a shell can start.
+	// Every one of them stays in the recording's exec stream.
+	if len(events) > MaxTerminalCommandsPerBatch {
+		if err := coalescedCommandsTx(ctx, tx, log, c, events[MaxTerminalCommandsPerBatch:]); err != nil {
+			return err
+		}
+		events = events[:MaxTerminalCommandsPerBatch]
 	}
 	for _, p := range events {
 		typist, err := typistBefore(ctx, tx, c, p.at)
@@ -105,6 +121,33 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 			Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
 			return fmt.Errorf("audit terminal command: %w", err)
 		}
+	}
+	return nil
+}
+
+// MaxTerminalCommandsPerBatch bounds the terminal.command events of one
+// stored batch of a command's output that name one program each; the
+// rest of the batch's shell children are one event with "coalesced".
+const MaxTerminalCommandsPerBatch = 100
+
+// coalescedCommandsTx writes the one terminal.command event standing for
+// rest (programs of one batch past MaxTerminalCommandsPerBatch): how
+// many, the first and last of them, and the typist before the last.
+func coalescedCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Command, rest []*shellProgram) error {
+	first, firstAt := rest[0].rec, rest[0].at
+	last, lastAt := rest[len(rest)-1].rec, rest[len(rest)-1].at
+	typist, err := typistBefore(ctx, tx, c, lastAt)
+	if err != nil {
+		return err
+	}
+	details := map[string]any{"session_id": c.SessionID, "command_id": c.ID, "coalesced": len(rest),
+		"first_argv": first.Argv, "first_at": firstAt.UTC().Format(time.RFC3339Nano),
+		"last_argv": last.Argv, "at": lastAt.UTC().Format(time.RFC3339Nano)}
+	name := strconv.Itoa(len(rest)) + " more programs, the last " + strings.TrimPrefix(agentd.ExecLine(last), "$ ")
+	if _, err := log.AppendTx(ctx, tx, audit.Event{Actor: typist, Action: ActionTerminalCommand,
+		Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(name, terminalCommandName)},
+		Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
+		return fmt.Errorf("audit coalesced terminal commands: %w", err)
 	}
 	return nil
 }
