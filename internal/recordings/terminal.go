@@ -44,6 +44,20 @@ type shellProgram struct {
 	rec agentd.ExecRecord
 	at  time.Time
 	end *int
+	// seen is when the console received the record (its chunk's time).
+	seen time.Time
+}
+
+// typedAt is the moment whose typist a program is attributed to: when
+// agentd says it started, but never after the console received its
+// record. agentd's clock is the host's (or a sandbox's), not the
+// console's that stamps keystrokes: a host clock running ahead would
+// otherwise blame whoever typed after the program started.
+func (p *shellProgram) typedAt() time.Time {
+	if !p.seen.IsZero() && p.at.After(p.seen) {
+		return p.seen
+	}
+	return p.at
 }
 
 // terminalCommandsTx appends the terminal.command events of the exec
@@ -70,7 +84,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		for _, r := range recs {
 			switch {
 			case r.Type == agentd.ExecRecordExec && r.ShellChild && r.First:
-				p := &shellProgram{rec: r, at: r.Time}
+				p := &shellProgram{rec: r, at: r.Time, seen: ch.At}
 				if p.at.IsZero() {
 					p.at = ch.At
 				}
@@ -96,7 +110,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		events = events[:MaxTerminalCommandsPerBatch]
 	}
 	for _, p := range events {
-		typist, err := typistBefore(ctx, tx, c, p.at)
+		typist, err := typistBefore(ctx, tx, c, p.typedAt())
 		if err != nil {
 			return err
 		}
@@ -136,7 +150,7 @@ const MaxTerminalCommandsPerBatch = 100
 func coalescedCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Command, rest []*shellProgram) error {
 	first, firstAt := rest[0].rec, rest[0].at
 	last, lastAt := rest[len(rest)-1].rec, rest[len(rest)-1].at
-	typist, err := typistBefore(ctx, tx, c, lastAt)
+	typist, err := typistBefore(ctx, tx, c, rest[len(rest)-1].typedAt())
 	if err != nil {
 		return err
 	}
