@@ -142,8 +142,12 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 	defer m.mu.Unlock()
 	if parentTgid == m.self {
 		// A leader agentd started (or anything else it forks: unclaimed
-		// ones leave with their exit).
-		if m.procs[childTgid] == nil {
+		// ones leave with their exit). A node already there is kept only
+		// when it is this leader's own claim, made before its fork event
+		// arrived: any other is a process gone with its exit event lost
+		// (an overflow) whose pid the kernel gave again, and keeping it
+		// would report the new leader's programs into another session.
+		if n := m.procs[childTgid]; n == nil || n.depth != 0 || n.owner.leader != childTgid || !n.owner.claimed || n.owner.closed {
 			m.procs[childTgid] = &procNode{owner: newOwner(childTgid), ppid: parentTgid}
 		}
 		return
@@ -212,24 +216,68 @@ func (m *execMonitor) exit(pid, tgid int, status uint32) {
 
 // interactiveShells are the programs that, run without a command (-c) or
 // a script, read commands a person types.
-var interactiveShells = map[string]bool{"sh": true, "bash": true, "dash": true, "zsh": true, "ksh": true, "mksh": true, "ash": true, "fish": true}
+var interactiveShells = map[string]bool{"sh": true, "bash": true, "rbash": true, "dash": true, "zsh": true, "ksh": true,
+	"mksh": true, "oksh": true, "loksh": true, "ash": true, "yash": true, "posh": true, "fish": true, "csh": true, "tcsh": true}
+
+// multiCallShells run the shell named by their first argument (busybox
+// sh, toybox sh).
+var multiCallShells = map[string]bool{"busybox": true, "toybox": true}
+
+// shellOptionsWithArgument are the options whose next argument is their
+// value, not a script: bash -o emacs, +o history, -O extglob, --rcfile
+// FILE are interactive shells all the same. Missing one would let a
+// person switch off the audit of what they type by starting such a shell.
+var shellOptionsWithArgument = map[string]bool{"-o": true, "+o": true, "-O": true, "+O": true, "--rcfile": true, "--init-file": true}
 
 // interactiveShell reports whether argv starts a shell that reads typed
-// commands: a shell by name with options only (bash, bash -l, -zsh), not
-// bash -c '...' or sh script.sh. A person who starts one at a prompt (or a
-// TTY command "bash" that sh -c forks rather than execs) keeps typing into
-// it, so its children are what they ran too.
+// commands: a shell by name with options only (bash, bash -l, -zsh,
+// bash -o vi, busybox sh), not bash -c '...' or sh script.sh. A person who
+// starts one at a prompt (or a TTY command "bash" that sh -c forks rather
+// than execs) keeps typing into it, so its children are what they ran too.
 func interactiveShell(argv []string) bool {
-	name := argv[0]
-	if i := strings.LastIndexByte(name, '/'); i >= 0 {
-		name = name[i+1:]
+	base := func(s string) string {
+		if i := strings.LastIndexByte(s, '/'); i >= 0 {
+			return s[i+1:]
+		}
+		return s
 	}
-	if !interactiveShells[strings.TrimPrefix(name, "-")] {
+	name, args := strings.TrimPrefix(base(argv[0]), "-"), argv[1:]
+	if multiCallShells[name] {
+		if len(args) == 0 {
+			return false
+		}
+		name, args = base(args[0]), args[1:]
+	}
+	if !interactiveShells[name] {
 		return false
 	}
-	for _, a := range argv[1:] {
-		if !strings.HasPrefix(a, "-") || a == "-c" || (len(a) > 1 && a[1] != '-' && strings.ContainsRune(a, 'c')) {
+	stdin := false // -s: the operands are positional parameters, commands come from stdin
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--" || a == "-":
+			// What follows is a script and its arguments, unless -s.
+			return stdin || i+1 == len(args)
+		case a == "--command": // fish -c
 			return false
+		case shellOptionsWithArgument[a]:
+			i++
+		case strings.HasPrefix(a, "--"):
+			// bash's long options take no argument (--norc, --login).
+		case len(a) > 1 && (a[0] == '-' || a[0] == '+'):
+			if a[0] == '-' && strings.ContainsRune(a[1:], 'c') {
+				return false
+			}
+			if strings.ContainsRune(a[1:], 's') && a[0] == '-' {
+				stdin = true
+			}
+			// Bundled short options ending in o or O take the next
+			// argument too (-lo vi).
+			if last := a[len(a)-1]; last == 'o' || last == 'O' {
+				i++
+			}
+		default:
+			return stdin
 		}
 	}
 	return true

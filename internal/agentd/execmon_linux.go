@@ -71,9 +71,20 @@ func startExecMonitor(logger *slog.Logger) (*execMonitor, func(), error) {
 		runtime.LockOSThread()
 		realtime(logger)
 		buf := make([]byte, 64<<10)
+		forged := false
 		for !stop.Load() {
-			n, _, err := syscall.Recvfrom(fd, buf, 0)
+			n, from, err := syscall.Recvfrom(fd, buf, 0)
 			switch {
+			case err == nil && !fromKernel(from):
+				// Anyone with CAP_NET_ADMIN (a root shell in a session)
+				// can send to the connector's group: a forged exit of
+				// the shell would make agentd forget it and report
+				// nothing it runs afterwards. Only the kernel is
+				// believed.
+				if !forged {
+					forged = true
+					logger.Warn("exec reporting: ignoring process events not sent by the kernel", "sender_port", senderPort(from))
+				}
 			case err == nil:
 				m.handleMessages(buf[:n])
 			case errors.Is(err, syscall.EAGAIN), errors.Is(err, syscall.EINTR):
@@ -88,6 +99,21 @@ func startExecMonitor(logger *slog.Logger) (*execMonitor, func(), error) {
 		}
 	}()
 	return m, func() { stop.Store(true); <-done }, nil
+}
+
+// fromKernel reports whether a netlink datagram's sender is the kernel
+// (port id 0); every socket of a user process has a port id of its own.
+func fromKernel(from syscall.Sockaddr) bool {
+	sa, ok := from.(*syscall.SockaddrNetlink)
+	return ok && sa.Pid == 0
+}
+
+// senderPort is a datagram's sender port id, for the log.
+func senderPort(from syscall.Sockaddr) int64 {
+	if sa, ok := from.(*syscall.SockaddrNetlink); ok {
+		return int64(sa.Pid)
+	}
+	return -1
 }
 
 // realtime gives the calling thread the lowest real-time priority

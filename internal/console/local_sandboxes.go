@@ -35,6 +35,9 @@ type LocalSandboxes struct {
 	// Sandboxes is the directory holding one directory per sandbox, made
 	// for this run outside the data directory and removed by Close.
 	Sandboxes string
+	// State is backend.json (0600): the address, API key and agentd
+	// token, which the start-up log names instead of printing them.
+	State string
 }
 
 type localState struct {
@@ -104,7 +107,7 @@ func StartLocalSandboxesFrom(dataDir, agentdPath string, logger *slog.Logger) (*
 		_ = os.RemoveAll(work)
 		return nil, fmt.Errorf("local sandboxes: %w", err)
 	}
-	l := &LocalSandboxes{Server: srv, APIKey: st.APIKey, AgentdToken: st.AgentdToken, Sandboxes: work}
+	l := &LocalSandboxes{Server: srv, APIKey: st.APIKey, AgentdToken: st.AgentdToken, Sandboxes: work, State: statePath}
 	st.Addr = srv.Addr()
 	b, _ := json.Marshal(st)
 	if err := errors.Join(os.WriteFile(statePath, b, 0o600), os.Chmod(statePath, 0o600)); err != nil {
@@ -172,11 +175,13 @@ func findAgentd(dir string) (string, error) {
 }
 
 // Describe says, for the start-up log, what the backend is and how to
-// register it.
+// register it. The API key and agentd token are named by the file that
+// holds them, never printed: the agentd token runs commands as the
+// console's user, and logs travel further than the data directory.
 func (l *LocalSandboxes) Describe() string {
 	return fmt.Sprintf("LOCAL SANDBOX BACKEND (agentd processes on this machine, NO isolation; for trying Gatehouse only). "+
-		"Register a sandbox environment with: API URL %s, proxy base URL %s, scheme http, API key %s, agentd token %s, then import template \"base\" (the environments page does all this in one action).",
-		l.Server.URL(), l.Server.ProxyURL(), l.APIKey, l.AgentdToken)
+		"The environments page registers it in one action; by hand: API URL %s, proxy base URL %s, scheme http, the API key (api_key) and agentd token (agentd_token) in %s, then import template \"base\".",
+		l.Server.URL(), l.Server.ProxyURL(), l.State)
 }
 
 // localTemplate is the backend template the local backend offers.

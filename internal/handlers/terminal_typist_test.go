@@ -414,8 +414,8 @@ func TestTerminalPromise(t *testing.T) {
 	page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", f.session),
 		cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["member"]}}})
 	wantStatus(t, "session page", page, http.StatusOK)
-	for _, claim := range []string{"recorded with who typed it before the shell gets it", "joining or leaving it, are audited",
-		"searchable within seconds", "Commands run inside the shell are in the recording, not each in the audit log",
+	for _, claim := range []string{"recorded with who typed it before the shell gets it", "joining or leaving it, and each program the shell starts",
+		"searchable within seconds", "Builtins such as cd, and what those programs start in turn, are in the recording only",
 		`href="/docs/sessions#in-the-terminal-what-is-recorded-and-audited"`} {
 		if !strings.Contains(string(page.body), claim) {
 			t.Errorf("the terminal's sentence lacks %q", claim)
@@ -423,6 +423,12 @@ func TestTerminalPromise(t *testing.T) {
 	}
 	if strings.Contains(string(page.body), "Every keystroke and command is authorized, recorded and audited") {
 		t.Error("the terminal still claims every command is audited")
+	}
+	// Since agentd reports what a shell runs (TestTerminalCommandsAudited
+	// proves the terminal.command events), saying they are not audited
+	// would be false.
+	if strings.Contains(string(page.body), "not each in the audit log") {
+		t.Error("the terminal says the programs run in it are not audited")
 	}
 	doc := f.e.do(request{method: http.MethodGet, path: "/docs/sessions"})
 	wantStatus(t, "sessions doc", doc, http.StatusOK)

@@ -37,6 +37,29 @@ func countsAsOutput(stream string) bool {
 	return stream != StreamGap && stream != StreamExec && stream != StreamTypist
 }
 
+// shellProgram is a program a shell started directly, as one batch's exec
+// records tell: its exec record, when it started, its exit code when its
+// exit record came in the same batch.
+type shellProgram struct {
+	rec agentd.ExecRecord
+	at  time.Time
+	end *int
+	// seen is when the console received the record (its chunk's time).
+	seen time.Time
+}
+
+// typedAt is the moment whose typist a program is attributed to: when
+// agentd says it started, but never after the console received its
+// record. agentd's clock is the host's (or a sandbox's), not the
+// console's that stamps keystrokes: a host clock running ahead would
+// otherwise blame whoever typed after the program started.
+func (p *shellProgram) typedAt() time.Time {
+	if !p.seen.IsZero() && p.at.After(p.seen) {
+		return p.seen
+	}
+	return p.at
+}
+
 // terminalCommandsTx appends the terminal.command events of the exec
 // records among fresh (chunks being stored for command c) inside tx: one
 // per program a direct child of c's shell (its leader, or an interactive
@@ -51,13 +74,8 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 	if log == nil || !c.TTY {
 		return nil
 	}
-	type pending struct {
-		rec agentd.ExecRecord
-		at  time.Time
-		end *int
-	}
-	var events []*pending
-	byPID := map[int]*pending{}
+	var events []*shellProgram
+	byPID := map[int]*shellProgram{}
 	for _, ch := range fresh {
 		if ch.Stream != StreamExec {
 			continue
@@ -66,7 +84,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		for _, r := range recs {
 			switch {
 			case r.Type == agentd.ExecRecordExec && r.ShellChild && r.First:
-				p := &pending{rec: r, at: r.Time}
+				p := &shellProgram{rec: r, at: r.Time, seen: ch.At}
 				if p.at.IsZero() {
 					p.at = ch.At
 				}
@@ -79,8 +97,20 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 			}
 		}
 	}
+	// A loop at a prompt (for i in $(seq 100000); do /bin/true; done)
+	// starts programs as fast as the kernel forks: past the first
+	// MaxTerminalCommandsPerBatch of a batch, its programs are one
+	// coalesced event, so the audit log grows with the batches stored
+	// (each a poll of agentd), not with the processes a shell can start.
+	// Every one of them stays in the recording's exec stream.
+	if len(events) > MaxTerminalCommandsPerBatch {
+		if err := coalescedCommandsTx(ctx, tx, log, c, events[MaxTerminalCommandsPerBatch:]); err != nil {
+			return err
+		}
+		events = events[:MaxTerminalCommandsPerBatch]
+	}
 	for _, p := range events {
-		typist, err := typistBefore(ctx, tx, c, p.at)
+		typist, err := typistBefore(ctx, tx, c, p.typedAt())
 		if err != nil {
 			return err
 		}
@@ -105,6 +135,33 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 			Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
 			return fmt.Errorf("audit terminal command: %w", err)
 		}
+	}
+	return nil
+}
+
+// MaxTerminalCommandsPerBatch bounds the terminal.command events of one
+// stored batch of a command's output that name one program each; the
+// rest of the batch's shell children are one event with "coalesced".
+const MaxTerminalCommandsPerBatch = 100
+
+// coalescedCommandsTx writes the one terminal.command event standing for
+// rest (programs of one batch past MaxTerminalCommandsPerBatch): how
+// many, the first and last of them, and the typist before the last.
+func coalescedCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Command, rest []*shellProgram) error {
+	first, firstAt := rest[0].rec, rest[0].at
+	last, lastAt := rest[len(rest)-1].rec, rest[len(rest)-1].at
+	typist, err := typistBefore(ctx, tx, c, rest[len(rest)-1].typedAt())
+	if err != nil {
+		return err
+	}
+	details := map[string]any{"session_id": c.SessionID, "command_id": c.ID, "coalesced": len(rest),
+		"first_argv": first.Argv, "first_at": firstAt.UTC().Format(time.RFC3339Nano),
+		"last_argv": last.Argv, "at": lastAt.UTC().Format(time.RFC3339Nano)}
+	name := strconv.Itoa(len(rest)) + " more programs, the last " + strings.TrimPrefix(agentd.ExecLine(last), "$ ")
+	if _, err := log.AppendTx(ctx, tx, audit.Event{Actor: typist, Action: ActionTerminalCommand,
+		Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(name, terminalCommandName)},
+		Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
+		return fmt.Errorf("audit coalesced terminal commands: %w", err)
 	}
 	return nil
 }

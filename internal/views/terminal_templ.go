@@ -100,7 +100,7 @@ func SessionTerminal(d TerminalData) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<span data-testid=\"terminal-promise\">Everything typed here is checked and recorded with who typed it before the shell gets it; opening this shell, and joining or leaving it, are audited. Its output is kept for replay and is searchable within seconds. Commands run inside the shell are in the recording, not each in the audit log.</span> <a href=\"/docs/sessions#in-the-terminal-what-is-recorded-and-audited\">What is recorded and audited</a>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<span data-testid=\"terminal-promise\">Everything typed here is checked and recorded with who typed it before the shell gets it; opening this shell, joining or leaving it, and each program the shell starts (where this environment reports them) are audited. Builtins such as cd, and what those programs start in turn, are in the recording only. Its output is kept for replay and is searchable within seconds.</span> <a href=\"/docs/sessions#in-the-terminal-what-is-recorded-and-audited\">What is recorded and audited</a>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

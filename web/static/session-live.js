@@ -3,7 +3,11 @@
 // command list) are fetched again from the page's own address every few
 // seconds while the page is visible, and soon after each terminal event
 // (attached, a command line entered, the end), and replaced when
-// they changed. Nothing is fetched once the session is closed or lost.
+// they changed. Nothing is fetched once the session is closed or lost, nor
+// once the page can no longer be read as itself: a refusal (access
+// removed: each refused read is an audited denial, and a tab left open
+// would write one every few seconds for ever) or a redirect (signed out).
+// document.body.dataset.live then says "stopped".
 (function () {
   "use strict";
   if (window.ghSessionLive) return;
@@ -16,6 +20,13 @@
     var st = doc.querySelector('[data-testid="session-state"]');
     var s = st ? st.textContent.trim() : "";
     return s === "closed" || s === "lost";
+  }
+
+  function stop() {
+    done = true;
+    if (timer !== null) clearTimeout(timer);
+    timer = null;
+    document.body.dataset.live = "stopped";
   }
 
   function swap(doc) {
@@ -39,13 +50,18 @@
     busy = true;
     fetch(location.pathname, { credentials: "same-origin", headers: { Accept: "text/html" } })
       .then(function (r) {
+        if (r.redirected || (r.status >= 400 && r.status < 500 && r.status !== 408 && r.status !== 429)) {
+          stop();
+          return null;
+        }
         if (!r.ok) throw new Error(String(r.status));
         return r.text();
       })
       .then(function (html) {
+        if (html === null) return;
         var doc = new DOMParser().parseFromString(html, "text/html");
         swap(doc);
-        if (final(doc)) done = true;
+        if (final(doc)) stop();
       })
       .catch(function () { /* the next round tries again */ })
       .then(function () {
