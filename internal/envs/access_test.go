@@ -207,12 +207,15 @@ var manages = map[string]bool{"Manageable": true, "Update": true, "Delete": true
 
 // unguardedEnvMethods take no actor, and why that is safe.
 var unguardedEnvMethods = map[string]string{
-	"Check":          "probes an environment the caller already holds (loaded through Get/Test, or by the system health checker)",
-	"CheckAndRecord": "records a probe of an environment the caller already holds; called by Test and the system health checker",
-	"RecordHealth":   "the health checker's write, as the system",
-	"AgentdToken":    "opens the secret of an environment the caller already holds, for the gateway's injection; never returned to clients",
-	"Agentd":         "builds a client for an environment the caller already holds",
-	"Backend":        "builds a client for an environment the caller already holds",
+	"Check":              "probes an environment the caller already holds (loaded through Get/Test, or by the system health checker)",
+	"CheckAndRecord":     "records a probe of an environment the caller already holds; called by Test and the system health checker",
+	"RecordHealth":       "the health checker's write, as the system",
+	"AgentdToken":        "opens the secret of an environment the caller already holds, for the gateway's injection; never returned to clients",
+	"Agentd":             "builds a client for an environment the caller already holds",
+	"Backend":            "builds a client for an environment the caller already holds",
+	"RecordStartFailure": "the session lifecycle's write, as the system, about an environment the caller's session already resolved",
+	"ImportInputFor":     "reads a template from the console's own local backend (settings the server holds, not the caller's), only after CanCreateShared allowed the caller; envs.Create then decides",
+	"ClearStartFailure":  "the session lifecycle's write, as the system, once a sandbox started in an environment already resolved",
 }
 
 func TestEveryEnvMethodIsAuthorized(t *testing.T) {
