@@ -85,6 +85,9 @@ type Gateway struct {
 	resizes resizeWindows
 	// attached knows who is attached to which command (attach.go).
 	attached attachments
+	// inputs knows where the input chain of each command written to here
+	// ends, for one-statement keystrokes (stdin.go).
+	inputs inputHeads
 
 	// known remembers what never changes about a command (its session and
 	// agentd's id for it), so output polls and keystrokes need no

@@ -179,7 +179,9 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	}
 	// From here the command may be running whatever agentd answered: the
 	// follower finds out and records it, starting from agentd's answer.
+	// Its input chain is empty: its first keystroke is one statement.
 	g.remember(org, cmd)
+	g.inputs.store(knownKey{db: org.DB, id: cmd.ID}, cmd)
 	if err != nil {
 		// No answer: the follower reads the command, and sends the create
 		// again while agentd does not know it.
@@ -395,7 +397,7 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, m Meta, se
 		}
 		// One commit, which also checks the command is this session's and
 		// still running; closing stdin is recorded too.
-		if c, err = recordings.AppendInput(ctx, org.DB, sessionID, commandID, data, eof, g.now(), recordings.TypistOf(&a.Principal)); err != nil {
+		if c, err = g.appendInput(ctx, org, recordings.TypistOf(&a.Principal), sessionID, commandID, data, eof); err != nil {
 			return durable(err)
 		}
 	}

@@ -277,6 +277,8 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 // every frame says who typed it. With the command's StdinContent false
 // only the size is kept (the org's setting); the typist always is. A
 // command of another session is not found; one that ended is a conflict.
+// It reads the command under a lock first; AppendInputAfter is the
+// one-statement form for a writer that knows the input chain's head.
 func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, eof bool, at time.Time, typist Typist) (Command, error) {
 	var c Command
 	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
@@ -295,41 +297,64 @@ func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []b
 		if len(data) == 0 && !eof {
 			return nil
 		}
-		seq := uint64(c.InSeq) + 1
-		chunks := []Chunk{{Seq: seq, Stream: StreamTypist, At: at, Data: encodeTypist(typist)}}
-		if len(data) > 0 {
-			seq++
-			ch := Chunk{Seq: seq, Stream: StreamStdin, At: at, Data: data}
-			if !c.StdinContent {
-				ch.Data = nil
-			}
-			chunks = append(chunks, ch)
-		}
-		if eof {
-			seq++
-			chunks = append(chunks, Chunk{Seq: seq, Stream: StreamEOF, At: at})
-		}
-		body, head, raw, err := encodeFrame(c.InHash, chunks)
+		f, err := planInput(id, HeadOf(c), data, eof, at, typist)
 		if err != nil {
 			return err
 		}
-		f := frame{CommandID: id, Kind: KindIn, FirstSeq: int64(chunks[0].Seq), LastSeq: int64(seq), StartedAt: at.UTC(),
-			RawBytes: raw, Body: body, PrevHash: c.InHash, Hash: head}
 		if err := tx.Create(&f).Error; err != nil {
 			return fmt.Errorf("store input frame: %w", err)
 		}
 		res := tx.Model(&Command{}).Where("id = ? AND in_seq = ?", id, c.InSeq).
-			Updates(map[string]any{"in_seq": seq, "in_hash": head, "in_bytes": c.InBytes + int64(len(data))})
+			Updates(map[string]any{"in_seq": f.LastSeq, "in_hash": f.Hash, "in_bytes": c.InBytes + int64(len(data))})
 		if res.Error != nil {
 			return res.Error
 		}
 		if res.RowsAffected != 1 {
 			return fmt.Errorf("record stdin of command %d: raced with another writer", id)
 		}
-		c.InSeq, c.InHash, c.InBytes = int64(seq), head, c.InBytes+int64(len(data))
+		c.InSeq, c.InHash, c.InBytes = f.LastSeq, f.Hash, c.InBytes+int64(len(data))
 		return nil
 	})
 	return c, err
+}
+
+// InputHead is where a running command's input chain stands, and whether
+// its stdin content is kept: all a writer needs to store the next stdin
+// frame without reading the command first.
+type InputHead struct {
+	Seq          int64
+	Hash         string
+	StdinContent bool
+}
+
+// HeadOf is the input chain head of c as read or written.
+func HeadOf(c Command) InputHead {
+	return InputHead{Seq: c.InSeq, Hash: c.InHash, StdinContent: c.StdinContent}
+}
+
+// planInput is the frame of one stdin write after head: the typist, the
+// data (its size only when content is not kept), and the end of stdin.
+func planInput(id int64, head InputHead, data []byte, eof bool, at time.Time, typist Typist) (frame, error) {
+	seq := uint64(head.Seq) + 1
+	chunks := []Chunk{{Seq: seq, Stream: StreamTypist, At: at, Data: encodeTypist(typist)}}
+	if len(data) > 0 {
+		seq++
+		ch := Chunk{Seq: seq, Stream: StreamStdin, At: at, Data: data}
+		if !head.StdinContent {
+			ch.Data = nil
+		}
+		chunks = append(chunks, ch)
+	}
+	if eof {
+		seq++
+		chunks = append(chunks, Chunk{Seq: seq, Stream: StreamEOF, At: at})
+	}
+	body, hash, raw, err := encodeFrame(head.Hash, chunks)
+	if err != nil {
+		return frame{}, err
+	}
+	return frame{CommandID: id, Kind: KindIn, FirstSeq: int64(chunks[0].Seq), LastSeq: int64(seq), StartedAt: at.UTC(),
+		RawBytes: raw, Body: body, PrevHash: head.Hash, Hash: hash}, nil
 }
 
 // End is how a command ended.
