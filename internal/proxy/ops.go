@@ -266,7 +266,18 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	defer stop()
 	// The command's follower on this replica read its output already:
 	// polls are answered from that, and agentd serves each byte once.
+	until := time.Now().Add(wait) // the wait is real time, whatever the clock
 	resp, st, err := g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, wait)
+	// An answer holding only exec records (which readers are not given)
+	// is no reason to end the wait: it goes on past them.
+	for err == nil && st == recorder.LiveAnswered && onlyExecRecords(resp) {
+		left := time.Until(until)
+		if left <= 0 {
+			break
+		}
+		cursor = resp.NextCursor
+		resp, st, err = g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, left)
+	}
 	switch {
 	case err == nil && st == recorder.LiveAnswered:
 		out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
@@ -291,10 +302,7 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		if c, gerr := recordings.Get(ctx, org.DB, commandID); gerr == nil && c.Ended() {
 			return g.fromRecording(ctx, org, c, cursor)
 		}
-		// An answer holding only exec records (which readers are not
-		// given) is no reason to end the wait: it goes on past them.
-		until := time.Now().Add(wait) // the wait is real time, whatever the clock
-		resp, err = g.peek(pctx, t, k.agentdID, cursor, wait)
+		resp, err = g.peek(pctx, t, k.agentdID, cursor, max(time.Until(until), 0))
 		for err == nil && onlyExecRecords(resp) {
 			left := time.Until(until)
 			if left <= 0 {
