@@ -196,9 +196,11 @@ func TestTerminalHostileAgentdAnswers(t *testing.T) {
 				// A file read without a length, going on past the 1 MiB asked.
 				w.Header().Set(agentd.FileHeaderSize, strconv.Itoa(huge))
 				h.send(w, huge, fill)
-			case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/sessions/") && r.URL.Query().Get("ack") == "false":
-				// A reader's poll answered with 48 MiB of binary output,
-				// each frame honest, announced in the Content-Length.
+			case r.Method == http.MethodGet && strings.HasPrefix(r.URL.Path, "/v1/sessions/"):
+				// Every output read (the recorder's, and a reader's peek
+				// once the recorder is stalled) answered with 48 MiB of
+				// binary output, each frame honest, announced in the
+				// Content-Length.
 				const frames = huge / (13 + 64<<10)
 				w.Header().Set("Content-Type", agentd.ChunksMediaType)
 				w.Header().Set("Content-Length", strconv.Itoa(len(head)+frames*(13+len(fill))))
@@ -245,7 +247,18 @@ func TestTerminalHostileAgentdAnswers(t *testing.T) {
 			wantStatus(t, "exec", r, http.StatusCreated)
 			var o outputJSON
 			r.decode(t, &o)
-			tooLarge(t, "poll", f.call(http.MethodGet, path("/commands/%d/output?cursor=0", o.CommandID), "member", nil))
+			// Clients are answered from what the recorder read; its read
+			// is refused (too large), so it stalls and a client's poll
+			// reads agentd itself, and is refused the same way. Until the
+			// recorder has tried, a poll may answer that nothing came.
+			var poll response
+			for deadline := time.Now().Add(30 * time.Second); ; {
+				poll = f.call(http.MethodGet, path("/commands/%d/output?cursor=0&wait_ms=200", o.CommandID), "member", nil)
+				if poll.status != http.StatusOK || time.Now().After(deadline) {
+					break
+				}
+			}
+			tooLarge(t, "poll", poll)
 			wantStatus(t, "kill", f.call(http.MethodDelete, path("/commands/%d", o.CommandID), "member", nil), http.StatusOK)
 		})
 		t.Run("a file read going on past what was asked", func(t *testing.T) {

@@ -55,7 +55,8 @@ var configTables = map[string]bool{"agents": true, "agent_environments": true, "
 // healthColumns are what an environment's health check writes: bookkeeping
 // that changes no Target, and is written every check interval.
 var healthColumns = map[string]bool{"health_status": true, "health_error": true, "health_checked_at": true,
-	"health_changed_at": true, "health_latency_ms": true, "agentd_version": true, "active_sessions": true}
+	"health_changed_at": true, "health_latency_ms": true, "agentd_version": true, "active_sessions": true,
+	"exec_reporting": true, "exec_reporting_reason": true}
 
 // rawConfigWrite matches hand-written SQL that changes a config table.
 var rawConfigWrite = regexp.MustCompile("(?is)^\\s*(insert\\s+into|update|delete\\s+from)\\s+[\"`]?(agents|agent_environments|environments)\\b")
