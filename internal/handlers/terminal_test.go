@@ -367,6 +367,7 @@ type commandHistory struct {
 	ExitCode   *int   `json:"exit_code"`
 	InputBytes int64  `json:"input_bytes"`
 	Output     int64  `json:"output_bytes"`
+	Reason     string `json:"reason"`
 }
 
 // waitCommandEnded waits until the follower recorded the command's end.

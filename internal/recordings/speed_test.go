@@ -62,6 +62,7 @@ func TestExecRoundTrips(t *testing.T) {
 			}
 			ctx, trips := store.CountTrips(context.Background())
 			c := newCommand(1)
+			c.ActorVia = "api_key:7"
 			if err := recordings.StartAudited(ctx, db, log, execChecks(allow), c, execEvent); err != nil {
 				t.Fatal(err)
 			}
@@ -74,7 +75,10 @@ func TestExecRoundTrips(t *testing.T) {
 				t.Fatalf("an exec's commit is not one transaction (%d BEGIN, %d COMMIT):\n%s", begins, commits, sent)
 			}
 			got, err := recordings.Get(context.Background(), db, c.ID)
-			if err != nil || got.AgentdID != "gh-speed-1" || got.State != recordings.StateRunning || got.LeaseOwner != "me" {
+			// Not acknowledged by agentd yet (the column's default is for
+			// older rows), and with the opener's credential.
+			if err != nil || got.AgentdID != "gh-speed-1" || got.State != recordings.StateRunning || got.LeaseOwner != "me" ||
+				got.Acked || got.ActorVia != "api_key:7" {
 				t.Fatalf("recorded %+v, %v", got, err)
 			}
 			evs, err := log.Query(context.Background(), audit.Filter{Action: "command.exec"}, 0, 1)

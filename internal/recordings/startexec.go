@@ -122,10 +122,12 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 		action = e.Action
 		insert, args := log.InsertSQL(e)
 		b = &pgx.Batch{}
-		b.Queue(`INSERT INTO commands (id, session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, started_at,
-			state, stdin_content, lease_owner, lease_until) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)`,
-			c.ID, c.SessionID, c.AgentdID, c.Command, c.Cwd, c.TTY, c.ActorType, c.ActorID, c.ActorName, c.StartedAt,
-			c.State, c.StdinContent, c.LeaseOwner, utcPtr(c.LeaseUntil))
+		// Every column gorm's create would write: agentd_acked's default
+		// is TRUE (for rows older than it), and a new command is not.
+		b.Queue(`INSERT INTO commands (id, session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, actor_via, started_at,
+			state, stdin_content, lease_owner, lease_until, agentd_acked) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
+			c.ID, c.SessionID, c.AgentdID, c.Command, c.Cwd, c.TTY, c.ActorType, c.ActorID, c.ActorName, c.ActorVia, c.StartedAt,
+			c.State, c.StdinContent, c.LeaseOwner, utcPtr(c.LeaseUntil), c.Acked)
 		b.Queue(insert, args...)
 		b.Queue("COMMIT")
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
