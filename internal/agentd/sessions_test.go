@@ -394,7 +394,14 @@ func TestCloseKillsRunningGroups(t *testing.T) {
 	var out streams
 	waitOutput(t, c, resp.SessionID, 0, &out, "started")
 	srv.Close()
-	final, err := c.Poll(testCtx(t), resp.SessionID, 0, 0)
+	// The session's end is recorded once its shell's exit has been seen
+	// (exec records of everything before it are in by then): a moment
+	// after Close on a loaded machine.
+	var final *agentd.SessionResponse
+	eventually(t, "the session to end", func() bool {
+		final, err = c.Poll(testCtx(t), resp.SessionID, 0, 0)
+		return err != nil || final.State != agentd.StateRunning
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

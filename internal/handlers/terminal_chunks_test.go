@@ -92,7 +92,13 @@ func TestOutputInAgentdFraming(t *testing.T) {
 				t.Fatalf("waiting for the first output: %+v", live)
 			}
 		}
-		same("while running", live, decodeJSON(poll(cid, 0, "application/json")))
+		js := decodeJSON(poll(cid, 0, "application/json"))
+		if js.NextCursor > live.NextCursor && len(js.Chunks) == len(live.Chunks) {
+			// agentd's exec records (never given to readers) arrived
+			// between the two polls: the cursor moved past them.
+			js.NextCursor = live.NextCursor
+		}
+		same("while running", live, js)
 		wantStatus(t, "let it finish", f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", cid), "member", map[string]any{"text": "go\n"}), http.StatusNoContent)
 
 		got := map[string]*bytes.Buffer{}
