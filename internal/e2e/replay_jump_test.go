@@ -25,8 +25,10 @@ func (o *recOrg) typeIntoShell(t *testing.T, lines ...string) int64 {
 	var started struct {
 		CommandID int64 `json:"command_id"`
 	}
+	// A home of its own: the machine's own login files (a root .bashrc
+	// running pyenv's hundred programs) are not what this test reads.
 	callAPI(t, o.srv.url, http.MethodPost, base, o.member, map[string]any{"command": terminal.ShellCommand, "tty": true, "stdin": true,
-		"rows": 30, "cols": 120}, http.StatusCreated, &started)
+		"rows": 30, "cols": 120, "env": map[string]string{"HOME": t.TempDir(), "SHELL": "/bin/bash"}}, http.StatusCreated, &started)
 	cid := started.CommandID
 	var out bytes.Buffer
 	cursor := uint64(0)
