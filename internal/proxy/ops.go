@@ -216,6 +216,21 @@ func terminalChunks(chunks []agentd.Chunk) []agentd.Chunk {
 	return out
 }
 
+// pastExecRecords reads output after cursor with read until until: an
+// answer holding only exec records (which readers are not given) is no
+// reason to end the wait, so it reads on past them.
+func pastExecRecords(until time.Time, cursor uint64, read func(cursor uint64, wait time.Duration) (*agentd.SessionResponse, error)) (*agentd.SessionResponse, error) {
+	resp, err := read(cursor, max(time.Until(until), 0))
+	for err == nil && resp != nil && onlyExecRecords(resp) {
+		left := time.Until(until)
+		if left <= 0 {
+			break
+		}
+		resp, err = read(resp.NextCursor, left)
+	}
+	return resp, err
+}
+
 // onlyExecRecords reports an answer of a running command whose chunks are
 // all exec records, with nothing after them yet.
 func onlyExecRecords(r *agentd.SessionResponse) bool {
@@ -267,17 +282,14 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 	// The command's follower on this replica read its output already:
 	// polls are answered from that, and agentd serves each byte once.
 	until := time.Now().Add(wait) // the wait is real time, whatever the clock
-	resp, st, err := g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, wait)
-	// An answer holding only exec records (which readers are not given)
-	// is no reason to end the wait: it goes on past them.
-	for err == nil && st == recorder.LiveAnswered && onlyExecRecords(resp) {
-		left := time.Until(until)
-		if left <= 0 {
-			break
+	var st recorder.LiveStatus
+	resp, err := pastExecRecords(until, cursor, func(cursor uint64, wait time.Duration) (r *agentd.SessionResponse, err error) {
+		r, st, err = g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, wait)
+		if st != recorder.LiveAnswered {
+			return nil, err // nothing to go on past
 		}
-		cursor = resp.NextCursor
-		resp, st, err = g.Followers.ReadLive(pctx, org.Slug, org.DB, commandID, cursor, left)
-	}
+		return r, err
+	})
 	switch {
 	case err == nil && st == recorder.LiveAnswered:
 		out := toOutput(recordings.Command{ID: commandID, SessionID: sessionID}, resp)
@@ -302,15 +314,9 @@ func (g *Gateway) Poll(ctx context.Context, org Org, a *authz.Actor, sessionID, 
 		if c, gerr := recordings.Get(ctx, org.DB, commandID); gerr == nil && c.Ended() {
 			return g.fromRecording(ctx, org, c, cursor)
 		}
-		resp, err = g.peek(pctx, t, k.agentdID, cursor, max(time.Until(until), 0))
-		for err == nil && onlyExecRecords(resp) {
-			left := time.Until(until)
-			if left <= 0 {
-				break
-			}
-			cursor = resp.NextCursor
-			resp, err = g.peek(pctx, t, k.agentdID, cursor, left)
-		}
+		resp, err = pastExecRecords(until, cursor, func(cursor uint64, wait time.Duration) (*agentd.SessionResponse, error) {
+			return g.peek(pctx, t, k.agentdID, cursor, wait)
+		})
 	}
 	var ae *agentd.Error
 	if errors.As(err, &ae) && ae.Unknown() {
