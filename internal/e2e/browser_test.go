@@ -48,8 +48,14 @@ func chromium(t *testing.T) string {
 }
 
 // newBrowser starts a private headless Chromium for one test and returns a
-// tab context bounded by a deadline.
+// tab context bounded by a deadline of 90 s.
 func newBrowser(t *testing.T) context.Context {
+	t.Helper()
+	return newBrowserFor(t, 90*time.Second)
+}
+
+// newBrowserFor is newBrowser with the whole test's deadline given.
+func newBrowserFor(t *testing.T, deadline time.Duration) context.Context {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(chromium(t)),
@@ -63,7 +69,7 @@ func newBrowser(t *testing.T) context.Context {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 800),
 	)
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
 	t.Cleanup(cancel)
 	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
 	t.Cleanup(acancel)

@@ -288,28 +288,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 // once on two cores) slows it down without failing it.
 func newJourneyBrowser(t *testing.T) context.Context {
 	t.Helper()
-	opts := append(chromedp.DefaultExecAllocatorOptions[:],
-		chromedp.ExecPath(chromium(t)),
-		chromedp.NoSandbox,
-		chromedp.DisableGPU,
-		chromedp.Flag("disable-background-networking", true),
-		chromedp.Flag("disable-quic", true),
-		chromedp.NoFirstRun,
-		chromedp.Flag("disable-component-update", true),
-		chromedp.Flag("disable-sync", true),
-		chromedp.UserDataDir(t.TempDir()),
-		chromedp.WindowSize(1200, 800),
-	)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	t.Cleanup(cancel)
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	t.Cleanup(acancel)
-	bctx, bcancel := chromedp.NewContext(actx, chromedp.WithErrorf(t.Logf))
-	t.Cleanup(bcancel)
-	if err := chromedp.Do(bctx); err != nil {
-		t.Fatalf("start Chromium (%s): %v", chromium(t), err)
-	}
-	return bctx
+	return newBrowserFor(t, 3*time.Minute)
 }
 
 // waitContains waits until the element's text contains want, across the
