@@ -52,10 +52,10 @@ func freshChunks(c Command, out Output) []Chunk {
 }
 
 // planAppend works out what storing out after c takes: the frame of its
-// new chunks (nil when none), the command's updated columns, and c as it
+// new chunks (nil when none), those chunks, the command's updated columns, and c as it
 // will be once they are written. Chunks at or below c's cursor are
 // skipped, so a batch read twice is never stored twice.
-func planAppend(c Command, out Output) (*frame, map[string]any, Command, error) {
+func planAppend(c Command, out Output) (*frame, []Chunk, map[string]any, Command, error) {
 	updates := map[string]any{}
 	if !c.Acked {
 		// Whatever is stored here, agentd answered for the command.
@@ -63,11 +63,11 @@ func planAppend(c Command, out Output) (*frame, map[string]any, Command, error) 
 	}
 	fresh := freshChunks(c, out)
 	if len(fresh) == 0 {
-		return nil, updates, c, nil
+		return nil, nil, updates, c, nil
 	}
 	body, head, raw, err := encodeFrame(c.OutHash, fresh)
 	if err != nil {
-		return nil, nil, c, err
+		return nil, nil, nil, c, err
 	}
 	f := &frame{CommandID: c.ID, Kind: KindOut, FirstSeq: int64(fresh[0].Seq), LastSeq: int64(fresh[len(fresh)-1].Seq),
 		StartedAt: fresh[0].At.UTC(), RawBytes: raw, Body: body, PrevHash: c.OutHash, Hash: head}
@@ -83,7 +83,7 @@ func planAppend(c Command, out Output) (*frame, map[string]any, Command, error) 
 	c.Truncated = c.Truncated || out.Dropped > 0
 	updates["out_hash"], updates["last_chunk"], updates["out_bytes"] = c.OutHash, c.LastChunk, c.OutBytes
 	updates["dropped_bytes"], updates["truncated"] = c.DroppedBytes, c.Truncated
-	return f, updates, c, nil
+	return f, fresh, updates, c, nil
 }
 
 // AppendFollowed stores a batch of output after c, the command as its
@@ -95,11 +95,11 @@ func planAppend(c Command, out Output) (*frame, map[string]any, Command, error) 
 // the command ended, the lease lost), it falls back to AppendOutput,
 // which reads it under a lock and decides.
 func AppendFollowed(ctx context.Context, db *gorm.DB, c Command, owner string, out Output) (Command, error) {
-	f, updates, next, err := planAppend(c, out)
+	f, fresh, updates, next, err := planAppend(c, out)
 	if err != nil {
 		return c, err
 	}
-	if fresh := freshChunks(c, out); indexDue(c, c.LastChunk, fresh, indexTime(fresh)) || auditsCommands(c, out, fresh) {
+	if indexDue(c, c.LastChunk, fresh, indexTime(fresh)) || auditsCommands(c, out, fresh) {
 		// The search entry is written with this batch (at most once per
 		// IndexEvery per command): the locking form, which reads what
 		// the entry needs under the row's lock.

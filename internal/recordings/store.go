@@ -239,8 +239,7 @@ func lockOwned(tx *gorm.DB, id int64, owner string) (Command, error) {
 // (with extra updates) inside tx.
 func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any) error {
 	prev := *c
-	fresh := freshChunks(prev, out)
-	f, more, next, err := planAppend(prev, out)
+	f, fresh, more, next, err := planAppend(prev, out)
 	if err != nil {
 		return err
 	}
