@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 
@@ -117,6 +118,28 @@ func TestTerminalFileWrite(t *testing.T) {
 					}
 				}
 			}
+		})
+
+		t.Run("a pinned fetch that does not match writes nothing", func(t *testing.T) {
+			payload := []byte("downloaded skill")
+			src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { w.Write(payload) }))
+			defer src.Close()
+			got := sha256.Sum256(payload)
+			wrong := strings.Repeat("0", 64)
+			r := f.call(http.MethodPost, f.sessionPath("/files/fetch"), "member", map[string]any{"url": src.URL, "path": "pinned.txt", "sha256": wrong})
+			wantStatus(t, "mismatched fetch", r, http.StatusBadRequest)
+			e := r.envelope(t)
+			if e.Error.Code != "checksum_mismatch" || !strings.Contains(e.Error.Message, wrong) || !strings.Contains(e.Error.Message, hex.EncodeToString(got[:])) {
+				t.Fatalf("answer %s", r.body)
+			}
+			wantStatus(t, "the mismatched file", f.call(http.MethodGet, f.sessionPath("/files?path=pinned.txt"), "member", nil), http.StatusNotFound)
+			r = f.call(http.MethodPost, f.sessionPath("/files/fetch"), "member", map[string]any{"url": src.URL, "path": "pinned.txt", "sha256": hex.EncodeToString(got[:])})
+			wantStatus(t, "matching fetch", r, http.StatusOK)
+			if !strings.Contains(string(r.body), hex.EncodeToString(got[:])) {
+				t.Fatalf("answer %s", r.body)
+			}
+			r = f.call(http.MethodPost, f.sessionPath("/files/fetch"), "member", map[string]any{"url": src.URL, "path": "x", "sha256": "nothex"})
+			wantStatus(t, "a malformed pin", r, http.StatusBadRequest)
 		})
 
 		t.Run("nothing is forwarded when the audit record cannot be written", func(t *testing.T) {
