@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -116,6 +119,96 @@ func TestSandboxHasItsOwnAgentdToken(t *testing.T) {
 			if strings.Contains(text, tok) {
 				t.Errorf("%s holds the per-sandbox token", what)
 			}
+		}
+	})
+}
+
+// restartingLauncher runs each sandbox's agentd in process behind a
+// handler that restart swaps for a fresh agentd with the template's
+// token, as a sandbox whose agentd restarted would have.
+type restartingLauncher struct {
+	t     *testing.T
+	mu    sync.Mutex
+	procs []*restartingAgentd
+}
+
+type restartingAgentd struct {
+	t    *testing.T
+	root string
+	ts   *httptest.Server
+	srv  atomic.Pointer[agentd.Server]
+}
+
+func (l *restartingLauncher) Launch(_ context.Context, spec e2bfake.LaunchSpec) (e2bfake.Process, error) {
+	p := &restartingAgentd{t: l.t, root: spec.Workspace}
+	if err := p.restart(); err != nil {
+		return nil, err
+	}
+	p.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { p.srv.Load().Handler().ServeHTTP(w, r) }))
+	l.t.Cleanup(func() { p.Kill() })
+	l.mu.Lock()
+	l.procs = append(l.procs, p)
+	l.mu.Unlock()
+	return p, nil
+}
+
+// restart replaces the agentd with a fresh one taking the template token.
+func (p *restartingAgentd) restart() error {
+	srv, err := agentd.NewServer(agentd.Config{Token: e2bfaketest.Token, Root: p.root})
+	if err != nil {
+		return err
+	}
+	if old := p.srv.Swap(srv); old != nil {
+		old.Close()
+	}
+	return nil
+}
+
+func (p *restartingAgentd) Addr() string  { return p.ts.Listener.Addr().String() }
+func (p *restartingAgentd) PID() int      { return 0 }
+func (p *restartingAgentd) Freeze() error { return nil }
+func (p *restartingAgentd) Thaw() error   { return nil }
+func (p *restartingAgentd) Kill() error {
+	p.srv.Load().Close()
+	p.ts.Close()
+	return nil
+}
+
+// TestSandboxAgentdRestartCountsAsUnreachable: a sandbox's agentd that
+// restarted holds the template's token again and refuses the sandbox's
+// own: the gateway answers as for an unreachable environment and the
+// session starts counting toward its loss.
+func TestSandboxAgentdRestartCountsAsUnreachable(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		l := &restartingLauncher{t: t}
+		fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: l})
+		sid := f.sandboxSession(t, fake)
+		path := func(p string) string { return fmt.Sprintf("/sessions/%d%s", sid, p) }
+		r := f.call(http.MethodPost, path("/commands"), "member", map[string]any{"command": "echo before", "wait_ms": 10000})
+		wantStatus(t, "exec before the restart", r, http.StatusCreated)
+		l.mu.Lock()
+		procs := l.procs
+		l.mu.Unlock()
+		if len(procs) != 1 {
+			t.Fatalf("%d sandboxes started", len(procs))
+		}
+		if err := procs[0].restart(); err != nil {
+			t.Fatal(err)
+		}
+		r = f.call(http.MethodPost, path("/files/stat"), "member", map[string]any{"paths": []string{"."}})
+		wantStatus(t, "stat after the restart", r, http.StatusBadGateway)
+		if code := r.envelope(t).Error.Code; code != "environment_unreachable" {
+			t.Fatalf("code %q", code)
+		}
+		r = f.call(http.MethodGet, path(""), "member", nil)
+		var sess struct {
+			UnreachableSince *time.Time `json:"unreachable_since"`
+		}
+		r.decode(t, &sess)
+		if sess.UnreachableSince == nil {
+			t.Fatalf("the session does not count the refusal as unreachable: %s", r.body)
 		}
 	})
 }
