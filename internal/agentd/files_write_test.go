@@ -273,6 +273,7 @@ func TestWriteArchive(t *testing.T) {
 		{"symlink absolute", []entry{{name: "l", typ: tar.TypeSymlink, link: outside}}, agentd.ErrPathOutsideRoot, "absolute"},
 		{"write through a symlink", []entry{{name: "l", typ: tar.TypeSymlink, link: "."}, {name: "l/../../evil", body: "x"}}, agentd.ErrPathOutsideRoot, ""},
 		{"duplicate", []entry{{name: "a", body: "1"}, {name: "a", body: "2"}}, agentd.ErrBadRequest, "twice"},
+		{"backslash", []entry{{name: `a\..\..\evil`, body: "x"}}, agentd.ErrBadRequest, "backslash"},
 		{"too many entries", tooMany, agentd.ErrTooLarge, "more than 20 entries"},
 		{"bomb", []entry{bomb}, agentd.ErrTooLarge, "more than 1048576 bytes"},
 	}
@@ -285,6 +286,7 @@ func TestWriteArchive(t *testing.T) {
 		{"hard link out", []entry{{name: "h", typ: tar.TypeLink, link: "../outside/secret.txt"}}, agentd.ErrPathOutsideRoot, ""},
 		{"device", []entry{{name: "dev", typ: tar.TypeChar}}, agentd.ErrBadRequest, "device"},
 		{"fifo", []entry{{name: "p", typ: tar.TypeFifo}}, agentd.ErrBadRequest, "pipe"},
+		{"hard link to a later entry", []entry{{name: "h", typ: tar.TypeLink, link: "later"}, {name: "later", body: "x"}}, agentd.ErrBadRequest, "not earlier"},
 		{"hard link to a symlink", []entry{{name: "a/l", typ: tar.TypeSymlink, link: "../x"}, {name: "h", typ: tar.TypeLink, link: "a/l"}}, agentd.ErrBadRequest, "symbolic link"},
 	}
 	for _, format := range []string{agentd.ArchiveTarGz, agentd.ArchiveZip} {
