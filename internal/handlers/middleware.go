@@ -95,15 +95,20 @@ func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // limitBody caps every request body; decodeJSON turns the overflow into a
-// 400 that says so.
+// 400 that says so. The upload routes take one bundle or file (see
+// org_uploads.go).
 func limitBody(n int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
 			r := c.Request()
-			if r.ContentLength > n {
-				return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than the 1 MiB limit.")
+			limit, what := n, "the 1 MiB limit"
+			if isUploadRoute(c.Path()) {
+				limit, what = maxUploadBody, "the 50 MiB limit per bundle or file"
 			}
-			r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
+			if r.ContentLength > limit {
+				return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than %s.", what)
+			}
+			r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
 			return next(c)
 		}
 	}

@@ -20,12 +20,16 @@ CREATE TABLE agent_uploads (
 CREATE UNIQUE INDEX agent_uploads_name ON agent_uploads (agent_id, kind, name);
 
 -- What was put in a session's workspace and proven there. workspace names
--- the workspace prepared (a sandbox id, or the persistent directory): a
--- session whose workspace changes is prepared again. claim_token and
+-- the workspace prepared (a sandbox, a host directory, or a persistent
+-- directory mounted into the session's sandboxes): a session whose
+-- workspace changes is prepared again. sandbox_id is the sandbox it was
+-- last proven in: a new sandbox over a persistent directory is checked
+-- (one batch stat), not rewritten. claim_token and
 -- claimed_at let one caller of any replica prepare at a time.
 CREATE TABLE session_preparations (
     session_id BIGINT PRIMARY KEY REFERENCES sessions(id) ON DELETE CASCADE,
     workspace TEXT NOT NULL DEFAULT '',
+    sandbox_id TEXT NOT NULL DEFAULT '',
     status TEXT NOT NULL DEFAULT '',
     reason TEXT NOT NULL DEFAULT '',
     items TEXT NOT NULL DEFAULT '[]',
