@@ -57,6 +57,9 @@ type options struct {
 	memoryMax   int64
 	pidsMax     int64
 	privFetch   bool
+	writeMax    int64
+	unpackMax   int64
+	unpackFiles int
 	hardLinks   bool
 	version     bool
 
@@ -90,6 +93,9 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.StringVar(&o.cgroupDir, "cgroup-parent", "", "cgroup v2 directory for the session cgroups (default: agentd's own cgroup)")
 	fs.Int64Var(&o.memoryMax, "session-memory-max", 0, "memory.max of each session's cgroup in bytes (0: none; needs cgroups)")
 	fs.Int64Var(&o.pidsMax, "session-pids-max", 0, "pids.max of each session's cgroup (0: none; needs cgroups)")
+	fs.Int64Var(&o.writeMax, "write-max-bytes", agentd.DefaultWriteMaxBytes, "largest body of a file or archive upload (PUT /v1/files, /v1/files/archive)")
+	fs.Int64Var(&o.unpackMax, "unpack-max-bytes", agentd.DefaultUnpackMaxBytes, "most bytes one archive unpacks to, or one copy copies")
+	fs.IntVar(&o.unpackFiles, "unpack-max-files", agentd.DefaultUnpackMaxFiles, "most entries of one unpacked archive or copied tree")
 	fs.BoolVar(&o.privFetch, "fetch-allow-private-redirects", false, "let downloads follow redirects to loopback, link-local and metadata addresses")
 	fs.BoolVar(&o.hardLinks, "refuse-hard-links", false, "refuse file reads of files with more than one hard link (automatic with --run-as when fs.protected_hardlinks is off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
@@ -266,6 +272,9 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		SessionPidsMax:             o.pidsMax,
 		Subreaper:                  subreaperSupported,
 		FetchAllowPrivateRedirects: o.privFetch,
+		WriteMaxBytes:              o.writeMax,
+		UnpackMaxBytes:             o.unpackMax,
+		UnpackMaxFiles:             o.unpackFiles,
 		RefuseHardLinks:            o.hardLinks,
 		Logger:                     logger,
 	}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -243,6 +244,78 @@ func (c *Client) Fetch(ctx context.Context, req FetchRequest) (*FetchResponse, e
 	return &resp, nil
 }
 
+// WriteFile stores size bytes of body at path with mode (0: 0644),
+// replacing a file there once all of it arrived: agentd writes to a
+// temporary name and renames. size is the body's length (-1: unknown,
+// sent chunked).
+func (c *Client) WriteFile(ctx context.Context, path string, mode os.FileMode, body io.Reader, size int64) (*WriteResponse, error) {
+	q := url.Values{}
+	q.Set("path", path)
+	if mode != 0 {
+		q.Set("mode", fmt.Sprintf("%04o", mode.Perm()))
+	}
+	var resp WriteResponse
+	if err := c.doRaw(ctx, http.MethodPut, "/v1/files?"+q.Encode(), body, size, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// WriteArchive unpacks the archive in body (format ArchiveTarGz or
+// ArchiveZip, size bytes; -1: unknown) into the directory dir, replacing a
+// directory there.
+func (c *Client) WriteArchive(ctx context.Context, dir, format string, body io.Reader, size int64) (*WriteResponse, error) {
+	q := url.Values{}
+	q.Set("path", dir)
+	q.Set("format", format)
+	var resp WriteResponse
+	if err := c.doRaw(ctx, http.MethodPut, "/v1/files/archive?"+q.Encode(), body, size, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Copy makes agentd copy the file or tree at from (an absolute path in the
+// environment) to to.
+func (c *Client) Copy(ctx context.Context, from, to string) (*CopyResponse, error) {
+	var resp CopyResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/files/copy", CopyRequest{From: from, To: to}, &resp, MaxControlAnswer); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// Rekey replaces agentd's token with newToken (at least
+// MinRekeyTokenLength characters). It succeeds once per agentd process;
+// afterwards this Client's token is refused and a Client made with
+// newToken is needed. An agentd too old to know rekeys answers
+// ErrNotFound (Unknown); one already rekeyed ErrAlreadyRekeyed.
+func (c *Client) Rekey(ctx context.Context, newToken string) error {
+	return c.do(ctx, http.MethodPost, "/v1/token", RekeyRequest{Token: newToken}, nil, 0)
+}
+
+// doRaw sends body as raw bytes and decodes a JSON answer into out.
+func (c *Client) doRaw(ctx context.Context, method, path string, body io.Reader, size int64, out any) error {
+	if body == nil {
+		body, size = http.NoBody, 0
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, body)
+	if err != nil {
+		return err
+	}
+	req.ContentLength = size
+	if size == 0 {
+		req.Body = http.NoBody
+	}
+	req.Header.Set("Content-Type", "application/octet-stream")
+	resp, err := c.doRequest(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	return decodeAnswer(resp, out, MaxControlAnswer, method+" "+path)
+}
+
 // FileRange is a part of a file being read from agentd. The caller reads
 // Body and must close it.
 type FileRange struct {
@@ -371,6 +444,17 @@ func (c *Client) sendWith(ctx context.Context, method, path string, in any, acce
 	}
 	if accept != "" {
 		req.Header.Set("Accept", accept)
+	}
+	return c.doRequest(req)
+}
+
+// doRequest adds the client's headers and token, performs req and turns
+// error statuses into *Error.
+func (c *Client) doRequest(req *http.Request) (*http.Response, error) {
+	for k, v := range c.headers {
+		if req.Header.Get(k) == "" {
+			req.Header[k] = v
+		}
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	resp, err := c.http.Do(req)

@@ -19,6 +19,8 @@ const (
 	CodeNotATTY          = "not_a_tty"          // 409: resize on a non-TTY session
 	CodeIsDirectory      = "is_directory"       // 409: a file operation hit a directory
 	CodeIDInUse          = "id_in_use"          // 409: a session with the requested id exists
+	CodeAlreadyRekeyed   = "already_rekeyed"    // 409: POST /v1/token was already accepted once
+	CodeChecksumMismatch = "checksum_mismatch"  // 422: a download's SHA-256 differs from the pin
 	CodeTooLarge         = "too_large"          // 413: body or download over its limit
 	CodeTooManySessions  = "too_many_sessions"  // 429: concurrent session cap reached
 	CodeTTYUnsupported   = "tty_unsupported"    // 501: this platform has no PTY support
@@ -45,6 +47,8 @@ var (
 	ErrNotATTY          = errors.New("agentd: session has no tty")
 	ErrIsDirectory      = errors.New("agentd: is a directory")
 	ErrIDInUse          = errors.New("agentd: session id in use")
+	ErrAlreadyRekeyed   = errors.New("agentd: already rekeyed")
+	ErrChecksumMismatch = errors.New("agentd: checksum mismatch")
 	ErrTooLarge         = errors.New("agentd: too large")
 	ErrTooManySessions  = errors.New("agentd: too many sessions")
 	ErrTTYUnsupported   = errors.New("agentd: tty unsupported")
@@ -81,6 +85,10 @@ func codeInfo(code string) (int, error) {
 		return http.StatusConflict, ErrIsDirectory
 	case CodeIDInUse:
 		return http.StatusConflict, ErrIDInUse
+	case CodeAlreadyRekeyed:
+		return http.StatusConflict, ErrAlreadyRekeyed
+	case CodeChecksumMismatch:
+		return http.StatusUnprocessableEntity, ErrChecksumMismatch
 	case CodeTooLarge:
 		return http.StatusRequestEntityTooLarge, ErrTooLarge
 	case CodeTooManySessions:

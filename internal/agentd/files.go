@@ -24,6 +24,9 @@ type fileSystem struct {
 	// refuseLinked refuses reads of files with more than one hard link,
 	// which a command may have linked to a file it cannot read itself.
 	refuseLinked bool
+	// sourcesForOthers makes copies read only what others may read: set
+	// when commands run as another user than agentd's (see copyIn).
+	sourcesForOthers bool
 }
 
 func newFileSystem(dir string, refuseLinked bool) (*fileSystem, error) {
@@ -213,117 +216,101 @@ func fileType(m fs.FileMode) string {
 	}
 }
 
-// createTemp creates a temporary file next to p (inside the root) and returns
-// it with the relative names needed to rename it into place.
-func (f *fileSystem) createTemp(p string) (file *os.File, tmp, final string, err error) {
-	if f.root == nil {
-		if p == "" {
-			return nil, "", "", newError(CodeBadRequest, "A path is required.")
-		}
-		final = filepath.Clean(p)
-		if err := os.MkdirAll(filepath.Dir(final), 0o755); err != nil {
-			return nil, "", "", f.pathError(p, err)
-		}
-		file, err = os.CreateTemp(filepath.Dir(final), "."+filepath.Base(final)+".agentd-*")
-		if err != nil {
-			return nil, "", "", f.pathError(p, err)
-		}
-		return file, file.Name(), final, nil
-	}
-	final, err = f.rel(p)
-	if err != nil {
-		return nil, "", "", err
-	}
-	if final == "." {
-		return nil, "", "", newError(CodeIsDirectory, "The path %q is a directory.", p)
-	}
-	if dir := filepath.Dir(final); dir != "." {
-		if err := f.root.MkdirAll(dir, 0o755); err != nil {
-			return nil, "", "", f.pathError(p, err)
-		}
-	}
-	tmp = filepath.Join(filepath.Dir(final), "."+filepath.Base(final)+".agentd-"+newSessionID()[:12])
-	file, err = f.root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
-	if err != nil {
-		return nil, "", "", f.pathError(p, err)
-	}
-	return file, tmp, final, nil
-}
-
 func (f *fileSystem) close() {
 	if f.root != nil {
 		f.root.Close()
 	}
 }
 
-func (f *fileSystem) rename(tmp, final string) error {
-	if f.root == nil {
-		return os.Rename(tmp, final)
-	}
-	return f.root.Rename(tmp, final)
+// fetchSpec is one download: where it goes, how large it may be, and what
+// to do with it.
+type fetchSpec struct {
+	url, path string
+	maxBytes  int64
+	unpack    string // "", ArchiveTarGz or ArchiveZip
+	sha256    string // lower-case hex pin, or ""
+	lim       writeLimits
 }
 
-func (f *fileSystem) remove(tmp string) {
-	if f.root == nil {
-		os.Remove(tmp)
-		return
-	}
-	f.root.Remove(tmp)
-}
-
-// fetch downloads rawURL into p atomically: the body goes to a temporary file
-// next to p that is renamed over p only once complete.
-func (f *fileSystem) fetch(ctx context.Context, client *http.Client, rawURL, p string, maxBytes int64) (int64, error) {
-	u, err := url.Parse(rawURL)
+// fetch downloads a URL into a temporary file beside the path, checks the
+// pin, and then renames it over the path or unpacks it into the path as a
+// directory: a broken, oversized or mismatched download leaves the path as
+// it was.
+func (f *fileSystem) fetch(ctx context.Context, client *http.Client, spec fetchSpec) (*FetchResponse, error) {
+	u, err := url.Parse(spec.url)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return 0, newError(CodeBadRequest, "The url must be an absolute http or https URL.")
+		return nil, newError(CodeBadRequest, "The url must be an absolute http or https URL.")
 	}
-	if fi, err := f.stat(p); err == nil && fi.IsDir() {
-		return 0, newError(CodeIsDirectory, "The path %q is a directory.", p)
+	if spec.unpack == "" {
+		if fi, err := f.stat(spec.path); err == nil && fi.IsDir() {
+			return nil, newError(CodeIsDirectory, "The path %q is a directory.", spec.path)
+		}
 	}
+	pr, base, err := f.parentOf(spec.path)
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
 	if err != nil {
-		return 0, newError(CodeBadRequest, "The url cannot be requested.")
+		return nil, newError(CodeBadRequest, "The url cannot be requested.")
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return 0, newError(CodeTimeout, "The download did not finish in time.")
+			return nil, newError(CodeTimeout, "The download did not finish in time.")
 		}
-		return 0, newError(CodeFetchFailed, "The download failed: %s.", redactURLError(err))
+		return nil, newError(CodeFetchFailed, "The download failed: %s.", redactURLError(err))
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
-		return 0, newError(CodeFetchFailed, "The download source answered %s.", resp.Status)
+		return nil, newError(CodeFetchFailed, "The download source answered %s.", resp.Status)
 	}
-	if resp.ContentLength > maxBytes {
-		return 0, newError(CodeTooLarge, "The download is %d bytes, over the limit of %d.", resp.ContentLength, maxBytes)
+	if resp.ContentLength > spec.maxBytes {
+		return nil, newError(CodeTooLarge, "The download is %d bytes, over the limit of %d.", resp.ContentLength, spec.maxBytes)
 	}
-	file, tmp, final, err := f.createTemp(p)
+	tmp := stageName(base, "dl")
+	file, err := pr.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return 0, err
+		return nil, f.pathError(spec.path, err)
 	}
-	n, copyErr := io.Copy(file, io.LimitReader(resp.Body, maxBytes+1))
-	closeErr := file.Close()
-	switch {
-	case copyErr != nil:
-		f.remove(tmp)
-		if ctx.Err() != nil {
-			return 0, newError(CodeTimeout, "The download did not finish in time.")
+	kept := false
+	defer func() {
+		file.Close()
+		if !kept {
+			pr.Remove(tmp)
 		}
-		return 0, newError(CodeFetchFailed, "The download broke off after %d bytes.", n)
-	case n > maxBytes:
-		f.remove(tmp)
-		return 0, newError(CodeTooLarge, "The download exceeds the limit of %d bytes.", maxBytes)
-	case closeErr != nil:
-		f.remove(tmp)
-		return 0, closeErr
+	}()
+	n, sum, over, copyErr := hashingCopy(file, resp.Body, spec.maxBytes)
+	switch {
+	case over:
+		return nil, newError(CodeTooLarge, "The download exceeds the limit of %d bytes.", spec.maxBytes)
+	case copyErr != nil:
+		if ctx.Err() != nil {
+			return nil, newError(CodeTimeout, "The download did not finish in time.")
+		}
+		return nil, newError(CodeFetchFailed, "The download broke off after %d bytes.", n)
+	case spec.sha256 != "" && sum != spec.sha256:
+		return nil, newError(CodeChecksumMismatch, "The download's SHA-256 is %s, not the expected %s; nothing was written.", sum, spec.sha256)
 	}
-	if err := f.rename(tmp, final); err != nil {
-		f.remove(tmp)
-		return 0, f.pathError(p, err)
+	out := &FetchResponse{Path: spec.path, Size: n, SHA256: sum}
+	if spec.unpack != "" {
+		if out.Files, err = unpackInto(pr, base, spec.path, file, n, spec.unpack, spec.lim); err != nil {
+			return nil, err
+		}
+		return out, nil
 	}
-	return n, nil
+	if err := file.Chmod(defaultFileMode); err != nil {
+		return nil, fmt.Errorf("agentd: chmod download: %w", err)
+	}
+	if err := file.Close(); err != nil {
+		return nil, fmt.Errorf("agentd: close download: %w", err)
+	}
+	if err := pr.Rename(tmp, base); err != nil {
+		return nil, f.pathError(spec.path, err)
+	}
+	kept = true
+	return out, nil
 }
 
 // redactURLError keeps the failure reason but not the URL, which may carry

@@ -3,15 +3,20 @@
 package agentd_test
 
 import (
+	"archive/tar"
+	"archive/zip"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"errors"
+	"io"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +31,8 @@ type fuzzServer struct {
 	handler http.Handler
 	token   string
 	keepID  string
+	// dir holds the root and the fake shell; nothing else may appear.
+	dir string
 }
 
 func newFuzzServer(f *testing.F) *fuzzServer {
@@ -55,7 +62,7 @@ func newFuzzServer(f *testing.F) *fuzzServer {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { srv.Close() })
-	fs := &fuzzServer{srv: srv, handler: srv.Handler(), token: "fuzz-token-0123456789"}
+	fs := &fuzzServer{srv: srv, handler: srv.Handler(), token: "fuzz-token-0123456789", dir: dir}
 	rec := fs.serve(http.MethodPost, "/v1/sessions", "", []byte(`{"command":"keep","tty":true}`), time.Second)
 	var resp agentd.SessionResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &resp); err != nil || resp.SessionID == "" {
@@ -139,6 +146,8 @@ func FuzzJSONEndpoints(f *testing.F) {
 		{4, `{"url":"http://x","path":"../../etc/x"}`},
 		{4, `{"url":"http://x","path":"sub"}`},
 		{4, `{"url":"http://x","path":"a","timeout_ms":-1,"max_bytes":99999999999999}`},
+		{4, `{"url":"http://x","path":"d","unpack":"zip","sha256":"00"}`},
+		{4, `{"url":"http://x","path":"d","unpack":"rar","sha256":"` + strings.Repeat("a", 64) + `"}`},
 		{5, `{"rows":1,"cols":1}`},
 	}
 	for _, s := range seeds {
@@ -201,4 +210,112 @@ func validMethod(m string) bool {
 		}
 	}
 	return true
+}
+
+// FuzzArchiveEntries unpacks archives with arbitrary entry names, types
+// and link targets: nothing may land outside the target directory's root,
+// and every refusal is a 4xx with the error envelope.
+func FuzzArchiveEntries(f *testing.F) {
+	fs := newFuzzServer(f)
+	outside := fs.dir
+	seeds := []struct {
+		name, link string
+		typ        byte
+		zip        bool
+	}{
+		{"a.txt", "", tar.TypeReg, false},
+		{"../evil", "", tar.TypeReg, false},
+		{"/abs/evil", "", tar.TypeReg, true},
+		{"a/../../evil", "", tar.TypeReg, false},
+		{"l", "../../evil", tar.TypeSymlink, false},
+		{"l", "/etc", tar.TypeSymlink, true},
+		{"h", "../file.txt", tar.TypeLink, false},
+		{"dev", "", tar.TypeChar, false},
+		{"./", "", tar.TypeDir, false},
+		{"a\\..\\evil", "", tar.TypeReg, true},
+		{"a\x00b", "", tar.TypeReg, false},
+	}
+	for _, s := range seeds {
+		f.Add(s.name, s.link, s.typ, s.zip, "second")
+	}
+	f.Fuzz(func(t *testing.T, name, link string, typ byte, isZip bool, second string) {
+		entries := []entry{{name: name, link: link, typ: typ, body: "x"}, {name: second, body: "y"}}
+		var body []byte
+		format := agentd.ArchiveTarGz
+		if isZip {
+			format = agentd.ArchiveZip
+			body = zipOfLoose(entries)
+		} else {
+			body = tarGzLoose(entries)
+		}
+		if body == nil {
+			return
+		}
+		q := url.Values{"path": {"unpacked/dir"}, "format": {format}}
+		rec := fs.serve(http.MethodPut, "/v1/files/archive", q.Encode(), body, time.Second)
+		checkResponse(t, rec)
+		entriesOut, err := os.ReadDir(outside)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range entriesOut {
+			if e.Name() != "fakesh" && e.Name() != "root" {
+				t.Fatalf("an archive wrote %q outside the root", e.Name())
+			}
+		}
+	})
+}
+
+// tarGzLoose is tarGz that gives up (nil) where archive/tar refuses to
+// write the fuzzed header.
+func tarGzLoose(entries []entry) []byte {
+	var buf bytes.Buffer
+	gz := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(gz)
+	for _, e := range entries {
+		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o644, Linkname: e.link}
+		if e.typ == tar.TypeReg || e.typ == tar.TypeRegA {
+			h.Size = int64(len(e.body))
+		}
+		if tw.WriteHeader(h) != nil {
+			return nil
+		}
+		if h.Size > 0 {
+			tw.Write([]byte(e.body))
+		}
+	}
+	if tw.Close() != nil || gz.Close() != nil {
+		return nil
+	}
+	return buf.Bytes()
+}
+
+// zipOfLoose is zipOf that gives up (nil) where archive/zip refuses.
+func zipOfLoose(entries []entry) []byte {
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	for _, e := range entries {
+		h := &zip.FileHeader{Name: e.name}
+		mode := os.FileMode(0o644)
+		body := e.body
+		switch e.typ {
+		case tar.TypeDir:
+			mode |= os.ModeDir
+		case tar.TypeSymlink:
+			mode |= os.ModeSymlink
+			body = e.link
+		case tar.TypeChar:
+			mode |= os.ModeDevice | os.ModeCharDevice
+		}
+		h.SetMode(mode)
+		w, err := zw.CreateHeader(h)
+		if err != nil {
+			return nil
+		}
+		io.WriteString(w, body)
+	}
+	if zw.Close() != nil {
+		return nil
+	}
+	return buf.Bytes()
 }

@@ -2,9 +2,13 @@ package agentd
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/hex"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 )
 
 // handleReadFile answers GET /v1/files with the raw bytes of a file range.
@@ -77,12 +81,111 @@ func (s *Server) handleFetch(w http.ResponseWriter, r *http.Request) error {
 	if req.TimeoutMS > 0 && req.TimeoutMS < timeout.Milliseconds() {
 		timeout = fetchDeadline(req.TimeoutMS, timeout)
 	}
+	if req.Unpack != "" {
+		if err := checkFormat(req.Unpack); err != nil {
+			return err
+		}
+	}
+	pin := strings.ToLower(req.SHA256)
+	if pin != "" {
+		if b, err := hex.DecodeString(pin); err != nil || len(b) != sha256.Size {
+			return newError(CodeBadRequest, "The sha256 must be 64 hexadecimal digits.")
+		}
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), timeout)
 	defer cancel()
-	n, err := s.files.fetch(ctx, s.cfg.FetchClient, req.URL, req.Path, maxBytes)
+	resp, err := s.files.fetch(ctx, s.cfg.FetchClient, fetchSpec{
+		url: req.URL, path: req.Path, maxBytes: maxBytes,
+		unpack: req.Unpack, sha256: pin, lim: s.limits(),
+	})
 	if err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, FetchResponse{Path: req.Path, Size: n})
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// limits are the write limits of the configuration.
+func (s *Server) limits() writeLimits {
+	return writeLimits{maxBytes: s.cfg.WriteMaxBytes, unpackBytes: s.cfg.UnpackMaxBytes, unpackFiles: s.cfg.UnpackMaxFiles}
+}
+
+// handleWriteFile answers PUT /v1/files by storing the body at path.
+func (s *Server) handleWriteFile(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	mode, err := parseMode(q.Get("mode"))
+	if err != nil {
+		return err
+	}
+	if r.ContentLength > s.cfg.WriteMaxBytes {
+		return newError(CodeTooLarge, "The body is %d bytes, over the write limit of %d.", r.ContentLength, s.cfg.WriteMaxBytes)
+	}
+	resp, err := s.files.writeFile(q.Get("path"), mode, r.Body, s.cfg.WriteMaxBytes)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleWriteArchive answers PUT /v1/files/archive by unpacking the body
+// into the directory path.
+func (s *Server) handleWriteArchive(w http.ResponseWriter, r *http.Request) error {
+	q := r.URL.Query()
+	if err := checkFormat(q.Get("format")); err != nil {
+		return err
+	}
+	if r.ContentLength > s.cfg.WriteMaxBytes {
+		return newError(CodeTooLarge, "The archive is %d bytes, over the write limit of %d.", r.ContentLength, s.cfg.WriteMaxBytes)
+	}
+	resp, err := s.files.writeArchive(q.Get("path"), q.Get("format"), r.Body, s.limits())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleCopy answers POST /v1/files/copy.
+func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request) error {
+	var req CopyRequest
+	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
+		return err
+	}
+	resp, err := s.files.copyIn(req.From, req.To, s.limits())
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, resp)
+	return nil
+}
+
+// handleRekey answers POST /v1/token: the token that authenticated the
+// request is replaced by the new one, once. The console rekeys a sandbox
+// made from a template right after creating it, so the template's token,
+// shared by every sandbox of the template, stops opening this one. A
+// second rekey is refused: whoever holds the new token cannot be locked
+// out by someone holding the template's (who could no longer authenticate
+// anyway) or trade it again.
+func (s *Server) handleRekey(w http.ResponseWriter, r *http.Request) error {
+	var req RekeyRequest
+	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
+		return err
+	}
+	if n := len(req.Token); n < MinRekeyTokenLength {
+		return newError(CodeBadRequest, "The new token has %d characters; it must have at least %d.", n, MinRekeyTokenLength)
+	}
+	sum := sha256.Sum256([]byte(req.Token))
+	s.tokenMu.Lock()
+	defer s.tokenMu.Unlock()
+	if s.rekeyed {
+		return newError(CodeAlreadyRekeyed, "This agentd was already given its own token; it accepts one rekey only.")
+	}
+	if subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) == 1 {
+		return newError(CodeBadRequest, "The new token must differ from the current one.")
+	}
+	s.tokenHash = sum
+	s.rekeyed = true
+	w.WriteHeader(http.StatusNoContent)
 	return nil
 }

@@ -202,13 +202,67 @@ type FetchRequest struct {
 	Path      string `json:"path"`
 	MaxBytes  int64  `json:"max_bytes,omitempty"`
 	TimeoutMS int64  `json:"timeout_ms,omitempty"`
+	// Unpack, when ArchiveTarGz or ArchiveZip, unpacks the download into
+	// Path as a directory (replacing one there) instead of keeping it as a
+	// file, with the rules of PUT /v1/files/archive.
+	Unpack string `json:"unpack,omitempty"`
+	// SHA256 pins the download: hex SHA-256 the bytes must have, or the
+	// fetch fails with checksum_mismatch and Path is left as it was.
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // FetchResponse is the answer to POST /v1/files/fetch.
 type FetchResponse struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
+	// SHA256 is the hex SHA-256 of the downloaded bytes; an older agentd
+	// leaves it empty.
+	SHA256 string `json:"sha256,omitempty"`
+	// Files is the number of entries unpacked (0 without Unpack).
+	Files int `json:"files,omitempty"`
 }
+
+// Archive formats of PUT /v1/files/archive and FetchRequest.Unpack.
+const (
+	ArchiveTarGz = "tar.gz"
+	ArchiveZip   = "zip"
+)
+
+// WriteResponse is the answer to PUT /v1/files and PUT /v1/files/archive.
+// Size and SHA256 describe the bytes sent (the file, or the archive);
+// Files is the number of entries an archive unpacked into.
+type WriteResponse struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Files  int    `json:"files,omitempty"`
+}
+
+// CopyRequest is the body of POST /v1/files/copy.
+type CopyRequest struct {
+	From string `json:"from"`
+	To   string `json:"to"`
+}
+
+// CopyResponse is the answer to POST /v1/files/copy. For a single file
+// SHA256 is the hex SHA-256 of its contents; for a directory it is the
+// tree hash described in docs/agentd-protocol.md, and Size the total of
+// its files' sizes.
+type CopyResponse struct {
+	Path   string `json:"path"`
+	Size   int64  `json:"size"`
+	SHA256 string `json:"sha256"`
+	Files  int    `json:"files"`
+}
+
+// RekeyRequest is the body of POST /v1/token.
+type RekeyRequest struct {
+	Token string `json:"token"`
+}
+
+// MinRekeyTokenLength is the shortest token a rekey accepts: a token the
+// console generates per sandbox, never typed by a person.
+const MinRekeyTokenLength = 32
 
 // FileHeaderSize carries the full size of a file read by GET /v1/files.
 const FileHeaderSize = "X-Agentd-File-Size"

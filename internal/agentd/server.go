@@ -51,6 +51,16 @@ type Config struct {
 	StdinTimeout time.Duration
 	// FetchMaxBytes caps POST /v1/files/fetch downloads. Default 1 GiB.
 	FetchMaxBytes int64
+	// WriteMaxBytes caps the body of PUT /v1/files and PUT
+	// /v1/files/archive. Default 64 MiB.
+	WriteMaxBytes int64
+	// UnpackMaxBytes caps the bytes one archive unpacks to (uploaded or
+	// fetched) and one copy copies, counted as written, not as an
+	// archive's headers claim. Default 1 GiB.
+	UnpackMaxBytes int64
+	// UnpackMaxFiles caps the entries of one archive or copied tree.
+	// Default 10000.
+	UnpackMaxFiles int
 	// FetchTimeout caps a download's duration. Default 10m.
 	FetchTimeout time.Duration
 	// FetchClient performs downloads. Default: a client without timeout
@@ -130,6 +140,9 @@ const (
 	DefaultStdinTimeout     = 10 * time.Second
 	DefaultFetchMaxBytes    = 1 << 30
 	DefaultFetchTimeout     = 10 * time.Minute
+	DefaultWriteMaxBytes    = 64 << 20
+	DefaultUnpackMaxBytes   = 1 << 30
+	DefaultUnpackMaxFiles   = 10000
 )
 
 func (c *Config) setDefaults() {
@@ -163,6 +176,15 @@ func (c *Config) setDefaults() {
 	if c.FetchMaxBytes <= 0 {
 		c.FetchMaxBytes = DefaultFetchMaxBytes
 	}
+	if c.WriteMaxBytes <= 0 {
+		c.WriteMaxBytes = DefaultWriteMaxBytes
+	}
+	if c.UnpackMaxBytes <= 0 {
+		c.UnpackMaxBytes = DefaultUnpackMaxBytes
+	}
+	if c.UnpackMaxFiles <= 0 {
+		c.UnpackMaxFiles = DefaultUnpackMaxFiles
+	}
 	if c.FetchTimeout <= 0 {
 		c.FetchTimeout = DefaultFetchTimeout
 	}
@@ -179,9 +201,13 @@ func (c *Config) setDefaults() {
 
 // Server is the agentd HTTP service: sessions, files and health.
 type Server struct {
-	cfg       Config
+	cfg   Config
+	files *fileSystem
+	// tokenMu guards tokenHash and rekeyed: POST /v1/token replaces the
+	// token once (see handleRekey).
+	tokenMu   sync.RWMutex
 	tokenHash [sha256.Size]byte
-	files     *fileSystem
+	rekeyed   bool
 	tracker   *tracker
 	// execMon reports what ran in sessions (nil: unavailable, execWhy
 	// says why); stopExec ends it.
@@ -219,6 +245,7 @@ func NewServer(cfg Config) (*Server, error) {
 	if fsys.rootDir != "" {
 		cfg.Root = fsys.rootDir
 	}
+	fsys.sourcesForOthers = cfg.RunAs != nil
 	tr, err := newTracker(&cfg)
 	if err != nil {
 		fsys.close()
@@ -322,9 +349,15 @@ func (s *Server) routes() http.Handler {
 	}))
 	mux.Handle("/v1/sessions/{id}/stdin", s.auth(methods{http.MethodPost: s.handleStdin}))
 	mux.Handle("/v1/sessions/{id}/resize", s.auth(methods{http.MethodPost: s.handleResize}))
-	mux.Handle("/v1/files", s.auth(methods{http.MethodGet: s.handleReadFile}))
+	mux.Handle("/v1/files", s.auth(methods{
+		http.MethodGet: s.handleReadFile,
+		http.MethodPut: s.handleWriteFile,
+	}))
+	mux.Handle("/v1/files/archive", s.auth(methods{http.MethodPut: s.handleWriteArchive}))
 	mux.Handle("/v1/files/stat", s.auth(methods{http.MethodPost: s.handleStat}))
 	mux.Handle("/v1/files/fetch", s.auth(methods{http.MethodPost: s.handleFetch}))
+	mux.Handle("/v1/files/copy", s.auth(methods{http.MethodPost: s.handleCopy}))
+	mux.Handle("/v1/token", s.auth(methods{http.MethodPost: s.handleRekey}))
 	mux.Handle("/", s.auth(apiFunc(func(w http.ResponseWriter, r *http.Request) error {
 		return newError(CodeNotFound, "There is no such endpoint.")
 	})))
@@ -365,7 +398,10 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		authz := r.Header.Get("Authorization")
 		ok := len(authz) > len("Bearer ") && strings.EqualFold(authz[:len("Bearer ")], "Bearer ")
 		sum := sha256.Sum256([]byte(authz[min(len(authz), len("Bearer ")):]))
-		if !ok || subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) != 1 {
+		s.tokenMu.RLock()
+		want := s.tokenHash
+		s.tokenMu.RUnlock()
+		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
 			writeError(w, newError(CodeUnauthorized, "A valid bearer token is required."))
 			return

@@ -1,0 +1,174 @@
+package agentd
+
+import (
+	"archive/tar"
+	"archive/zip"
+	"compress/gzip"
+	"errors"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// maxLinkTarget bounds a symlink target read from a zip entry's body.
+const maxLinkTarget = 4096
+
+// entryName validates an archive entry's name and returns it as a local
+// path, or "" for the archive's own top directory ("." or "./"). Names are
+// refused when absolute, when any element is "..", or when they hold a NUL
+// or a backslash (a Windows separator that would name a different file
+// here than the archive's author meant).
+func entryName(name string) (string, error) {
+	switch {
+	case name == "":
+		return "", newError(CodeBadRequest, "An archive entry has an empty name.")
+	case strings.IndexByte(name, 0) >= 0:
+		return "", newError(CodeBadRequest, "An archive entry's name holds a NUL byte.")
+	case strings.Contains(name, `\`):
+		return "", newError(CodeBadRequest, "The archive entry %q holds a backslash.", name)
+	case path.IsAbs(name):
+		return "", newError(CodePathOutsideRoot, "The archive entry %q is an absolute path.", name)
+	}
+	for _, elem := range strings.Split(name, "/") {
+		if elem == ".." {
+			return "", newError(CodePathOutsideRoot, "The archive entry %q holds \"..\".", name)
+		}
+	}
+	clean := path.Clean(name)
+	if clean == "." {
+		return "", nil
+	}
+	if !filepath.IsLocal(clean) {
+		return "", newError(CodePathOutsideRoot, "The archive entry %q does not stay inside its directory.", name)
+	}
+	return filepath.FromSlash(clean), nil
+}
+
+// checkLinkTarget refuses a symlink at name whose target is absolute or
+// leads out of the tree it belongs to.
+func checkLinkTarget(name, target string) error {
+	switch {
+	case target == "":
+		return newError(CodeBadRequest, "The symbolic link %q has no target.", name)
+	case strings.IndexByte(target, 0) >= 0:
+		return newError(CodeBadRequest, "The symbolic link %q has a target with a NUL byte.", name)
+	case path.IsAbs(target) || filepath.IsAbs(target):
+		return newError(CodePathOutsideRoot, "The symbolic link %q points to the absolute path %q.", name, target)
+	}
+	joined := path.Join(path.Dir(filepath.ToSlash(name)), target)
+	if !filepath.IsLocal(joined) && joined != "." {
+		return newError(CodePathOutsideRoot, "The symbolic link %q points outside its directory (%q).", name, target)
+	}
+	return nil
+}
+
+func unpackTarGz(t *treeWriter, file *os.File) error {
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		return err
+	}
+	gz, err := gzip.NewReader(file)
+	if err != nil {
+		return newError(CodeBadRequest, "The archive is not gzip-compressed data.")
+	}
+	defer gz.Close()
+	tr := tar.NewReader(gz)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return newError(CodeBadRequest, "The archive is not a valid tar.gz: %s.", strings.TrimSuffix(err.Error(), "."))
+		}
+		name, err := entryName(h.Name)
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			continue
+		}
+		mode := fs.FileMode(h.Mode).Perm()
+		switch h.Typeflag {
+		case tar.TypeDir:
+			err = t.dir(name, mode)
+		case tar.TypeReg, tar.TypeRegA:
+			_, err = t.file(name, mode, tr)
+		case tar.TypeSymlink:
+			err = t.symlink(name, h.Linkname)
+		case tar.TypeLink:
+			var target string
+			if target, err = entryName(h.Linkname); err == nil {
+				if target == "" {
+					err = newError(CodeBadRequest, "The hard link %q names the archive's top directory.", h.Name)
+				} else {
+					err = t.hardlink(name, target)
+				}
+			}
+		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+			err = newError(CodeBadRequest, "The archive entry %q is a device or pipe; those are refused.", h.Name)
+		default:
+			err = newError(CodeBadRequest, "The archive entry %q has an unsupported type (%q).", h.Name, string(h.Typeflag))
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func unpackZip(t *treeWriter, file *os.File, size int64) error {
+	zr, err := zip.NewReader(file, size)
+	if err != nil {
+		return newError(CodeBadRequest, "The archive is not a valid zip file.")
+	}
+	for _, zf := range zr.File {
+		name, err := entryName(zf.Name)
+		if err != nil {
+			return err
+		}
+		if name == "" {
+			continue
+		}
+		mode := zf.Mode()
+		switch {
+		case mode.IsDir() || strings.HasSuffix(zf.Name, "/"):
+			err = t.dir(name, mode)
+		case mode&fs.ModeSymlink != 0:
+			var target []byte
+			if target, err = readZipEntry(zf, maxLinkTarget); err == nil {
+				err = t.symlink(name, string(target))
+			}
+		case mode.IsRegular():
+			var rc io.ReadCloser
+			if rc, err = zf.Open(); err != nil {
+				return newError(CodeBadRequest, "The archive entry %q cannot be read: %s.", zf.Name, err)
+			}
+			_, err = t.file(name, mode, rc)
+			rc.Close()
+		default:
+			err = newError(CodeBadRequest, "The archive entry %q is a device, pipe or socket; those are refused.", zf.Name)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func readZipEntry(zf *zip.File, limit int64) ([]byte, error) {
+	rc, err := zf.Open()
+	if err != nil {
+		return nil, newError(CodeBadRequest, "The archive entry %q cannot be read: %s.", zf.Name, err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, limit+1))
+	if err != nil {
+		return nil, newError(CodeBadRequest, "The archive entry %q cannot be read: %s.", zf.Name, err)
+	}
+	if int64(len(b)) > limit {
+		return nil, newError(CodeBadRequest, "The symbolic link %q has a target longer than %d bytes.", zf.Name, limit)
+	}
+	return b, nil
+}
