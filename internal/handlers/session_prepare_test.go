@@ -92,7 +92,7 @@ type prepJSON struct {
 		Reason string `json:"reason"`
 		Items  []struct {
 			Kind, Name, Source, Path, SHA256, Status, Error string
-			Size                                           int64
+			Size                                            int64
 		} `json:"items"`
 	} `json:"preparation"`
 }
