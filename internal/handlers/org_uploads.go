@@ -192,7 +192,20 @@ func (s *Server) apiPutUpload(c echo.Context) error {
 }
 
 func (s *Server) apiDeleteUpload(c echo.Context) error {
-	if _, err := s.removeUpload(c, c.QueryParam("kind"), c.QueryParam("name")); err != nil {
+	kind, name := c.QueryParam("kind"), c.QueryParam("name")
+	if kind == "" || name == "" {
+		id, err := idParam(c, "id")
+		if err != nil {
+			return err
+		}
+		if _, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), id); err != nil {
+			return err
+		}
+		v := apperr.Validation()
+		v.Add("name", "Say which upload to remove: kind (skill or file) and name in the query.")
+		return v.Err()
+	}
+	if _, err := s.removeUpload(c, kind, name); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
@@ -248,7 +261,7 @@ func (s *Server) pageRemoveUpload(c echo.Context) error {
 	}
 	back := "/o/" + tenantOf(c).Org.Slug + "/agents/" + itoa(id)
 	kind, name := c.FormValue("kind"), c.FormValue("name")
-	if c.FormValue("confirm") != name {
+	if name == "" || c.FormValue("confirm") != name {
 		if _, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), id); err != nil {
 			return err
 		}
