@@ -110,11 +110,14 @@ func TestSessionPreparation(t *testing.T) {
 		f := newTerminalFixture(t, d)
 		fmtBundle := tarGzOf(t, map[string]string{"fmt/SKILL.md": "# fmt skill\n", "fmt/run.sh": "echo fmt\n"})
 		skills := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if r.URL.Path != "/skills/fmt.tar.gz" {
+			switch r.URL.Path {
+			case "/skills/fmt.tar.gz":
+				_, _ = w.Write(fmtBundle)
+			case "/skills/tool.sh":
+				_, _ = w.Write([]byte("echo tool\n"))
+			default:
 				http.NotFound(w, r)
-				return
 			}
-			_, _ = w.Write(fmtBundle)
 		}))
 		t.Cleanup(skills.Close)
 		a := startFetchingAgentd(t, skills.Client())
@@ -165,6 +168,7 @@ func TestSessionPreparation(t *testing.T) {
 				{"name": "fmt", "source": fmtSource, "sha256": fmtPin},
 				{"name": "lint", "source": shared},
 				{"name": "docs", "source": "upload:docs-bundle", "sha256": sha256Hex(docs)},
+				{"name": "tool", "source": skills.URL + "/skills/tool.sh"},
 			}}
 			r := f.e.json(http.MethodPatch, agentPath, owner, map[string]any{"config": cfg})
 			wantStatus(t, "set skills", r, http.StatusOK)
@@ -173,7 +177,7 @@ func TestSessionPreparation(t *testing.T) {
 
 		t.Run("the first exec finds every skill and file in place", func(t *testing.T) {
 			r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/commands", sessionID), "member", map[string]any{
-				"command": "cat .skills/fmt/fmt/SKILL.md .skills/lint/lint.sh .skills/docs/DOCS.md notes/brief.md && ls .skills", "wait_ms": 10000})
+				"command": "cat .skills/fmt/fmt/SKILL.md .skills/lint/lint.sh .skills/docs/DOCS.md notes/brief.md .skills/tool && ls .skills", "wait_ms": 10000})
 			wantStatus(t, "exec", r, http.StatusCreated)
 			var o outputJSON
 			r.decode(t, &o)
@@ -181,7 +185,7 @@ func TestSessionPreparation(t *testing.T) {
 			for _, ch := range o.Chunks {
 				out.Write(ch.Data)
 			}
-			for _, want := range []string{"# fmt skill", "echo lint", "# docs skill", "the brief of the task", "docs\nfmt\nlint"} {
+			for _, want := range []string{"# fmt skill", "echo lint", "# docs skill", "the brief of the task", "echo tool", "docs\nfmt\nlint\ntool"} {
 				if !strings.Contains(out.String(), want) {
 					t.Errorf("output %q lacks %q (state %s)", out.String(), want, o.State)
 				}
@@ -193,7 +197,7 @@ func TestSessionPreparation(t *testing.T) {
 			wantStatus(t, "get session", r, http.StatusOK)
 			var s prepJSON
 			r.decode(t, &s)
-			if s.Preparation == nil || s.Preparation.Status != "prepared" || len(s.Preparation.Items) != 4 {
+			if s.Preparation == nil || s.Preparation.Status != "prepared" || len(s.Preparation.Items) != 5 {
 				t.Fatalf("preparation: %s", r.body)
 			}
 			hashes := map[string]string{"fmt": sha256Hex(fmtBundle), "docs": sha256Hex(docs), "notes/brief.md": sha256Hex(brief)}
@@ -207,12 +211,12 @@ func TestSessionPreparation(t *testing.T) {
 			}
 			page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", sessionID), token: f.tokens["member"]})
 			wantStatus(t, "session page", page, http.StatusOK)
-			for _, id := range []string{"prep-skill-fmt", "prep-skill-lint", "prep-skill-docs", "prep-file-notes/brief.md"} {
+			for _, id := range []string{"prep-skill-fmt", "prep-skill-lint", "prep-skill-docs", "prep-skill-tool", "prep-file-notes/brief.md"} {
 				if !bytes.Contains(page.body, []byte(`data-testid="`+id+`"`)) {
 					t.Errorf("the session page does not list %s", id)
 				}
 			}
-			if n := bytes.Count(page.body, []byte("verified")); n < 4 {
+			if n := bytes.Count(page.body, []byte("verified")); n < 5 {
 				t.Errorf("the page says verified %d times, want every item", n)
 			}
 		})
@@ -276,6 +280,39 @@ func TestSessionPreparation(t *testing.T) {
 		t.Run("a sha256 that does not match leaves the session pending", func(t *testing.T) {
 			setSkills(t, skills.URL+"/skills/fmt.tar.gz", strings.Repeat("0", 64))
 			failing(t, "sha256 mismatch")
+		})
+
+		t.Run("removing an upload on the page asks for its name", func(t *testing.T) {
+			remove := func(confirm string) {
+				t.Helper()
+				csrf := "prep-csrf-token-0123456789"
+				form := "kind=file&name=notes%2Fbrief.md&confirm=" + confirm
+				r := f.e.do(request{method: http.MethodPost, path: fmt.Sprintf("/o/acme/agents/%d/uploads/remove", agentID), body: strings.NewReader(form),
+					contentType: "application/x-www-form-urlencoded", header: http.Header{"X-Csrf-Token": {csrf}},
+					cookies: []*http.Cookie{{Name: "gh_org_acme", Value: owner}, {Name: "gh_csrf", Value: csrf}}})
+				wantStatus(t, "remove", r, http.StatusSeeOther)
+			}
+			listed := func() bool {
+				r := f.e.do(request{method: http.MethodGet, path: agentPath + "/uploads", token: owner})
+				return bytes.Contains(r.body, []byte(`"notes/brief.md"`))
+			}
+			remove("brief")
+			if !listed() {
+				t.Fatal("a mistyped confirmation removed the file")
+			}
+			remove("notes%2Fbrief.md")
+			if listed() {
+				t.Fatal("the confirmed removal left the file")
+			}
+			var removed int
+			for _, e := range f.auditEvents(t, "action:agent.upload_remove") {
+				if strings.Contains(fmt.Sprint(e.Details), sha256Hex(brief)) {
+					removed++
+				}
+			}
+			if removed != 1 {
+				t.Errorf("%d agent.upload_remove events with the file's hash, want 1", removed)
+			}
 		})
 
 		t.Run("an unreachable source leaves the session pending; the retry prepares it once fixed", func(t *testing.T) {
