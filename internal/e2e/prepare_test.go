@@ -64,6 +64,10 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		)
 		mustContain(t, "bundle row", text(t, ctx, testid("upload-skill-triage")), bundleSum, "bytes")
 	})
+	// The world's agentd has no root of its own: the session's workspace
+	// goes to a directory of this test, not the package's.
+	callAPI(t, w.srv.url, http.MethodPatch, "/api/v1/orgs/acme/environments/"+idStr(w.envID), w.orgToken,
+		map[string]any{"workspace_root": t.TempDir()}, http.StatusOK, nil)
 	var ownerLogin struct{ Token string }
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": w.ownerEmail, "password": w.pwd}, http.StatusOK, &ownerLogin)
 	callAPI(t, w.srv.url, http.MethodPatch, "/api/v1/orgs/acme/agents/"+idStr(w.agentID), ownerLogin.Token, map[string]any{"config": map[string]any{
