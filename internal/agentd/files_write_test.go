@@ -55,6 +55,7 @@ func TestWriteFile(t *testing.T) {
 		wantErr  error
 		wantMode os.FileMode
 		wantIn   string // message fragment of the error
+		chunked  bool   // size not announced
 	}{
 		{name: "new file", path: "new.txt", body: "hello", wantMode: 0o644},
 		{name: "nested with mode", path: "a/b/run.sh", mode: 0o750, body: "#!/bin/sh\n", wantMode: 0o750},
@@ -70,11 +71,18 @@ func TestWriteFile(t *testing.T) {
 		{name: "root itself", path: ".", body: "x", wantErr: agentd.ErrBadRequest},
 		{name: "empty path", path: "", body: "x", wantErr: agentd.ErrBadRequest},
 		{name: "over the cap", path: "big.bin", body: strings.Repeat("x", 1001), wantErr: agentd.ErrTooLarge, wantIn: "limit of 1000"},
+		{name: "over the cap unannounced", path: "big.bin", body: strings.Repeat("x", 1001), wantErr: agentd.ErrTooLarge, wantIn: "limit of 1000", chunked: true},
+		{name: "unannounced", path: "chunked.txt", body: "chunked body", wantMode: 0o644, chunked: true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			resp, err := c.WriteFile(testCtx(t), tt.path, tt.mode, strings.NewReader(tt.body), int64(len(tt.body)))
+			size := int64(len(tt.body))
+			var body io.Reader = strings.NewReader(tt.body)
+			if tt.chunked {
+				size, body = -1, io.MultiReader(body) // hides the length
+			}
+			resp, err := c.WriteFile(testCtx(t), tt.path, tt.mode, body, size)
 			if tt.wantErr != nil {
 				if !errors.Is(err, tt.wantErr) || !strings.Contains(err.Error(), tt.wantIn) {
 					t.Fatalf("got %v; want %v mentioning %q", err, tt.wantErr, tt.wantIn)
@@ -143,14 +151,16 @@ func TestWriteFileCutBody(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer conn.Close()
 	fmt.Fprintf(conn, "PUT /v1/files?path=cut.bin HTTP/1.1\r\nHost: agentd\r\nAuthorization: Bearer %s\r\nContent-Length: 100000\r\n\r\n", token)
 	conn.Write(bytes.Repeat([]byte("y"), 50000))
-	conn.Close()
-	// The handler sees the early end and answers (to nobody); a complete
-	// write afterwards proves the server went on, then nothing of the
-	// cut one may be left.
+	// Hang up the sending side only, so agentd's answer can still be read.
+	conn.(*net.TCPConn).CloseWrite()
+	answer, _ := io.ReadAll(conn)
+	if !bytes.Contains(answer, []byte(" 400 ")) || !bytes.Contains(answer, []byte("before it was complete")) {
+		t.Fatalf("answer to a cut body: %q", answer)
+	}
 	c := agentd.NewClient(base, token, nil)
-	eventually(t, "the cut upload's staging file to go", func() bool { return len(leftovers(t, root)) == 0 })
 	if _, err := c.WriteFile(testCtx(t), "after.txt", 0, strings.NewReader("ok"), 2); err != nil {
 		t.Fatal(err)
 	}
@@ -525,6 +535,11 @@ func TestRekey(t *testing.T) {
 	ctx := testCtx(t)
 	if err := old.Rekey(ctx, "short"); !errors.Is(err, agentd.ErrBadRequest) || !strings.Contains(err.Error(), "at least 32") {
 		t.Fatalf("short token: %v", err)
+	}
+	long := strings.Repeat("t", 40)
+	longURL, _ := agentdtest.Start(t, agentdtest.WithConfig(func(c *agentd.Config) { c.Token = long }))
+	if err := agentd.NewClient(longURL, long, nil).Rekey(ctx, long); !errors.Is(err, agentd.ErrBadRequest) || !strings.Contains(err.Error(), "differ") {
+		t.Fatalf("rekey to the same token: %v", err)
 	}
 	perSandbox := strings.Repeat("k", 40)
 	if err := old.Rekey(ctx, perSandbox); err != nil {

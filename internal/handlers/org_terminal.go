@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -31,6 +32,7 @@ func (s *Server) registerTerminal(api *group) {
 	api.handle(http.MethodPost, "/sessions/:id/commands/:cid/resize", rbac.Authenticated(), s.apiResize)
 	api.handle(http.MethodDelete, "/sessions/:id/commands/:cid", rbac.Authenticated(), s.apiKill)
 	api.handle(http.MethodGet, "/sessions/:id/files", rbac.Authenticated(), s.apiReadFile)
+	api.handle(http.MethodPut, "/sessions/:id/files", rbac.Authenticated(), s.apiWriteFile)
 	api.handle(http.MethodPost, "/sessions/:id/files/stat", rbac.Authenticated(), s.apiStat)
 	api.handle(http.MethodPost, "/sessions/:id/files/fetch", rbac.Authenticated(), s.apiFetch)
 	api.handle(http.MethodGet, "/settings/recordings", rbac.Org("settings", "read"), s.apiRecordingSettings)
@@ -296,6 +298,29 @@ func (s *Server) apiReadFile(c echo.Context) error {
 		panic(http.ErrAbortHandler)
 	}
 	return nil
+}
+
+// apiWriteFile writes the raw request body (at most proxy.MaxWriteBytes,
+// exempt from the 1 MiB limit of JSON bodies) to path in the session's
+// environment.
+func (s *Server) apiWriteFile(c echo.Context) error {
+	sid, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	req := proxy.WriteRequest{Path: c.QueryParam("path"), Body: c.Request().Body}
+	if m := c.QueryParam("mode"); m != "" {
+		v, err := strconv.ParseUint(m, 8, 32)
+		if err != nil || v > 0o777 {
+			return &apperr.ValidationError{Fields: map[string]string{"mode": "mode must be octal permission bits from 0000 to 0777, such as 0644."}}
+		}
+		req.Mode = os.FileMode(v)
+	}
+	res, err := s.Gateway.WriteFile(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, res)
 }
 
 func (s *Server) apiStat(c echo.Context) error {

@@ -114,7 +114,9 @@ func New(d Deps) *Server {
 	e.Use(s.recoverer)
 	e.Use(s.accessLog)
 	e.Use(securityHeaders)
-	e.Use(limitBody(maxBodyBytes))
+	e.Use(limitBody(maxBodyBytes, map[string]int64{
+		http.MethodPut + " /api/v1/orgs/:org/sessions/:id/files": proxy.MaxWriteBytes,
+	}))
 	e.Use(s.csrf)
 
 	s.registerPublic()

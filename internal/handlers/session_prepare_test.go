@@ -155,6 +155,18 @@ func TestSessionPreparation(t *testing.T) {
 			r = f.e.do(request{method: http.MethodPost, path: agentPath + "/uploads?kind=file&name=x.bin",
 				body: bytes.NewReader([]byte("x")), contentType: "application/octet-stream", token: f.tokens["member"]})
 			wantStatus(t, "a member may not upload", r, http.StatusForbidden)
+			r = f.e.do(request{method: http.MethodPost, path: agentPath + "/uploads?kind=file&name=big.bin",
+				body: bytes.NewReader(make([]byte, 52<<20)), contentType: "application/octet-stream", token: owner})
+			wantStatus(t, "an upload over 50 MiB", r, http.StatusBadRequest)
+			if e := r.envelope(t).Error; e.Code != "body_too_large" || !strings.Contains(e.Message, "50 MiB limit per bundle or file") {
+				t.Errorf("over-size refusal %+v", e)
+			}
+			r = f.e.do(request{method: http.MethodPost, path: agentPath + "/uploads?kind=skill&name=broken&filename=broken.tar.gz",
+				body: strings.NewReader("not gzip"), contentType: "application/octet-stream", token: owner})
+			wantStatus(t, "a bad archive", r, http.StatusBadRequest)
+			if e := r.envelope(t).Error; !strings.Contains(e.Fields["file"], "not a readable tar.gz archive") {
+				t.Errorf("bad archive refusal %+v", e)
+			}
 			r = f.e.do(request{method: http.MethodGet, path: agentPath + "/uploads", token: f.tokens["auditor"]})
 			wantStatus(t, "the auditor lists metadata", r, http.StatusOK)
 			if bytes.Contains(r.body, brief) || !bytes.Contains(r.body, []byte(sha256Hex(brief))) {

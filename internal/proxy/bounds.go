@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"io"
 	"strings"
 	"time"
@@ -65,6 +67,12 @@ func validateFetch(req agentd.FetchRequest) error {
 	}
 	if req.TimeoutMS < 0 || req.TimeoutMS > maxFetchTimeout.Milliseconds() {
 		v.Add("timeout_ms", "timeout_ms must be from 0 (the environment's limit) to %d (10 minutes).", maxFetchTimeout.Milliseconds())
+	}
+	if req.Unpack != "" && req.Unpack != agentd.ArchiveTarGz && req.Unpack != agentd.ArchiveZip {
+		v.Add("unpack", "unpack must be empty, %q or %q.", agentd.ArchiveTarGz, agentd.ArchiveZip)
+	}
+	if b, err := hex.DecodeString(req.SHA256); req.SHA256 != "" && (err != nil || len(b) != sha256.Size) {
+		v.Add("sha256", "sha256 must be 64 hexadecimal digits.")
 	}
 	return v.Err()
 }

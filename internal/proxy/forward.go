@@ -68,7 +68,7 @@ func (g *Gateway) commandUpstream(ctx context.Context, org Org, t sessions.Targe
 func fromAgentd(ae *agentd.Error) error {
 	kind := apperr.ErrUpstream
 	switch ae.Status {
-	case http.StatusBadRequest, http.StatusRequestEntityTooLarge:
+	case http.StatusBadRequest, http.StatusRequestEntityTooLarge, http.StatusUnprocessableEntity:
 		kind = apperr.ErrInvalid
 	case http.StatusForbidden:
 		kind = apperr.ErrForbidden

@@ -576,8 +576,14 @@ func (g *Gateway) Fetch(ctx context.Context, org Org, a *authz.Actor, m Meta, se
 		return nil, err
 	}
 	req.Path = inWorkspace(t, req.Path)
-	if _, err := org.Audit.Append(ctx, event(a, m, "file.fetch", sessions.AuditTarget(t.Session),
-		map[string]any{"url": req.URL, "path": req.Path, "max_bytes": req.MaxBytes, "timeout_ms": req.TimeoutMS})); err != nil {
+	details := map[string]any{"url": req.URL, "path": req.Path, "max_bytes": req.MaxBytes, "timeout_ms": req.TimeoutMS}
+	if req.Unpack != "" {
+		details["unpack"] = req.Unpack
+	}
+	if req.SHA256 != "" {
+		details["sha256"] = req.SHA256
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "file.fetch", sessions.AuditTarget(t.Session), details)); err != nil {
 		return nil, durable(err)
 	}
 	fctx, cancel := context.WithTimeout(ctx, g.fetchDeadline(req.TimeoutMS))

@@ -19,11 +19,12 @@ const (
 	ActKill       = "kill"
 	ActFilesRead  = "files.read"
 	ActFilesFetch = "files.fetch"
+	ActFilesWrite = "files.write"
 )
 
 // useActions make the session's environment do something; the others only
 // read from it.
-var useActions = map[string]bool{ActExec: true, ActStdin: true, ActResize: true, ActKill: true, ActFilesFetch: true, ActFilesRead: true}
+var useActions = map[string]bool{ActExec: true, ActStdin: true, ActResize: true, ActKill: true, ActFilesFetch: true, ActFilesRead: true, ActFilesWrite: true}
 
 func terminalObject(sessionID int64) string {
 	return "sessions/" + strconv.FormatInt(sessionID, 10) + "/terminal"

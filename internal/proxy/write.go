@@ -1,0 +1,107 @@
+package proxy
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+)
+
+const (
+	// MaxWriteBytes is the largest file the gateway writes: agentd's
+	// default write limit.
+	MaxWriteBytes = agentd.DefaultWriteMaxBytes
+	// fileWriteTimeout bounds passing a spooled file on to agentd.
+	fileWriteTimeout = 11 * time.Minute
+)
+
+// WriteRequest is a file to write into a session's environment.
+type WriteRequest struct {
+	Path string
+	Mode os.FileMode // 0: agentd's default, 0644
+	Body io.Reader
+}
+
+// WriteFile writes a file into the session's environment. The audit
+// record (path, size, SHA-256, never the contents) must be durable before
+// agentd hears of the write, and it must carry the hash, so the body is
+// first spooled to a temporary file (at most MaxWriteBytes) while being
+// hashed, then audited, then passed on from that file. Authorization comes
+// before the spooling: a refused caller's body is not read.
+func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req WriteRequest) (*agentd.WriteResponse, error) {
+	v := apperr.Validation()
+	if req.Path == "" {
+		v.Add("path", "Give the path of the file to write.")
+	}
+	if req.Mode&^0o777 != 0 {
+		v.Add("mode", "mode must be octal permission bits from 0000 to 0777, such as 0644.")
+	}
+	if err := v.Err(); err != nil {
+		return nil, err
+	}
+	t, err := resolve(ctx, org, a, sessionID, ActFilesWrite, nil)
+	if err != nil {
+		return nil, err
+	}
+	spool, size, sum, err := spoolBody(req.Body)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		spool.Close()
+		os.Remove(spool.Name())
+	}()
+	full := inWorkspace(t, req.Path)
+	details := map[string]any{"path": full, "size": size, "sha256": sum}
+	if req.Mode != 0 {
+		details["mode"] = fmt.Sprintf("%04o", req.Mode)
+	}
+	if _, err := org.Audit.Append(ctx, event(a, m, "file.write", sessions.AuditTarget(t.Session), details)); err != nil {
+		return nil, durable(err)
+	}
+	fctx, cancel := context.WithTimeout(ctx, fileWriteTimeout)
+	defer cancel()
+	res, err := g.client(t).WriteFile(fctx, full, req.Mode, spool, size)
+	if err != nil {
+		return nil, g.upstream(ctx, org, t, err)
+	}
+	if res.SHA256 != sum || res.Size != size {
+		return nil, apperr.New(apperr.ErrUpstream, "write_mismatch",
+			"The environment stored %d bytes with SHA-256 %s; %d bytes with SHA-256 %s were sent.", res.Size, res.SHA256, size, sum)
+	}
+	return res, nil
+}
+
+// spoolBody copies body to a temporary file, hashing it, and rewinds the
+// file. A body over MaxWriteBytes is refused and nothing is kept.
+func spoolBody(body io.Reader) (*os.File, int64, string, error) {
+	f, err := os.CreateTemp("", "gatehouse-write-*")
+	if err != nil {
+		return nil, 0, "", fmt.Errorf("proxy: spool write: %w", err)
+	}
+	fail := func(err error) (*os.File, int64, string, error) {
+		f.Close()
+		os.Remove(f.Name())
+		return nil, 0, "", err
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, MaxWriteBytes+1))
+	switch {
+	case n > MaxWriteBytes:
+		return fail(apperr.New(apperr.ErrInvalid, "body_too_large", "The file is larger than the %d MiB write limit.", MaxWriteBytes>>20))
+	case err != nil:
+		return fail(apperr.New(apperr.ErrInvalid, "body_incomplete", "The request body ended after %d bytes, before it was complete; nothing was written.", n))
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fail(fmt.Errorf("proxy: rewind spool: %w", err))
+	}
+	return f, n, hex.EncodeToString(h.Sum(nil)), nil
+}
