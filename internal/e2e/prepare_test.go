@@ -86,6 +86,8 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		mustContain(t, "status", text(t, ctx, testid("prep-status")), "Prepared and verified")
 		mustContain(t, "skill", text(t, ctx, testid("prep-skill-triage")), "verified", bundleSum, ".skills/triage")
 		mustContain(t, "file", text(t, ctx, testid("prep-file-notes/brief.md")), "verified", "24 bytes")
+		do(t, ctx, "prepare again", chromedp.Click(testid("session-prepare")), waitContains(testid("flash"), "is running"))
+		mustContain(t, "status after the retry", text(t, ctx, testid("prep-status")), "Prepared and verified")
 		if *updateScreenshots {
 			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1280, 1100))
 			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "session.png")
