@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -108,6 +109,9 @@ func TestSessionPreparation(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newTerminalFixture(t, d)
+		// Every use looks at the session again rather than at a cached
+		// answer, as it does once the refresh interval passed.
+		f.e.c.SessionsRT.RefreshEvery = time.Nanosecond
 		fmtBundle := tarGzOf(t, map[string]string{"fmt/SKILL.md": "# fmt skill\n", "fmt/run.sh": "echo fmt\n"})
 		skills := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
@@ -251,6 +255,33 @@ func TestSessionPreparation(t *testing.T) {
 			}
 			if strings.Contains(raw, "the brief of the task") || strings.Contains(raw, "sig=secret") {
 				t.Errorf("the event carries contents or a URL's secret: %s", raw)
+			}
+		})
+
+		t.Run("a host workspace removed on the host is prepared again at the next use", func(t *testing.T) {
+			if err := os.RemoveAll(filepath.Join(a.root, "gatehouse-sessions", fmt.Sprint(sessionID))); err != nil {
+				t.Fatal(err)
+			}
+			r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/commands", sessionID), "member", map[string]any{
+				"command": "cat notes/brief.md .skills/docs/DOCS.md", "wait_ms": 10000})
+			wantStatus(t, "exec after the removal", r, http.StatusCreated)
+			var o outputJSON
+			r.decode(t, &o)
+			var out strings.Builder
+			for _, ch := range o.Chunks {
+				out.Write(ch.Data)
+			}
+			if !strings.Contains(out.String(), "the brief of the task") || !strings.Contains(out.String(), "# docs skill") {
+				t.Errorf("after the removal the workspace reads %q", out.String())
+			}
+			n := 0
+			for _, e := range f.auditEvents(t, "action:session.prepare") {
+				if e.Target.ID == fmt.Sprint(sessionID) {
+					n++
+				}
+			}
+			if n != 2 {
+				t.Errorf("%d session.prepare events, want 2 (the first and after the removal)", n)
 			}
 		})
 

@@ -213,8 +213,20 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	if err != nil {
 		return err
 	}
+	c := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(s.Envs.HTTPClient, t.Environment))
+	recheck := false
 	if ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
-		return nil
+		if sess.SandboxMode == agents.SandboxPerSession {
+			return nil
+		}
+		// A host workspace outlives what the console sees: someone on the
+		// host may have removed it. Checked (one batch stat) whenever the
+		// session is looked at again, at most once per refresh interval;
+		// an agentd that does not answer is the gateway's to report.
+		if kept, err := s.stillThere(ctx, c, row); err != nil || kept {
+			return nil
+		}
+		recheck = true
 	}
 	uploads, err := s.Agents.UploadContents(ctx, systemReader(), t.Agent.ID)
 	if err != nil {
@@ -236,10 +248,9 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	if row, ok, err = s.prepRow(ctx, sess.ID); err != nil {
 		return err
 	}
-	if ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
+	if !recheck && ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
 		return nil
 	}
-	c := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(s.Envs.HTTPClient, t.Environment))
 	if ok && row.Status == PrepPrepared && row.Workspace == key && sess.WorkspaceMount != "" {
 		// A new sandbox over a persistent workspace prepared before: its
 		// files are still there unless someone removed them.
@@ -385,7 +396,7 @@ func (s *Service) prove(ctx context.Context, c *agentd.Client, items []plannedIt
 }
 
 // stillThere checks with one batch stat that every item of a prepared
-// persistent workspace is still visible (at its size, for files).
+// workspace is still there.
 func (s *Service) stillThere(ctx context.Context, c *agentd.Client, row prepRow) (bool, error) {
 	p := row.preparation()
 	if len(p.Items) == 0 {
@@ -399,8 +410,10 @@ func (s *Service) stillThere(ctx context.Context, c *agentd.Client, row prepRow)
 	if err != nil || len(stats) != len(paths) {
 		return false, err
 	}
-	for i, st := range stats {
-		if !st.Exists || (p.Items[i].Kind == "file" && st.Size != p.Items[i].Size) {
+	for _, st := range stats {
+		// Presence only: the agent may have edited its files since, and
+		// that is its work, not a missing workspace.
+		if !st.Exists {
 			return false, nil
 		}
 	}
