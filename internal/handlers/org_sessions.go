@@ -68,6 +68,12 @@ type sessionJSON struct {
 	// there (one session's answers only; absent when nothing was ever
 	// prepared).
 	Preparation *preparationJSON `json:"preparation,omitempty"`
+	// AgentdToken says which token the session's sandbox agentd takes:
+	// "per_sandbox" (its own, given right after it was created),
+	// "template" (its agentd is too old to be given one, so the
+	// template's, shared by its every sandbox, opens it), or "" (a host
+	// session, or no sandbox yet). Never the token itself.
+	AgentdToken string `json:"agentd_token"`
 }
 
 type preparationJSON struct {
@@ -105,7 +111,7 @@ func toSessionJSON(x sessions.Session) sessionJSON {
 		EnvironmentID: x.EnvironmentID, TemplateID: x.TemplateID, SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
 		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeenAt: utcPtr(x.BackendSeenAt), Workspace: x.Workspace,
 		CreatedAt: x.CreatedAt.UTC(), StartedAt: utcPtr(x.StartedAt), LastUsedAt: utcPtr(x.LastUsedAt), ClosedAt: utcPtr(x.ClosedAt),
-		UnreachableSince: utcPtr(x.UnreachableSince)}
+		UnreachableSince: utcPtr(x.UnreachableSince), AgentdToken: x.AgentdTokenKind}
 }
 
 // sessionFilter reads the list filters from the query string.
@@ -357,7 +363,8 @@ func (s *Server) pageSession(c echo.Context) error {
 	d := views.SessionDetailData{Slug: tenantOf(c).Org.Slug, ID: x.ID, AgentID: x.AgentID, Agent: x.AgentName, User: x.CreatedBy,
 		Environment: envLabel(byID, x.EnvironmentID), SandboxMode: x.SandboxMode, State: x.State, Reason: x.Reason,
 		SandboxID: x.SandboxID, BackendState: x.BackendState, BackendSeen: when(x.BackendSeenAt), Workspace: x.Workspace,
-		Created: views.When(x.CreatedAt), Started: when(x.StartedAt), LastUsed: when(x.LastUsedAt), Closed: when(x.ClosedAt), CanUse: canUse}
+		Created: views.When(x.CreatedAt), Started: when(x.StartedAt), LastUsed: when(x.LastUsedAt), Closed: when(x.ClosedAt), CanUse: canUse,
+		AgentdToken: x.AgentdTokenKind}
 	if x.UnreachableSince != nil && !x.Final() {
 		d.Unreachable = when(x.UnreachableSince)
 	}

@@ -28,7 +28,11 @@ func (g *Gateway) upstream(ctx context.Context, org Org, t sessions.Target, err 
 		// An answer over the client's caps (answer_too_large) is agentd
 		// misbehaving, not agentd unreachable: it is answered like its
 		// own 502s, with its message.
-		if ae.Foreign || ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout && ae.Code != agentd.CodeAnswerTooLarge {
+		// A sandbox's agentd refusing the sandbox's own token restarted
+		// with its template's (it holds a rekey in memory only): it is as
+		// good as gone, so it counts toward the session's loss.
+		lostKey := ae.Status == http.StatusUnauthorized && t.Session.AgentdTokenKind == sessions.TokenPerSandbox
+		if ae.Foreign || lostKey || ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout && ae.Code != agentd.CodeAnswerTooLarge {
 			g.unreachable(ctx, org, t, err)
 			return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment is not answering normally (%s); try again shortly.", ae.Code)
 		}

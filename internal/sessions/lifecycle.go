@@ -131,11 +131,7 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 	if _, err := checked(Target{Session: sess, Environment: env, Agent: ag, Workspace: sess.Workspace}, check); err != nil {
 		return Target{}, err
 	}
-	token, err := s.Envs.AgentdToken(env)
-	if err != nil {
-		return Target{}, err
-	}
-	t := Target{Environment: env, Agent: ag, AgentdToken: token}
+	t := Target{Environment: env, Agent: ag}
 	if sess.SandboxMode == agents.SandboxPerSession {
 		if sess, err = s.ensureSandbox(ctx, a, sess, env, ag); err != nil {
 			return Target{}, err
@@ -150,6 +146,10 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 			}
 		}
 		t.AgentdURL = env.URL
+	}
+	// After the sandbox is up: a new one brings its own token.
+	if t.AgentdToken, err = s.agentdToken(env, sess); err != nil {
+		return Target{}, err
 	}
 	t.Session, t.Workspace = sess, sess.Workspace
 	// Nothing is forwarded into a workspace until it holds the agent's
@@ -229,7 +229,7 @@ func (s *Service) ensureSandbox(ctx context.Context, a *authz.Actor, sess Sessio
 		return sess, err
 	}
 	if sess.State == StatePending {
-		sess, err = s.createSandbox(ctx, a, sess, b, ag)
+		sess, err = s.createSandbox(ctx, a, sess, env, b, ag)
 		if err != nil {
 			return sess, s.startFailed(ctx, env, err)
 		}
@@ -306,8 +306,10 @@ func (s *Service) connect(ctx context.Context, actor audit.Actor, sess Session, 
 // crashed creator's and is taken over; a create whose outcome is unknown
 // (timeout after the backend accepted it) is looked up by its
 // gatehouse.session tag, here and on every later attempt, never repeated
-// blindly. It returns the session as stored afterwards.
-func (s *Service) createSandbox(ctx context.Context, a *authz.Actor, sess Session, b sandbox.Backend, ag agents.Agent) (Session, error) {
+// blindly. Before anything else reaches the sandbox its agentd is given a
+// token of its own (rekeyOrReplace). It returns the session as stored
+// afterwards.
+func (s *Service) createSandbox(ctx context.Context, a *authz.Actor, sess Session, env envs.Environment, b sandbox.Backend, ag agents.Agent) (Session, error) {
 	token := randomToken()
 	wait := 20 * time.Millisecond
 	for {
@@ -343,7 +345,12 @@ func (s *Service) createSandbox(ctx context.Context, a *authz.Actor, sess Sessio
 		s.releaseClaim(sess.ID, token)
 		return sess, err
 	}
-	return s.attach(ctx, a.AuditActor(), sess, token, sb, adopted, b)
+	sb, adopted, rk, err := s.rekeyOrReplace(ctx, env, sess, b, ag, sb, adopted)
+	if err != nil {
+		s.releaseClaim(sess.ID, token)
+		return sess, err
+	}
+	return s.attach(ctx, a.AuditActor(), sess, token, sb, adopted, b, rk)
 }
 
 // createOrFind creates the sandbox, or finds the one an earlier attempt
@@ -354,9 +361,31 @@ func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Back
 			return sb, ok, err
 		}
 	}
-	tpl, err := s.Envs.GetTemplate(ctx, systemReader(), deref64(sess.TemplateID))
+	req, err := s.createRequest(ctx, sess, ag)
 	if err != nil {
 		return sandbox.Sandbox{}, false, err
+	}
+	sb, err := b.Create(ctx, req)
+	if err == nil {
+		return sb, false, nil
+	}
+	if !sandbox.OutcomeUnknown(err) {
+		return sb, false, backendError("create the session's sandbox", err)
+	}
+	// The backend may have created it: look before anyone tries again.
+	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
+	defer cancel()
+	if found, ok, ferr := s.findByTag(lctx, sess, b, ag); ferr == nil && ok {
+		return found, true, nil
+	}
+	return sb, false, backendError("create the session's sandbox", err)
+}
+
+// createRequest is what the backend is asked for the session's sandbox.
+func (s *Service) createRequest(ctx context.Context, sess Session, ag agents.Agent) (sandbox.CreateRequest, error) {
+	tpl, err := s.Envs.GetTemplate(ctx, systemReader(), deref64(sess.TemplateID))
+	if err != nil {
+		return sandbox.CreateRequest{}, err
 	}
 	user := sess.Subject
 	if sess.UserID != nil {
@@ -373,20 +402,7 @@ func (s *Service) createOrFind(ctx context.Context, sess Session, b sandbox.Back
 	if sess.WorkspaceMount != "" {
 		req.Metadata[MetaHostMount] = hostMount(sess)
 	}
-	sb, err := b.Create(ctx, req)
-	if err == nil {
-		return sb, false, nil
-	}
-	if !sandbox.OutcomeUnknown(err) {
-		return sb, false, backendError("create the session's sandbox", err)
-	}
-	// The backend may have created it: look before anyone tries again.
-	lctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
-	defer cancel()
-	if found, ok, ferr := s.findByTag(lctx, sess, b, ag); ferr == nil && ok {
-		return found, true, nil
-	}
-	return sb, false, backendError("create the session's sandbox", err)
+	return req, nil
 }
 
 // hostMount is the host-mount value of a session with a persistent
@@ -436,7 +452,7 @@ func (s *Service) releaseClaim(id int64, token string) {
 // attach records the created sandbox on the session with its audit event;
 // when the claim was lost meanwhile (the session was closed, or a stalled
 // creator's lease taken over) the sandbox is killed, never left behind.
-func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, token string, sb sandbox.Sandbox, adopted bool, b sandbox.Backend) (Session, error) {
+func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, token string, sb sandbox.Sandbox, adopted bool, b sandbox.Backend, rk rekeyed) (Session, error) {
 	if !sandbox.SafeAddress(sb) {
 		// Never used (see sandboxAgentdURL): kill it rather than leave it.
 		if err := b.Kill(context.WithoutCancel(ctx), sb.ID); err != nil {
@@ -452,7 +468,8 @@ func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, t
 	}
 	set := map[string]any{"state": StateRunning, "reason": reason, "sandbox_id": sb.ID, "sandbox_domain": sb.Domain, "create_token": "",
 		"started_at": now, "last_used_at": now, "backend_state": string(sandbox.StateRunning), "backend_seen_at": now,
-		"agentd_failures": 0, "unreachable_since": nil, "version": gorm.Expr("version + 1"), "updated_at": now}
+		"agentd_failures": 0, "unreachable_since": nil, "version": gorm.Expr("version + 1"), "updated_at": now,
+		"sealed_agentd_token": rk.sealed, "agentd_token_kind": rk.kind}
 	// Attach even if the caller left: the sandbox exists now.
 	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 15*time.Second)
 	defer cancel()
@@ -466,7 +483,7 @@ func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, t
 		}
 		attached := sess
 		attached.SandboxID = sb.ID
-		return s.record(dctx, tx, attached, actor, "session.start", StatePending, StateRunning, reason, map[string]any{"adopted": adopted})
+		return s.record(dctx, tx, attached, actor, "session.start", StatePending, StateRunning, reason, map[string]any{"adopted": adopted, "agentd_token": rk.kind})
 	})
 	if err != nil {
 		if kerr := b.Kill(dctx, sb.ID); kerr != nil && !errors.Is(kerr, sandbox.ErrNotFound) {

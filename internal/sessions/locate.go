@@ -38,7 +38,7 @@ func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (
 	if err != nil {
 		return Target{}, err
 	}
-	token, err := s.Envs.AgentdToken(env)
+	token, err := s.agentdToken(env, sess)
 	if err != nil {
 		return Target{}, err
 	}

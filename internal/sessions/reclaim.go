@@ -433,7 +433,8 @@ func (s *Service) act(ctx context.Context, act action) (bool, error) {
 // its first sandbox: no sandbox, no creation under way, no failures.
 func unattached() map[string]any {
 	return map[string]any{"sandbox_id": "", "sandbox_domain": "", "backend_state": "", "backend_seen_at": nil,
-		"create_token": "", "create_started_at": nil, "create_attempts": 0, "agentd_failures": 0, "unreachable_since": nil}
+		"create_token": "", "create_started_at": nil, "create_attempts": 0, "agentd_failures": 0, "unreachable_since": nil,
+		"sealed_agentd_token": "", "agentd_token_kind": ""}
 }
 
 func (s *Service) lost(ctx context.Context, sess Session, reason string) (bool, error) {

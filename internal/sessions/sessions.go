@@ -100,7 +100,13 @@ type Session struct {
 	LastUnreachableAt *time.Time
 	// ClosingAt is when a close of the session began: from then on no
 	// command starts in it.
-	ClosingAt  *time.Time
+	ClosingAt *time.Time
+	// SealedAgentdToken is the sandbox's own agentd token (sealed; see
+	// sandboxtoken.go), AgentdTokenKind which token the sandbox takes:
+	// TokenPerSandbox, TokenTemplate, or "" (a host session, no sandbox).
+	SealedAgentdToken string `gorm:"column:sealed_agentd_token"`
+	AgentdTokenKind   string `gorm:"column:agentd_token_kind"`
+
 	CreatedAt  time.Time
 	StartedAt  *time.Time
 	LastUsedAt *time.Time

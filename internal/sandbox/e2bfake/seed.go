@@ -83,9 +83,11 @@ func (s *Server) Seed(sbs ...SeedSandbox) ([]string, error) {
 }
 
 // NopLauncher starts nothing: sandboxes created through the API get no
-// process (the proxy answers 502 for them). For tests of the API and of
-// lifecycle bookkeeping at scale, where a real agentd per sandbox would
-// only cost time.
+// process (the proxy answers 502 for them, but for agentd's rekey, POST
+// /v1/token, which it takes with 204 as a fresh agentd would: the console
+// rekeys every sandbox it creates before using it). For tests of the API
+// and of lifecycle bookkeeping at scale, where a real agentd per sandbox
+// would only cost time.
 type NopLauncher struct{}
 
 // Launch returns a process that does not exist.
