@@ -524,6 +524,10 @@ func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string
 		if err != nil {
 			return err
 		}
+		if ok && row.ClaimToken != "" && row.ClaimedAt != nil && s.now().Sub(*row.ClaimedAt) > s.rt().createLease() {
+			// The preparer went away mid-way: the next use takes over.
+			return apperr.New(apperr.ErrConflict, "session_state_changed", "Session %d's preparation was interrupted; try again.", sess.ID)
+		}
 		if !ok || row.ClaimToken != "" {
 			continue
 		}
