@@ -562,3 +562,48 @@ func TestRekey(t *testing.T) {
 		t.Fatalf("the new token after a refused second rekey: %v", err)
 	}
 }
+
+// TestCopyForOtherUser: with commands run as another user, a copy takes
+// from outside the root only what that user could read itself.
+func TestCopyForOtherUser(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	// t.TempDir's directories are 0700: open them like a shared mount.
+	for _, d := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk := func(p string, mode os.FileMode) {
+		t.Helper()
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte("x"), mode); err != nil {
+			t.Fatal(err)
+		}
+		os.Chmod(p, mode)
+	}
+	mk(filepath.Join(base, "open/SKILL.md"), 0o644)
+	mk(filepath.Join(base, "secretive/SKILL.md"), 0o644)
+	mk(filepath.Join(base, "secretive/private.key"), 0o600)
+	mk(filepath.Join(base, "closed/inner/SKILL.md"), 0o644)
+	os.Chmod(filepath.Join(base, "closed"), 0o700)
+	mk(filepath.Join(base, "group-only.txt"), 0o640)
+	c := newClient(t, agentdtest.WithRoot(t.TempDir()), agentdtest.WithConfig(func(c *agentd.Config) {
+		c.RunAs = &agentd.Credential{UID: 65534, GID: 65534}
+	}))
+	ctx := testCtx(t)
+	if _, err := c.Copy(ctx, filepath.Join(base, "open"), "open"); err != nil {
+		t.Fatalf("a tree others may read: %v", err)
+	}
+	for _, tc := range []struct{ name, from, wantIn string }{
+		{"a file only its owner reads", filepath.Join(base, "secretive"), "not readable by others"},
+		{"below a directory others may not enter", filepath.Join(base, "closed/inner"), "others may not enter"},
+		{"a single file others may not read", filepath.Join(base, "group-only.txt"), "not readable by others"},
+	} {
+		if _, err := c.Copy(ctx, tc.from, "x"); !errors.Is(err, agentd.ErrPathOutsideRoot) || !strings.Contains(err.Error(), tc.wantIn) {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}

@@ -212,3 +212,54 @@ func TestSandboxAgentdRestartCountsAsUnreachable(t *testing.T) {
 		}
 	})
 }
+
+// oldAgentdLauncher runs each sandbox's agentd in process behind a
+// handler that answers POST /v1/token as an agentd from before rekeys:
+// 404 not_found.
+type oldAgentdLauncher struct{ t *testing.T }
+
+func (l oldAgentdLauncher) Launch(ctx context.Context, spec e2bfake.LaunchSpec) (e2bfake.Process, error) {
+	p := &restartingAgentd{t: l.t, root: spec.Workspace}
+	if err := p.restart(); err != nil {
+		return nil, err
+	}
+	p.ts = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/token" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusNotFound)
+			w.Write([]byte(`{"error":{"code":"not_found","message":"There is no such endpoint."}}`))
+			return
+		}
+		p.srv.Load().Handler().ServeHTTP(w, r)
+	}))
+	l.t.Cleanup(func() { p.Kill() })
+	return p, nil
+}
+
+// TestSandboxOldAgentdKeepsTemplateToken: a sandbox whose agentd cannot be
+// rekeyed is used with the template's token, and the session's API answer
+// and page say so.
+func TestSandboxOldAgentdKeepsTemplateToken(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: oldAgentdLauncher{t}})
+		sid := f.sandboxSession(t, fake)
+		r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/commands", sid), "member", map[string]any{"command": "echo old agentd", "wait_ms": 10000})
+		wantStatus(t, "exec", r, http.StatusCreated)
+		r = f.call(http.MethodGet, fmt.Sprintf("/sessions/%d", sid), "member", nil)
+		var sess struct {
+			AgentdToken string `json:"agentd_token"`
+		}
+		r.decode(t, &sess)
+		if sess.AgentdToken != "template" {
+			t.Fatalf("session %s", r.body)
+		}
+		page := f.e.do(request{method: http.MethodGet, path: fmt.Sprintf("/o/acme/sessions/%d", sid),
+			cookies: []*http.Cookie{{Name: "gh_org_acme", Value: f.tokens["member"]}}})
+		wantStatus(t, "session page", page, http.StatusOK)
+		if !strings.Contains(string(page.body), "too old to be given a token of its own") {
+			t.Fatal("the session page does not say the sandbox takes the template's token")
+		}
+	})
+}

@@ -157,3 +157,36 @@ func TestTerminalFileWrite(t *testing.T) {
 		})
 	})
 }
+
+// TestTerminalFileWriteMismatch: an agentd answering a write with another
+// hash than the bytes sent is reported (502 write_mismatch), not believed.
+func TestTerminalFileWriteMismatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		h := startHostileAgentd(t, func(h *hostileAgentd, w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodPut || r.URL.Path != "/v1/files" {
+				return false
+			}
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"path":"x","size":5,"sha256":"` + strings.Repeat("0", 64) + `"}` + "\n"))
+			return true
+		})
+		_, session := f.hostSession(t, "lying-host", h.url, h.token)
+		req, err := http.NewRequest(http.MethodPut, fmt.Sprintf("%s/api/v1/orgs/acme/sessions/%d/files?path=x", f.e.srv.URL, session), strings.NewReader("hello"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+f.tokens["member"])
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "write_mismatch") {
+			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+	})
+}
