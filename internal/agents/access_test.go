@@ -42,6 +42,22 @@ func agentCases() map[string]agentCase {
 			_, err := w.svc.Create(ctx, a, in)
 			return err
 		},
+		"Uploads": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, err := w.svc.Uploads(ctx, a, w.agentWithUpload(t).ID)
+			return err
+		},
+		"UploadContents": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, err := w.svc.UploadContents(ctx, a, w.agentWithUpload(t).ID)
+			return err
+		},
+		"PutUpload": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, _, err := w.svc.PutUpload(ctx, a, w.agentInA(t).ID, agents.UploadInput{Kind: agents.UploadFile, Name: "notes.md", Body: []byte("hi")})
+			return err
+		},
+		"RemoveUpload": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, err := w.svc.RemoveUpload(ctx, a, w.agentWithUpload(t).ID, agents.UploadFile, "notes.md")
+			return err
+		},
 		"List": func(t *testing.T, w *world, a *authz.Actor) error {
 			ag := w.agentInA(t)
 			list, err := w.svc.List(ctx, a)
@@ -96,6 +112,16 @@ func (w *world) agentInA(t *testing.T) agents.Agent {
 	return a
 }
 
+// agentWithUpload is an agent of department A with one uploaded file.
+func (w *world) agentWithUpload(t *testing.T) agents.Agent {
+	t.Helper()
+	a := w.agentInA(t)
+	if _, _, err := w.svc.PutUpload(context.Background(), w.admin, a.ID, agents.UploadInput{Kind: agents.UploadFile, Name: "notes.md", Body: []byte("hi")}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
 func TestEveryAgentMethodIsAuthorized(t *testing.T) {
 	tested := map[string]bool{}
 	for name := range agentCases() {
@@ -143,7 +169,7 @@ func TestAgentAccess(t *testing.T) {
 					case name == "Create":
 					case !p.see:
 						want = authztest.Hidden
-					case name != "Get" && !p.manage:
+					case name != "Get" && name != "Uploads" && !p.manage:
 						want = authztest.Forbidden
 					}
 					authztest.Want(t, a, err, want)

@@ -91,15 +91,30 @@ type Config struct {
 	Skills       []Skill `json:"skills,omitempty"`
 }
 
-// Skill is a capability mounted into the agent's workspace.
+// Skill is a capability mounted into the agent's workspace. Source is an
+// https:// URL (fetched by agentd inside the environment), an absolute
+// path already inside the environment (copied into place), or
+// "upload:<name>", a bundle uploaded to the agent (see uploads.go).
+// SHA256, when set, pins what is placed: the downloaded or uploaded bytes
+// (for a path source, nothing is hashed and a pin is refused).
 type Skill struct {
 	Name      string `json:"name"`
 	Source    string `json:"source"`
 	MountPath string `json:"mount_path,omitempty"`
+	SHA256    string `json:"sha256,omitempty"`
+}
+
+// UploadSource is the prefix of a skill source naming an uploaded bundle.
+const UploadSource = "upload:"
+
+// Uploaded returns the bundle name of a skill whose source is an upload.
+func (s Skill) Uploaded() (string, bool) {
+	return strings.CutPrefix(s.Source, UploadSource)
 }
 
 var (
 	skillNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,63}$`)
+	sha256RE    = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	nameRE      = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9 _.-]{0,99}$`)
 )
 
@@ -113,7 +128,7 @@ func ParseConfig(raw string, v *apperr.ValidationError) (Config, string) {
 	dec := json.NewDecoder(strings.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
-		v.Add("config", "%s Allowed fields: model, system_prompt, skills[{name, source, mount_path}].", apperr.DescribeJSON("The configuration", err))
+		v.Add("config", "%s Allowed fields: model, system_prompt, skills[{name, source, mount_path, sha256}].", apperr.DescribeJSON("The configuration", err))
 		return c, ""
 	}
 	if dec.More() {
@@ -138,11 +153,19 @@ func ParseConfig(raw string, v *apperr.ValidationError) (Config, string) {
 		case seen[s.Name]:
 			v.Add("config", "config.skills[%d].name %q appears twice.", i, s.Name)
 		case s.Source == "":
-			v.Add("config", "config.skills[%d].source is required (an https:// URL or an absolute path).", i)
-		case !strings.HasPrefix(s.Source, "https://") && !strings.HasPrefix(s.Source, "http://") && !strings.HasPrefix(s.Source, "/"):
-			v.Add("config", "config.skills[%d].source must be an http(s) URL or an absolute path.", i)
+			v.Add("config", "config.skills[%d].source is required (an https:// URL, an absolute path or upload:<name>).", i)
+		case strings.HasPrefix(s.Source, UploadSource) && !skillNameRE.MatchString(strings.TrimPrefix(s.Source, UploadSource)):
+			v.Add("config", "config.skills[%d].source %q must name an uploaded bundle: upload: followed by 1–64 lowercase letters, digits, dots, dashes or underscores.", i, s.Source)
+		case !strings.HasPrefix(s.Source, UploadSource) && !strings.HasPrefix(s.Source, "https://") && !strings.HasPrefix(s.Source, "http://") && !strings.HasPrefix(s.Source, "/"):
+			v.Add("config", "config.skills[%d].source must be an http(s) URL, an absolute path or upload:<name>.", i)
+		case strings.HasPrefix(s.Source, "/") && strings.Contains(s.Source, ".."):
+			v.Add("config", "config.skills[%d].source must be an absolute path without \"..\".", i)
 		case s.MountPath != "" && (!strings.HasPrefix(s.MountPath, "/") || strings.Contains(s.MountPath, "..")):
 			v.Add("config", "config.skills[%d].mount_path must be an absolute path without \"..\".", i)
+		case s.SHA256 != "" && !sha256RE.MatchString(s.SHA256):
+			v.Add("config", "config.skills[%d].sha256 must be 64 lowercase hexadecimal digits.", i)
+		case s.SHA256 != "" && strings.HasPrefix(s.Source, "/"):
+			v.Add("config", "config.skills[%d].sha256 cannot pin a path source (a directory has no single hash); pin a URL or an uploaded bundle.", i)
 		}
 		seen[s.Name] = true
 	}

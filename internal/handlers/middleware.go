@@ -17,6 +17,7 @@ import (
 	"github.com/a-h/templ"
 	"github.com/labstack/echo/v4"
 
+	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
@@ -98,6 +99,9 @@ func securityHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 // 400 that says so. The routes in larger ("METHOD /route/:pattern") take
 // raw bodies up to their own limit instead, which they enforce themselves
 // with a clearer message; the announced length is refused here already.
+// The upload routes (org_uploads.go) take one bundle or file, capped here
+// too: a page's multipart form is read by the CSRF check before the
+// handler runs.
 func limitBody(n int64, larger map[string]int64) echo.MiddlewareFunc {
 	return func(next echo.HandlerFunc) echo.HandlerFunc {
 		return func(c echo.Context) error {
@@ -106,11 +110,15 @@ func limitBody(n int64, larger map[string]int64) echo.MiddlewareFunc {
 			if !own {
 				limit = n
 			}
+			capped, shown, what := n, limit, ""
+			if isUploadRoute(c.Path()) {
+				limit, capped, shown, what = maxUploadBody, maxUploadBody, agents.MaxUploadBytes, " per bundle or file"
+			}
 			if r.ContentLength > limit {
-				return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than the %d MiB limit.", limit>>20)
+				return apperr.New(apperr.ErrInvalid, "body_too_large", "The request body is larger than the %d MiB limit%s.", shown>>20, what)
 			}
 			if !own {
-				r.Body = http.MaxBytesReader(c.Response(), r.Body, n)
+				r.Body = http.MaxBytesReader(c.Response(), r.Body, capped)
 			}
 			return next(c)
 		}

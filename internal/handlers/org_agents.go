@@ -455,6 +455,10 @@ func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *v
 	if d.Sessions, err = s.agentSessions(c, a, byID); err != nil {
 		return err
 	}
+	d.Uploads = views.AgentUploadsData{Slug: d.Slug, AgentID: a.ID, CanManage: canManage}
+	if d.Uploads.Rows, err = s.agentUploads(c, a); err != nil {
+		return err
+	}
 	return render(c, status, views.AgentDetail(s.orgPage(c, a.Name), d))
 }
 

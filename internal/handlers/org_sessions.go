@@ -64,12 +64,38 @@ type sessionJSON struct {
 	// answering (null while it answers); past the unreachable window the
 	// session is lost.
 	UnreachableSince *time.Time `json:"unreachable_since"`
+	// Preparation is what was put in the session's workspace and proven
+	// there (one session's answers only; absent when nothing was ever
+	// prepared).
+	Preparation *preparationJSON `json:"preparation,omitempty"`
 	// AgentdToken says which token the session's sandbox agentd takes:
 	// "per_sandbox" (its own, given right after it was created),
 	// "template" (its agentd is too old to be given one, so the
 	// template's, shared by its every sandbox, opens it), or "" (a host
 	// session, or no sandbox yet). Never the token itself.
 	AgentdToken string `json:"agentd_token"`
+}
+
+type preparationJSON struct {
+	Status     string              `json:"status"`
+	Reason     string              `json:"reason"`
+	Items      []sessions.PrepItem `json:"items"`
+	PreparedAt *time.Time          `json:"prepared_at"`
+	UpdatedAt  time.Time           `json:"updated_at"`
+}
+
+// withPreparation adds the session's preparation to its answer.
+func (s *Server) withPreparation(c echo.Context, j sessionJSON) (sessionJSON, error) {
+	p, err := s.sessionService(c).Preparation(c.Request().Context(), actorOf(c), j.ID)
+	if err != nil || p == nil {
+		return j, err
+	}
+	items := p.Items
+	if items == nil {
+		items = []sessions.PrepItem{}
+	}
+	j.Preparation = &preparationJSON{Status: p.Status, Reason: p.Reason, Items: items, PreparedAt: utcPtr(p.PreparedAt), UpdatedAt: p.UpdatedAt.UTC()}
+	return j, nil
 }
 
 func utcPtr(t *time.Time) *time.Time {
@@ -176,7 +202,11 @@ func (s *Server) apiGetSession(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toSessionJSON(x))
+	j, err := s.withPreparation(c, toSessionJSON(x))
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, j)
 }
 
 // sessionOp is a lifecycle operation of the sessions service, such as
@@ -213,7 +243,11 @@ func (s *Server) apiSessionOp(op sessionOp) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		return c.JSON(http.StatusOK, toSessionJSON(x))
+		j, err := s.withPreparation(c, toSessionJSON(x))
+		if err != nil {
+			return err
+		}
+		return c.JSON(http.StatusOK, j)
 	}
 }
 
@@ -342,6 +376,9 @@ func (s *Server) pageSession(c echo.Context) error {
 	if d.Lifecycle, err = s.sessionLifecycle(c, x); err != nil {
 		return err
 	}
+	if d.Preparation, err = s.preparationView(c, x.ID); err != nil {
+		return err
+	}
 	if canUse && !x.Final() {
 		td, err := s.sessionTerminal(c, x.ID, !refused)
 		if err != nil {
@@ -431,6 +468,30 @@ func (s *Server) sessionLifecycle(c echo.Context, x sessions.Session) (string, e
 	return views.Lifecycle(st), nil
 }
 
+// preparationView is the session's preparation for its page.
+func (s *Server) preparationView(c echo.Context, id int64) (*views.PreparationData, error) {
+	p, err := s.sessionService(c).Preparation(c.Request().Context(), actorOf(c), id)
+	if err != nil || p == nil || (p.Status == "" && len(p.Items) == 0) {
+		return nil, err
+	}
+	d := &views.PreparationData{Status: p.Status, Reason: p.Reason}
+	if p.PreparedAt != nil {
+		d.Prepared = views.When(*p.PreparedAt)
+	}
+	for _, it := range p.Items {
+		d.Items = append(d.Items, views.PrepItemRow{Kind: it.Kind, Name: it.Name, Source: it.Source, Path: it.Path, Size: it.Size,
+			SHA256: it.SHA256, Status: it.Status, Error: it.Error})
+	}
+	return d, nil
+}
+
+// isNotPrepared reports a session whose workspace could not be prepared:
+// its page shows why, with the retry.
+func isNotPrepared(err error) bool {
+	var ae *apperr.Error
+	return errors.As(err, &ae) && ae.Code == "session_not_prepared"
+}
+
 // pageSessionOp runs a lifecycle operation from the session's page and
 // returns to it with what happened.
 func (s *Server) pageSessionOp(op sessionOp) echo.HandlerFunc {
@@ -438,7 +499,7 @@ func (s *Server) pageSessionOp(op sessionOp) echo.HandlerFunc {
 		x, err := s.runSessionOp(c, op)
 		if fields, _, ok := formFailure(err); ok {
 			s.setFlash(c, fieldMessages(fields))
-		} else if errors.Is(err, apperr.ErrUnavailable) {
+		} else if errors.Is(err, apperr.ErrUnavailable) || isNotPrepared(err) {
 			// The environment or its backend failed (a sandbox that
 			// would not start): the session's page says what happened
 			// and what to do, rather than an error page.

@@ -89,6 +89,11 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.apiGetAgent)
 	api.handle(http.MethodPatch, "/agents/:id", rbac.Authenticated(), s.apiUpdateAgent)
 	api.handle(http.MethodDelete, "/agents/:id", rbac.Authenticated(), s.apiDeleteAgent)
+	// An agent's skill bundles and files: metadata to whoever may read
+	// the agent, changes to whoever may change it (org_uploads.go).
+	api.handle(http.MethodGet, "/agents/:id/uploads", rbac.Authenticated(), s.apiListUploads)
+	api.handle(http.MethodPost, "/agents/:id/uploads", rbac.Authenticated(), s.apiPutUpload)
+	api.handle(http.MethodDelete, "/agents/:id/uploads", rbac.Authenticated(), s.apiDeleteUpload)
 	// Sessions: who may see and use one is decided per session (its user,
 	// its agent's department) by the sessions service.
 	api.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.apiListSessions)
@@ -97,6 +102,7 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Start))
 	api.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Pause))
 	api.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Resume))
+	api.handle(http.MethodPost, "/sessions/:id/prepare", rbac.Authenticated(), s.apiSessionOp((*sessions.Service).Prepare))
 	api.handle(http.MethodDelete, "/sessions/:id", rbac.Authenticated(), s.apiSessionOp(s.closeSession))
 
 	s.registerTerminal(api)
@@ -152,12 +158,15 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.pageAgent)
 	pg.handle(http.MethodPost, "/agents/:id", rbac.Authenticated(), s.pageUpdateAgent)
 	pg.handle(http.MethodPost, "/agents/:id/delete", rbac.Authenticated(), s.pageDeleteAgent)
+	pg.handle(http.MethodPost, "/agents/:id/uploads", rbac.Authenticated(), s.pagePutUpload)
+	pg.handle(http.MethodPost, "/agents/:id/uploads/remove", rbac.Authenticated(), s.pageRemoveUpload)
 	pg.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.pageSessions)
 	pg.handle(http.MethodPost, "/sessions", rbac.Authenticated(), s.pageCreateSession)
 	pg.handle(http.MethodGet, "/sessions/:id", rbac.Authenticated(), s.pageSession)
 	pg.handle(http.MethodPost, "/sessions/:id/start", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Start))
 	pg.handle(http.MethodPost, "/sessions/:id/pause", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Pause))
 	pg.handle(http.MethodPost, "/sessions/:id/resume", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Resume))
+	pg.handle(http.MethodPost, "/sessions/:id/prepare", rbac.Authenticated(), s.pageSessionOp((*sessions.Service).Prepare))
 	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp(s.closeSession))
 	s.registerTerminalPages(pg)
 	s.registerRecordings(api, pg)

@@ -54,6 +54,14 @@ func sessionCases() map[string]accessCase {
 			_, err := w.svc.Start(ctx, a, w.newSessionOf(t).ID)
 			return err
 		},
+		"Prepare": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			_, err := w.svc.Prepare(ctx, a, w.newSessionOf(t).ID)
+			return err
+		},
+		"Preparation": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			_, err := w.svc.Preparation(ctx, a, w.newSessionOf(t).ID)
+			return err
+		},
 		"Ensure": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
 			_, err := w.svc.Ensure(ctx, a, w.newSessionOf(t).ID)
 			return err
@@ -132,7 +140,7 @@ func sessionCases() map[string]accessCase {
 var answers = map[string]bool{"List": true, "CanUse": true, "CanCreate": true}
 
 // uses lists the methods that act on a session (rather than read it).
-var uses = map[string]bool{"Start": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "LocateForClose": true,
+var uses = map[string]bool{"Start": true, "Prepare": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "LocateForClose": true,
 	"CanUse": true}
 
 type errRefused string

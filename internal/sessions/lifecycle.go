@@ -152,6 +152,11 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		return Target{}, err
 	}
 	t.Session, t.Workspace = sess, sess.Workspace
+	// Nothing is forwarded into a workspace until it holds the agent's
+	// skills and files (prepare.go).
+	if err := s.prepare(ctx, a, t); err != nil {
+		return Target{}, err
+	}
 	if st.ok {
 		s.rt().put(k, &cached{target: t, checked: s.now(), refresh: s.rt().refreshEvery(ag.IdleTimeout()), version: st.version})
 	}

@@ -1,0 +1,96 @@
+package e2e_test
+
+import (
+	"archive/zip"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"testing"
+
+	"github.com/chromedp/chromedp"
+)
+
+// TestBrowserSessionPreparation: the department's owner uploads a skill
+// bundle and a file on the agent's page (listed with size and hash), the
+// agent's skill names the bundle, and the owner's new session, started
+// from its page, lists the skill and the file verified by agentd. With
+// -update-screenshots the session page becomes docs/screenshots/session.png.
+func TestBrowserSessionPreparation(t *testing.T) {
+	t.Parallel()
+	w := newConsoleWorld(t)
+	var buf bytes.Buffer
+	zw := zip.NewWriter(&buf)
+	f, _ := zw.Create("SKILL.md")
+	_, _ = f.Write([]byte("# triage skill\n"))
+	_ = zw.Close()
+	dir := t.TempDir()
+	bundle := filepath.Join(dir, "triage-skill.zip")
+	brief := filepath.Join(dir, "brief.md")
+	if err := os.WriteFile(bundle, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(brief, []byte("Triage the open issues.\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	bundleSum := hex.EncodeToString(sum[:])
+	agentPage := w.srv.url + "/o/acme/agents/" + idStr(w.agentID)
+
+	ctx := newBrowser(t)
+	do(t, ctx, "sign in as the owner",
+		chromedp.Navigate(w.srv.url+"/o/acme/login"),
+		signIn(w.ownerEmail, w.pwd),
+		chromedp.WaitVisible(testid("my-roles")),
+	)
+	t.Run("upload a bundle and a file on the agent's page", func(t *testing.T) {
+		do(t, ctx, "open the agent", chromedp.Navigate(agentPage), chromedp.WaitVisible(testid("uploads-empty")))
+		do(t, ctx, "upload the bundle",
+			chromedp.SetValue(css("#upload-kind"), "skill"),
+			chromedp.SendKeys(css("#upload-name"), "triage"),
+			chromedp.SetUploadFiles(css("#upload-file"), []string{bundle}),
+			chromedp.Click(testid("upload-submit")),
+			chromedp.WaitVisible(testid("upload-skill-triage")),
+		)
+		do(t, ctx, "upload the file",
+			chromedp.SetValue(css("#upload-kind"), "file"),
+			chromedp.SendKeys(css("#upload-name"), "notes/brief.md"),
+			chromedp.SetUploadFiles(css("#upload-file"), []string{brief}),
+			chromedp.Click(testid("upload-submit")),
+			chromedp.WaitVisible(testid("upload-file-notes/brief.md")),
+		)
+		mustContain(t, "bundle row", text(t, ctx, testid("upload-skill-triage")), bundleSum, "bytes")
+	})
+	// The world's agentd has no root of its own: the session's workspace
+	// goes to a directory of this test, not the package's.
+	callAPI(t, w.srv.url, http.MethodPatch, "/api/v1/orgs/acme/environments/"+idStr(w.envID), w.orgToken,
+		map[string]any{"workspace_root": t.TempDir()}, http.StatusOK, nil)
+	var ownerLogin struct{ Token string }
+	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": w.ownerEmail, "password": w.pwd}, http.StatusOK, &ownerLogin)
+	callAPI(t, w.srv.url, http.MethodPatch, "/api/v1/orgs/acme/agents/"+idStr(w.agentID), ownerLogin.Token, map[string]any{"config": map[string]any{
+		"model": "claude-sonnet-4", "skills": []map[string]string{{"name": "triage", "source": "upload:triage", "sha256": bundleSum}}}}, http.StatusOK, nil)
+
+	t.Run("a new session, started, lists them verified", func(t *testing.T) {
+		do(t, ctx, "new session",
+			chromedp.Navigate(agentPage),
+			chromedp.Click(testid("new-session")),
+			chromedp.WaitVisible(testid("session-start")),
+		)
+		if regexp.MustCompile(`/o/acme/sessions/\d+$`).FindString(get(t, ctx, "location", chromedp.Location())) == "" {
+			t.Fatal("creating a session did not land on its page")
+		}
+		do(t, ctx, "start it", chromedp.Click(testid("session-start")), chromedp.WaitVisible(testid("prep-table")))
+		mustContain(t, "status", text(t, ctx, testid("prep-status")), "Prepared and verified")
+		mustContain(t, "skill", text(t, ctx, testid("prep-skill-triage")), "verified", bundleSum, ".skills/triage")
+		mustContain(t, "file", text(t, ctx, testid("prep-file-notes/brief.md")), "verified", "24 bytes")
+		do(t, ctx, "prepare again", chromedp.Click(testid("session-prepare")), waitContains(testid("flash"), "is running"))
+		mustContain(t, "status after the retry", text(t, ctx, testid("prep-status")), "Prepared and verified")
+		if *updateScreenshots {
+			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1280, 1100))
+			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "session.png")
+		}
+	})
+}
