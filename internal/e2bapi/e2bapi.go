@@ -82,6 +82,44 @@ func OrgOf(sandboxID string) (slug string, ok bool) {
 	return m[1], true
 }
 
+// EnvdVersion is the envd version the control plane answers
+// (envdVersion): the SDKs choose their data-plane requests by it, so it is
+// the version of envd's API the data plane serves.
+const EnvdVersion = "0.4.0"
+
+// PlaceholderDomain is the domain answered when no --e2b-domain is
+// configured: .invalid never resolves, so a runtime that forgot
+// E2B_SANDBOX_URL fails instead of reaching a real E2B host.
+const PlaceholderDomain = "e2b-sandbox-url-required.invalid"
+
+// AnswerDomain is the domain answers carry for a configured domain.
+func AnswerDomain(configured string) string {
+	if configured == "" {
+		return PlaceholderDomain
+	}
+	return configured
+}
+
+// Endpoint is what a runtime sets to use an org's E2B-compatible API.
+type Endpoint struct {
+	// APIURL is the control plane (E2B_API_URL).
+	APIURL string `json:"api_url"`
+	// SandboxURL is the data plane as one host (E2B_SANDBOX_URL).
+	SandboxURL string `json:"sandbox_url"`
+	// Domain is the wildcard domain (E2B_DOMAIN), "" when none.
+	Domain string `json:"domain"`
+}
+
+// EndpointFor is org slug's endpoint, from the console's public URL, the
+// data plane's public URL and its domain.
+func EndpointFor(consoleURL, sandboxURL, domain, slug string) Endpoint {
+	consoleURL = strings.TrimSuffix(consoleURL, "/")
+	if sandboxURL == "" {
+		sandboxURL = consoleURL
+	}
+	return Endpoint{APIURL: consoleURL + "/e2b/orgs/" + slug, SandboxURL: strings.TrimSuffix(sandboxURL, "/"), Domain: domain}
+}
+
 // MintAccessToken returns a new envd access token: 32 random bytes, hex.
 func MintAccessToken() string { return randomHex(32) }
 
