@@ -44,8 +44,8 @@ type Console struct {
 	Audit    *audit.Log
 	Server   *handlers.Server
 	// E2B resolves the E2B-compatible data plane's sandbox ids and tokens.
-	E2B *e2bapi.Service
-	Tenants  *tenant.Registry
+	E2B     *e2bapi.Service
+	Tenants *tenant.Registry
 	// Anchors keeps signed checkpoints of every org's audit chain head in
 	// the catalog; Checkpoints is the loop that takes them.
 	Anchors     *anchor.Service
@@ -222,7 +222,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
 		Anchors: c.Anchors, Local: c.Local.backend(),
-		E2B:     handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
+		E2B: handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
 	})
 	c.watchMetrics()
 	c.Retention = c.newRetention()
