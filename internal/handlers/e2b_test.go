@@ -331,7 +331,7 @@ func TestE2BControlPlane(t *testing.T) {
 			for _, action := range []string{"e2b_key.create", "session.create", "session.e2b_timeout", "session.pause", "session.close", "e2b_key.revoke"} {
 				var out struct {
 					Items []struct {
-						Action  string          `json:"action"`
+						Action  string `json:"action"`
 						Actor   struct{ Type, ID string }
 						Details json.RawMessage `json:"details"`
 					} `json:"items"`
