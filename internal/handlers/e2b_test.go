@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
@@ -184,6 +185,8 @@ func TestE2BControlPlane(t *testing.T) {
 
 		t.Run("each kind of key opens only its own surface", func(t *testing.T) {
 			wantStatus(t, "e2b key on the console API", e.json(http.MethodGet, "/api/v1/orgs/acme/sessions", key.Key, nil), http.StatusUnauthorized)
+			forged := "gh_" + key.Key[4:16] + "_" + key.Key[16:] // the e2b key's row and secret in an ordinary key's shape
+			wantStatus(t, "e2b key reshaped as a gh_ key", e.json(http.MethodGet, "/api/v1/orgs/acme/sessions", forged, nil), http.StatusUnauthorized)
 			for name, k := range map[string]string{"gh_ key": f.keys["member-key"], "no key": "", "malformed": "e2b_zz", "unknown": "e2b_" + strings.Repeat("ab", 32),
 				"another org's": gkey.Key} {
 				r := sdk(http.MethodGet, api+"/v2/sandboxes", k, nil)
@@ -380,5 +383,37 @@ func TestE2BControlPlane(t *testing.T) {
 				}
 			}
 		})
+	})
+}
+
+// TestE2BEndpoint: the endpoint API gives the org's control-plane URL,
+// the single-host data-plane URL and the configured domain; sandboxes
+// created then answer that domain instead of the placeholder.
+func TestE2BEndpoint(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newOrgFixture(t, d, func(c *config.Config) {
+			c.E2BDomain, c.E2BPublicURL = "e2b.acme.test", "https://sbx.acme.test"
+		})
+		e := f.e
+		r := e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-endpoint", f.tokens["member"], nil)
+		wantStatus(t, "endpoint", r, http.StatusOK)
+		var ep e2bapi.Endpoint
+		r.decode(t, &ep)
+		if ep.APIURL != e.srv.URL+"/e2b/orgs/acme" || ep.SandboxURL != "https://sbx.acme.test" || ep.Domain != "e2b.acme.test" {
+			t.Fatalf("endpoint %+v", ep)
+		}
+		wantStatus(t, "endpoint signed out", e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-endpoint", "", nil), http.StatusUnauthorized)
+		fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{})
+		agent := e2bSandboxAgent(t, e, fake, "acme", f.tokens["entered-admin"], f.dept1, "coder")
+		key := mintE2BKey(t, e, "acme", f.tokens["member"], agent, "runtime")
+		r = e.e2bSDK(http.MethodPost, "/e2b/orgs/acme/sandboxes", key.Key, map[string]any{"templateID": "base"})
+		wantStatus(t, "create", r, http.StatusCreated)
+		var sb e2bSandboxOut
+		r.decode(t, &sb)
+		if sb.Domain != "e2b.acme.test" {
+			t.Fatalf("domain %q, want the configured one", sb.Domain)
+		}
+		wantStatus(t, "kill", e.e2bSDK(http.MethodDelete, "/e2b/orgs/acme/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNoContent)
 	})
 }

@@ -141,7 +141,7 @@ func (s *Server) apiRevokeE2BKey(c echo.Context) error {
 
 // e2bEndpoint is the request's org's E2B endpoint.
 func (s *Server) e2bEndpoint(c echo.Context) e2bapi.Endpoint {
-	return e2bapi.EndpointFor(s.BaseURL, s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
+	return e2bapi.EndpointFor(s.absURL(c, ""), s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
 }
 
 func (s *Server) apiE2BEndpoint(c echo.Context) error {
