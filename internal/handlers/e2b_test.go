@@ -158,7 +158,8 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 			otherKey = mintE2BKey(t, e, "acme", f.tokens["member"], other, "reviewer runtime")
 			gkey = mintE2BKey(t, e, "globex", f.tokens["globex-admin"], gagent, "globex runtime")
-			for name, want := range map[string]int{"plain": http.StatusNotFound, "member-key": http.StatusForbidden, "globex-admin": http.StatusUnauthorized} {
+			for name, want := range map[string]int{"plain": http.StatusNotFound, "auditor": http.StatusForbidden, "member-key": http.StatusForbidden,
+				"globex-admin": http.StatusUnauthorized} {
 				tok := f.tokens[name]
 				if tok == "" {
 					tok = f.keys[name]
@@ -176,6 +177,8 @@ func TestE2BControlPlane(t *testing.T) {
 			if len(list.Items) != 2 || strings.Contains(string(r.body), key.Key) || strings.Contains(string(r.body), key.Key[16:]) {
 				t.Fatalf("member's e2b keys: %s", r.body)
 			}
+			r = e.json(http.MethodGet, "/api/v1/orgs/acme/api-keys", f.tokens["member"], nil)
+			mustContain(t, "among the API keys", string(r.body), `"kind":"e2b"`, key.Item.Masked)
 			r = e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-keys", f.tokens["plain"], nil)
 			r.decode(t, &list)
 			if len(list.Items) != 0 {
@@ -187,7 +190,7 @@ func TestE2BControlPlane(t *testing.T) {
 			wantStatus(t, "e2b key on the console API", e.json(http.MethodGet, "/api/v1/orgs/acme/sessions", key.Key, nil), http.StatusUnauthorized)
 			forged := "gh_" + key.Key[4:16] + "_" + key.Key[16:] // the e2b key's row and secret in an ordinary key's shape
 			wantStatus(t, "e2b key reshaped as a gh_ key", e.json(http.MethodGet, "/api/v1/orgs/acme/sessions", forged, nil), http.StatusUnauthorized)
-			for name, k := range map[string]string{"gh_ key": f.keys["member-key"], "no key": "", "malformed": "e2b_zz", "unknown": "e2b_" + strings.Repeat("ab", 32),
+			for name, k := range map[string]string{"gh_ key": f.keys["member-key"], "a sign-in": f.tokens["member"], "no key": "", "malformed": "e2b_zz", "unknown": "e2b_" + strings.Repeat("ab", 32),
 				"another org's": gkey.Key} {
 				r := sdk(http.MethodGet, api+"/v2/sandboxes", k, nil)
 				wantStatus(t, name, r, http.StatusUnauthorized)
@@ -209,15 +212,28 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatalf("sandbox id %q does not name its org", sb.SandboxID)
 			}
 			if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sb.EnvdAccessToken) || sb.Domain != e2bapi.PlaceholderDomain ||
-				sb.EnvdVersion != e2bapi.EnvdVersion || sb.ClientID == "" || sb.TemplateID != "base" {
+				sb.EnvdVersion != e2bapi.EnvdVersion || sb.ClientID != "gatehouse" || sb.TemplateID != "base" {
 				t.Fatalf("create answered %+v", sb)
 			}
 			r = sdk(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "ubuntu-gpu"})
 			wantStatus(t, "another template", r, http.StatusBadRequest)
 			_, msg := e2bError(t, r)
 			mustContain(t, "template refusal", msg, "templateID")
-			r = sdk(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "base", "timeout": 0})
-			wantStatus(t, "zero timeout", r, http.StatusBadRequest)
+			for name, body := range map[string]map[string]any{
+				"zero timeout":          {"templateID": "base", "timeout": 0},
+				"sandbox-wide env vars": {"templateID": "base", "envVars": map[string]string{"A": "b"}},
+				"pause at timeout":      {"templateID": "base", "autoPause": true},
+				"not JSON":              nil,
+			} {
+				if body != nil {
+					r = sdk(http.MethodPost, api+"/sandboxes", key.Key, body)
+				} else {
+					r = e.do(request{method: http.MethodPost, path: api + "/sandboxes", body: strings.NewReader("{"), contentType: "application/json",
+						header: http.Header{"X-Api-Key": {key.Key}}})
+				}
+				wantStatus(t, name, r, http.StatusBadRequest)
+				e2bError(t, r)
+			}
 		})
 
 		t.Run("get, list, connect, timeout and pause", func(t *testing.T) {
@@ -255,6 +271,8 @@ func TestE2BControlPlane(t *testing.T) {
 			if time.Until(got.EndAt) < 50*time.Minute {
 				t.Fatalf("endAt %s after a one-hour timeout", got.EndAt)
 			}
+			wantStatus(t, "timeout past a day", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/timeout", key.Key, map[string]any{"timeout": 86401}),
+				http.StatusBadRequest)
 			wantStatus(t, "timeout without one", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/timeout", key.Key, map[string]any{}),
 				http.StatusBadRequest)
 			wantStatus(t, "pause", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/pause", key.Key, map[string]any{}), http.StatusNoContent)
@@ -263,6 +281,9 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatalf("paused list: %+v", l)
 			}
 			wantStatus(t, "connect resumes", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/connect", key.Key, map[string]any{"timeout": 60}),
+				http.StatusCreated)
+			wantStatus(t, "pause once more", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/pause", key.Key, nil), http.StatusNoContent)
+			wantStatus(t, "resume (older SDKs)", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/resume", key.Key, map[string]any{"timeout": 60}),
 				http.StatusCreated)
 			wantStatus(t, "templates", sdk(http.MethodGet, api+"/templates", key.Key, nil), http.StatusOK)
 		})
@@ -305,6 +326,11 @@ func TestE2BControlPlane(t *testing.T) {
 		var second e2bSandboxOut
 		t.Run("kill closes the session; the id is then unknown", func(t *testing.T) {
 			sdk(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "base"}).decode(t, &second)
+			var l []e2bListedOut
+			sdk(http.MethodGet, api+"/v2/sandboxes", key.Key, nil).decode(t, &l)
+			if len(l) != 2 || l[0].SandboxID != second.SandboxID || l[1].SandboxID != sb.SandboxID {
+				t.Fatalf("list, newest first: %+v", l)
+			}
 			wantStatus(t, "kill", sdk(http.MethodDelete, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNoContent)
 			wantStatus(t, "get after kill", sdk(http.MethodGet, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNotFound)
 			wantStatus(t, "kill again", sdk(http.MethodDelete, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNotFound)
@@ -353,7 +379,25 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 		})
 
-		t.Run("the backend's credentials and sandbox ids appear in no answer or log", func(t *testing.T) {
+		t.Run("the envd token is sealed at rest", func(t *testing.T) {
+			tn, err := e.c.Tenants.Open(context.Background(), "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer tn.Release()
+			x, err := e2bapi.Find(context.Background(), tn.DB, sb.SandboxID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.HasPrefix(x.TokenSealed, "v1:") || strings.Contains(x.TokenSealed, sb.EnvdAccessToken) {
+				t.Fatalf("stored token %q", x.TokenSealed)
+			}
+		})
+
+		t.Run("the backend's credentials and sandbox ids appear in no answer, page or log", func(t *testing.T) {
+			page := e.do(request{method: http.MethodGet, path: "/o/acme/e2b", token: f.tokens["member"]})
+			wantStatus(t, "endpoint page", page, http.StatusOK)
+			answers = append(answers, string(page.body))
 			var sess struct {
 				Items []struct {
 					SandboxID string `json:"sandbox_id"`
