@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/e2benvd"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/metrics"
@@ -62,6 +63,9 @@ type Console struct {
 	Gateway *proxy.Gateway
 	// Terminal bridges browser terminals to the gateway.
 	Terminal *terminal.Bridge
+	// Envd is the E2B-compatible data plane (envd's API over the
+	// gateway), served on the main listener for Hosts 49983-<id>.<domain>.
+	Envd *e2benvd.Server
 	stop     context.CancelFunc
 	done     chan struct{}
 	Logger   *slog.Logger
@@ -189,6 +193,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
 	c.Terminal = &terminal.Bridge{Gateway: c.Gateway, Logger: logger}
+	c.Envd = &e2benvd.Server{Gateway: c.Gateway, Resolver: e2benvd.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
@@ -355,7 +360,23 @@ func (c *Console) sweepInterval() time.Duration {
 }
 
 // Handler is the HTTP handler to serve.
-func (c *Console) Handler() http.Handler { return c.Server }
+//
+// A request whose Host is a sandbox's envd address (49983-<id>.<domain>),
+// or that names its sandbox in the E2b-Sandbox-Id header (the SDK's
+// E2B_SANDBOX_URL set to the console's URL), goes to the E2B data plane
+// before the console's router sees it: the SDK's paths
+// (/process.Process/Start, /files) mean nothing to the console, and none
+// of the console's own requests carry that header.
+func (c *Console) Handler() http.Handler {
+	envd := c.Envd.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e2benvd.SandboxID(r) != "" {
+			envd.ServeHTTP(w, r)
+			return
+		}
+		c.Server.ServeHTTP(w, r)
+	})
+}
 
 // Close releases databases and background loops.
 func (c *Console) Close() {

@@ -234,3 +234,12 @@ func (s *Server) logger() *slog.Logger {
 	}
 	return slog.Default()
 }
+
+// NoSandboxes knows no sandbox: the resolver of a console without an
+// E2B-compatible control plane.
+type NoSandboxes struct{}
+
+// ResolveSandbox answers not found.
+func (NoSandboxes) ResolveSandbox(context.Context, string, string) (Binding, error) {
+	return Binding{}, apperr.New(apperr.ErrNotFound, "sandbox_not_found", "No such sandbox.")
+}

@@ -1,0 +1,404 @@
+package handlers_test
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"io"
+	"mime/multipart"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/e2benvd"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// envdSandbox is a sandbox the test resolver knows: its access token and
+// the session (and principal) it binds to.
+type envdSandbox struct {
+	org, bearer, token string
+	session            int64
+}
+
+// envdFixture is a terminal fixture whose console's data plane resolves
+// the sandboxes of sandboxes, and an HTTP client that reaches the
+// console whatever Host a URL names (the SDK's 49983-<id>.<domain>).
+type envdFixture struct {
+	*terminalFixture
+	sandboxes map[string]envdSandbox
+	http      *http.Client
+	addr      string
+}
+
+func newEnvdFixture(t *testing.T, d store.Dialect) *envdFixture {
+	t.Helper()
+	f := &envdFixture{terminalFixture: newTerminalFixture(t, d), sandboxes: map[string]envdSandbox{}}
+	f.addr = strings.TrimPrefix(f.e.srv.URL, "http://")
+	f.sandboxes["sbxacme1"] = envdSandbox{org: "acme", bearer: f.tokens["member"], token: "envd-token-acme", session: f.session}
+	// Another org's sandbox: its token is its own.
+	f.sandboxes["sbxglobex1"] = envdSandbox{org: "globex", bearer: f.tokens["globex-admin"], token: "envd-token-globex", session: 1}
+	f.e.c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, id, token string) (e2benvd.Binding, error) {
+		sb, ok := f.sandboxes[id]
+		if !ok {
+			return e2benvd.Binding{}, apperr.New(apperr.ErrNotFound, "sandbox_not_found", "No such sandbox.")
+		}
+		if token != sb.token {
+			return e2benvd.Binding{}, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "The access token is missing or wrong.")
+		}
+		return f.e.c.Server.EnvdBinding(ctx, sb.org, sb.bearer, sb.session)
+	})
+	dial := &net.Dialer{}
+	f.http = &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, network, _ string) (net.Conn, error) {
+		return dial.DialContext(ctx, network, f.addr)
+	}}}
+	t.Cleanup(f.http.CloseIdleConnections)
+	return f
+}
+
+// hostURL is sandbox id's envd URL by Host, as the SDK builds it.
+func (f *envdFixture) hostURL(id string) string {
+	return "http://" + e2benvd.HostPrefix + id + ".e2b.test"
+}
+
+// envdAuth sets the sandbox's headers on every call of a client.
+type envdAuth struct {
+	token, sandbox string
+}
+
+func (a envdAuth) set(h http.Header) {
+	if a.token != "" {
+		h.Set("X-Access-Token", a.token)
+	}
+	if a.sandbox != "" {
+		h.Set(e2benvd.SandboxHeader, a.sandbox)
+	}
+	h.Set("Authorization", "Basic dXNlcjo=") // "user:", as the SDK sends
+}
+
+func (a envdAuth) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		a.set(req.Header())
+		return next(ctx, req)
+	}
+}
+
+func (a envdAuth) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return func(ctx context.Context, s connect.Spec) connect.StreamingClientConn {
+		conn := next(ctx, s)
+		a.set(conn.RequestHeader())
+		return conn
+	}
+}
+
+func (a envdAuth) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}
+
+func (f *envdFixture) process(base string, a envdAuth) processconnect.ProcessClient {
+	return processconnect.NewProcessClient(f.http, base, connect.WithProtoJSON(), connect.WithInterceptors(a))
+}
+
+func (f *envdFixture) filesystem(base string, a envdAuth) filesystemconnect.FilesystemClient {
+	return filesystemconnect.NewFilesystemClient(f.http, base, connect.WithProtoJSON(), connect.WithInterceptors(a))
+}
+
+// events collects a process stream's events until its end.
+type events struct {
+	pid    uint32
+	stdout []string // one entry per data event
+	end    *process.ProcessEvent_EndEvent
+}
+
+func readAll(t *testing.T, s *connect.ServerStreamForClient[process.StartResponse]) events {
+	t.Helper()
+	var ev events
+	for s.Receive() {
+		switch e := s.Msg().GetEvent().GetEvent().(type) {
+		case *process.ProcessEvent_Start:
+			ev.pid = e.Start.GetPid()
+		case *process.ProcessEvent_Data:
+			ev.stdout = append(ev.stdout, string(e.Data.GetStdout()))
+		case *process.ProcessEvent_End:
+			ev.end = e.End
+		}
+	}
+	if err := s.Err(); err != nil {
+		t.Fatalf("stream: %v", err)
+	}
+	return ev
+}
+
+func startCmd(script string, stdin bool) *connect.Request[process.StartRequest] {
+	return connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-l", "-c", script}}, Stdin: &stdin})
+}
+
+func wantCode(t *testing.T, what string, err error, code connect.Code) {
+	t.Helper()
+	if connect.CodeOf(err) != code {
+		t.Fatalf("%s: got %v (code %v), want %v", what, err, connect.CodeOf(err), code)
+	}
+}
+
+// TestE2BDataPlane drives envd's API on the console with connect-go's own
+// client, as the E2B SDK does (JSON codec, HTTP/1.1): every call is
+// carried out by the audited gateway on a real agentd.
+func TestE2BDataPlane(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newEnvdFixture(t, d)
+		good := envdAuth{token: "envd-token-acme"}
+		proc := f.process(f.hostURL("sbxacme1"), good)
+		ctx := context.Background()
+
+		t.Run("Start streams the output and the exit, audited and recorded", func(t *testing.T) {
+			s, err := proc.Start(ctx, startCmd("echo hi", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ev := readAll(t, s)
+			if ev.pid == 0 || strings.Join(ev.stdout, "") != "hi\n" || ev.end == nil || !ev.end.GetExited() || ev.end.GetExitCode() != 0 {
+				t.Fatalf("events: %+v", ev)
+			}
+			found := false
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				found = found || e.Details["command"] == "echo hi"
+			}
+			if !found {
+				t.Fatal("no command.exec audit event for echo hi")
+			}
+			r := f.call(http.MethodGet, f.sessionPath("/commands"), "member", nil)
+			wantStatus(t, "history", r, http.StatusOK)
+			if !bytes.Contains(r.body, []byte(`"command":"echo hi"`)) {
+				t.Fatalf("echo hi is not in the session's recorded commands: %s", r.body)
+			}
+		})
+
+		t.Run("each line is its own event, sent before the next is printed", func(t *testing.T) {
+			// The command prints a line, then waits for input before the
+			// next: a line that reached the client in an event is proof
+			// the stream did not hold it back for more output.
+			s, err := proc.Start(ctx, startCmd("for i in 1 2 3; do echo $i; read x; done", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var lines []string
+			var pid uint32
+			for s.Receive() {
+				switch e := s.Msg().GetEvent().GetEvent().(type) {
+				case *process.ProcessEvent_Start:
+					pid = e.Start.GetPid()
+				case *process.ProcessEvent_Data:
+					lines = append(lines, string(e.Data.GetStdout()))
+					_, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
+						Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+						Input:   &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("go\n")}}}))
+					if err != nil {
+						t.Fatalf("SendInput: %v", err)
+					}
+				case *process.ProcessEvent_End:
+					if !e.End.GetExited() || e.End.GetExitCode() != 0 {
+						t.Fatalf("end %+v", e.End)
+					}
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(lines, "|") != "1\n|2\n|3\n" {
+				t.Fatalf("data events %q, want one per line in order", lines)
+			}
+		})
+
+		t.Run("a command the policy denies is refused naming the pattern and never reaches agentd", func(t *testing.T) {
+			before := f.agentd.requests.Load()
+			s, err := proc.Start(ctx, startCmd("rm -rf /tmp/nothing", false))
+			if err == nil {
+				for s.Receive() {
+				}
+				err = s.Err()
+			}
+			wantCode(t, "denied start", err, connect.CodePermissionDenied)
+			if !strings.Contains(err.Error(), "^rm -rf /") {
+				t.Fatalf("the refusal does not name the pattern: %v", err)
+			}
+			if n := f.agentd.requests.Load(); n != before {
+				t.Fatalf("agentd got %d requests for a denied command", n-before)
+			}
+		})
+
+		t.Run("SendSignal ends a running process, audited as command.kill", func(t *testing.T) {
+			s, err := proc.Start(ctx, startCmd("sleep 300", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", s.Err())
+			}
+			pid := s.Msg().GetEvent().GetStart().GetPid()
+			list, err := proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			listed := false
+			for _, p := range list.Msg.GetProcesses() {
+				listed = listed || p.GetPid() == pid
+			}
+			if !listed {
+				t.Fatalf("pid %d not in List: %v", pid, list.Msg)
+			}
+			if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{
+				Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+				t.Fatal(err)
+			}
+			var end *process.ProcessEvent_EndEvent
+			for s.Receive() {
+				if e := s.Msg().GetEvent().GetEnd(); e != nil {
+					end = e
+				}
+			}
+			if end == nil || end.GetExited() {
+				t.Fatalf("end after the kill: %+v (%v)", end, s.Err())
+			}
+			if len(f.auditEvents(t, "action:command.kill")) == 0 {
+				t.Fatal("no command.kill audit event")
+			}
+		})
+
+		t.Run("files written and read back, by octet-stream, multipart and gzip", func(t *testing.T) {
+			base := f.hostURL("sbxacme1")
+			post := func(body io.Reader, ct, enc, query string) {
+				t.Helper()
+				req, _ := http.NewRequest(http.MethodPost, base+"/files?"+query, body)
+				req.Header.Set("Content-Type", ct)
+				if enc != "" {
+					req.Header.Set("Content-Encoding", enc)
+				}
+				good.set(req.Header)
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusOK || !bytes.Contains(b, []byte(`"type":"file"`)) {
+					t.Fatalf("POST /files: %d %s", resp.StatusCode, b)
+				}
+			}
+			read := func(p string) string {
+				t.Helper()
+				req, _ := http.NewRequest(http.MethodGet, base+"/files?path="+url.QueryEscape(p), nil)
+				good.set(req.Header)
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				if resp.StatusCode != http.StatusOK {
+					t.Fatalf("GET /files: %d %s", resp.StatusCode, b)
+				}
+				return string(b)
+			}
+			post(strings.NewReader("plain 'quoted' $HOME\n"), "application/octet-stream", "", "path=notes/a+b.txt")
+			var form bytes.Buffer
+			mw := multipart.NewWriter(&form)
+			w, _ := mw.CreateFormFile("file", "notes/m.txt")
+			w.Write([]byte("from a form"))
+			mw.Close()
+			post(&form, mw.FormDataContentType(), "", "path=notes/m.txt")
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zw.Write([]byte("zipped"))
+			zw.Close()
+			post(&gz, "application/octet-stream", "gzip", "path=notes/z.txt")
+			for p, want := range map[string]string{"notes/a b.txt": "plain 'quoted' $HOME\n", "notes/m.txt": "from a form", "notes/z.txt": "zipped"} {
+				if got := read(p); got != want {
+					t.Fatalf("%s read back %q, want %q", p, got, want)
+				}
+			}
+			st, err := f.filesystem(base, good).Stat(ctx, connect.NewRequest(&filesystem.StatRequest{Path: "notes/z.txt"}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if st.Msg.GetEntry().GetType() != filesystem.FileType_FILE_TYPE_FILE || st.Msg.GetEntry().GetSize() != 6 {
+				t.Fatalf("stat %v", st.Msg)
+			}
+			if len(f.auditEvents(t, "action:file.read")) == 0 {
+				t.Fatal("no file.read audit event")
+			}
+		})
+
+		t.Run("filesystem calls without an audited operation answer unimplemented", func(t *testing.T) {
+			_, err := f.filesystem(f.hostURL("sbxacme1"), good).ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: "."}))
+			wantCode(t, "ListDir", err, connect.CodeUnimplemented)
+		})
+
+		t.Run("a missing or wrong token, an unknown or another org's sandbox are refused", func(t *testing.T) {
+			before := f.agentd.requests.Load()
+			for _, c := range []struct {
+				name string
+				base string
+				a    envdAuth
+				code connect.Code
+			}{
+				{"missing token", f.hostURL("sbxacme1"), envdAuth{}, connect.CodeUnauthenticated},
+				{"wrong token", f.hostURL("sbxacme1"), envdAuth{token: "envd-token-acme-x"}, connect.CodeUnauthenticated},
+				{"unknown sandbox", f.hostURL("sbxnone"), good, connect.CodeNotFound},
+				{"another org's sandbox by Host", f.hostURL("sbxglobex1"), good, connect.CodeUnauthenticated},
+				{"another org's sandbox by header", f.e.srv.URL, envdAuth{token: "envd-token-acme", sandbox: "sbxglobex1"}, connect.CodeUnauthenticated},
+				// The Host names the sandbox; a header cannot move a call
+				// to another one.
+				{"header does not override Host", f.hostURL("sbxglobex1"), envdAuth{token: "envd-token-acme", sandbox: "sbxacme1"}, connect.CodeUnauthenticated},
+			} {
+				_, err := f.process(c.base, c.a).List(ctx, connect.NewRequest(&process.ListRequest{}))
+				wantCode(t, c.name+": List", err, c.code)
+				s, err := f.process(c.base, c.a).Start(ctx, startCmd("echo refused", false))
+				if err == nil {
+					for s.Receive() {
+					}
+					err = s.Err()
+				}
+				wantCode(t, c.name+": Start", err, c.code)
+			}
+			for _, c := range []struct {
+				token  string
+				status int
+			}{{"", http.StatusUnauthorized}, {"nope", http.StatusUnauthorized}} {
+				req, _ := http.NewRequest(http.MethodGet, f.hostURL("sbxacme1")+"/files?path=notes/z.txt", nil)
+				envdAuth{token: c.token}.set(req.Header)
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != c.status {
+					t.Fatalf("GET /files with token %q: %d", c.token, resp.StatusCode)
+				}
+			}
+			if n := f.agentd.requests.Load(); n != before {
+				t.Fatalf("agentd got %d requests from refused calls", n-before)
+			}
+		})
+
+		t.Run("by the shared URL and the E2b-Sandbox-Id header", func(t *testing.T) {
+			s, err := f.process(f.e.srv.URL, envdAuth{token: "envd-token-acme", sandbox: "sbxacme1"}).Start(ctx, startCmd("echo shared", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev := readAll(t, s); strings.Join(ev.stdout, "") != "shared\n" {
+				t.Fatalf("events %+v", ev)
+			}
+		})
+	})
+}
