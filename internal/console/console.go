@@ -65,10 +65,10 @@ type Console struct {
 	Terminal *terminal.Bridge
 	// Envd is the E2B-compatible data plane (envd's API over the
 	// gateway), served on the main listener for Hosts 49983-<id>.<domain>.
-	Envd *e2benvd.Server
-	stop     context.CancelFunc
-	done     chan struct{}
-	Logger   *slog.Logger
+	Envd   *e2benvd.Server
+	stop   context.CancelFunc
+	done   chan struct{}
+	Logger *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
 	OneTimePassword string
