@@ -36,6 +36,10 @@ const Port = "49983"
 // host name.
 const HostPrefix = Port + "-"
 
+// PortHeader names the sandbox's port on the shared URL; only envd's is
+// served.
+const PortHeader = "E2b-Sandbox-Port"
+
 // SandboxHeader names the sandbox when the SDK uses one shared data-plane
 // URL (E2B_SANDBOX_URL).
 const SandboxHeader = "E2b-Sandbox-Id"
@@ -167,6 +171,13 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 			writeError(w, r, apperr.New(apperr.ErrNotFound, "sandbox_not_found",
 				"Name the sandbox: address it as %s<sandboxID>.<domain> or send the %s header.", HostPrefix, SandboxHeader))
 			return
+		}
+		if _, byHost := HostSandbox(r.Host); !byHost {
+			if p := r.Header.Get(PortHeader); p != "" && p != Port {
+				writeError(w, r, apperr.New(apperr.ErrNotFound, "port_not_served",
+					"Only envd's port (%s) of a sandbox is served here, not %s.", Port, p))
+				return
+			}
 		}
 		b, err := s.Resolver.ResolveSandbox(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {

@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"encoding/json"
 	"io"
 	"mime/multipart"
 	"net"
@@ -388,6 +391,71 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 			if n := f.agentd.requests.Load(); n != before {
 				t.Fatalf("agentd got %d requests from refused calls", n-before)
+			}
+		})
+
+		t.Run("the Python SDK's requests, framed by hand", func(t *testing.T) {
+			// e2b (PyPI) builds the envd URL as https://49983-<id>.<domain>
+			// (E2B_DOMAIN, or the answer's domain) or takes E2B_SANDBOX_URL
+			// as it is, and sends every call with E2b-Sandbox-Id,
+			// E2b-Sandbox-Port and X-Access-Token (connection_config.py,
+			// sandbox_sync/main.py); Start is a Connect server stream of
+			// 5-byte-prefixed JSON frames with Keepalive-Ping-Interval: 50.
+			for _, base := range []string{f.hostURL("sbxacme1"), f.e.srv.URL} {
+				body, _ := json.Marshal(map[string]any{"process": map[string]any{"cmd": "/bin/bash", "args": []string{"-l", "-c", "echo from python"}, "envs": map[string]string{}}, "stdin": false})
+				frame := append([]byte{0, 0, 0, 0, 0}, body...)
+				binary.BigEndian.PutUint32(frame[1:5], uint32(len(body)))
+				req, _ := http.NewRequest(http.MethodPost, base+"/process.Process/Start", bytes.NewReader(frame))
+				req.Header.Set("Content-Type", "application/connect+json")
+				req.Header.Set("Connect-Protocol-Version", "1")
+				req.Header.Set("E2b-Sandbox-Id", "sbxacme1")
+				req.Header.Set("E2b-Sandbox-Port", "49983")
+				req.Header.Set("X-Access-Token", "envd-token-acme")
+				req.Header.Set("Keepalive-Ping-Interval", "50")
+				req.Header.Set("Authorization", "Basic dXNlcjo=")
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var frames []string
+				var endStream string
+				for {
+					var head [5]byte
+					if _, err := io.ReadFull(resp.Body, head[:]); err != nil {
+						break
+					}
+					msg := make([]byte, binary.BigEndian.Uint32(head[1:]))
+					if _, err := io.ReadFull(resp.Body, msg); err != nil {
+						t.Fatal(err)
+					}
+					if head[0]&2 != 0 {
+						endStream = string(msg)
+						break
+					}
+					frames = append(frames, string(msg))
+				}
+				resp.Body.Close()
+				all := strings.Join(frames, "\n")
+				// bytes fields are base64 in protojson: "from python\n".
+				if resp.StatusCode != http.StatusOK || endStream != "{}" || !strings.Contains(all, `"start"`) ||
+					!strings.Contains(all, base64.StdEncoding.EncodeToString([]byte("from python\n"))) || !strings.Contains(all, `"exited":true`) {
+					t.Fatalf("%s: %d, frames %s, end %s", base, resp.StatusCode, all, endStream)
+				}
+			}
+		})
+
+		t.Run("a sandbox's other ports are not served on the shared URL", func(t *testing.T) {
+			req, _ := http.NewRequest(http.MethodGet, f.e.srv.URL+"/files?path=notes/z.txt", nil)
+			good.set(req.Header)
+			req.Header.Set("E2b-Sandbox-Id", "sbxacme1")
+			req.Header.Set("E2b-Sandbox-Port", "3000")
+			resp, err := f.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusNotFound {
+				t.Fatalf("port 3000 by header: %d", resp.StatusCode)
 			}
 		})
 
