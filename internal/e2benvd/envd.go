@@ -53,6 +53,9 @@ type Binding struct {
 	// User is the run-as user the SDK asked for; the gateway runs every
 	// command as agentd's user, so it is not acted on.
 	User string
+	// Release returns the org's database handle once the request is done
+	// with Org (nil: nothing to return).
+	Release func()
 }
 
 // Resolver finds the sandbox a request names and checks its access token.
@@ -183,6 +186,9 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 		if err != nil {
 			writeError(w, r, err)
 			return
+		}
+		if b.Release != nil {
+			defer b.Release()
 		}
 		if u := runAsUser(r); u != "" {
 			b.User = u

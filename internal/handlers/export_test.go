@@ -17,16 +17,16 @@ func (s *Server) EnvdBinding(ctx context.Context, org, bearer string, sessionID 
 	if err != nil {
 		return e2benvd.Binding{}, err
 	}
-	defer t.Release()
 	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
 	r.Header.Set("Authorization", "Bearer "+bearer)
 	c := s.e.NewContext(r, httptest.NewRecorder())
 	c.Set(ctxTenant, t)
 	p, err := s.orgPrincipal(c, t)
 	if err != nil {
+		t.Release()
 		return e2benvd.Binding{}, err
 	}
 	a := authz.New(*p, t.Enforcer, s.denialRecorder(c, t))
 	c.Set(ctxActor, a)
-	return e2benvd.Binding{Org: s.terminalOrg(c), Actor: a, SessionID: sessionID}, nil
+	return e2benvd.Binding{Org: s.terminalOrg(c), Actor: a, SessionID: sessionID, Release: t.Release}, nil
 }
