@@ -9,7 +9,9 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/url"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +67,18 @@ type Config struct {
 	MetricsPerOrgDB bool
 	// RetentionInterval is how often each org's retention policy is applied.
 	RetentionInterval time.Duration
+	// E2BDomain is the wildcard domain of the E2B-compatible data plane:
+	// the SDK reaches a sandbox's envd at 49983-<sandboxID>.<E2BDomain>.
+	// Empty: answers carry a placeholder domain that resolves nowhere, so
+	// a runtime must set E2B_SANDBOX_URL.
+	E2BDomain string
+	// E2BListen is the address the E2B data plane (envd's API) is served
+	// on; empty serves none of its own.
+	E2BListen string
+	// E2BPublicURL is where runtimes reach the E2B data plane as one host
+	// (E2B_SANDBOX_URL); empty: http://<E2BListen> when that is set, else
+	// the console's BaseURL.
+	E2BPublicURL string
 	// LogLevel is the lowest level logged: debug shows the rounds of the
 	// background loops that changed nothing (retention, for one).
 	LogLevel slog.Level
@@ -254,6 +268,12 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	}
 	fs.DurationVar(&c.RetentionInterval, "retention-interval", rti,
 		"how often each org's audit and recording retention is applied (GATEHOUSE_RETENTION_INTERVAL)")
+	fs.StringVar(&c.E2BDomain, "e2b-domain", env("GATEHOUSE_E2B_DOMAIN", ""),
+		"wildcard domain of the E2B-compatible data plane: sandboxes are reached at 49983-<id>.<domain> (GATEHOUSE_E2B_DOMAIN)")
+	fs.StringVar(&c.E2BListen, "e2b-listen", env("GATEHOUSE_E2B_LISTEN", ""),
+		"address to serve the E2B-compatible data plane (envd's API) on; off when empty (GATEHOUSE_E2B_LISTEN)")
+	fs.StringVar(&c.E2BPublicURL, "e2b-public-url", env("GATEHOUSE_E2B_PUBLIC_URL", ""),
+		"public URL of the E2B data plane for E2B_SANDBOX_URL; empty: http://<--e2b-listen>, else the console's base URL (GATEHOUSE_E2B_PUBLIC_URL)")
 	lvl := env("GATEHOUSE_LOG_LEVEL", "info")
 	if err := c.LogLevel.UnmarshalText([]byte(lvl)); err != nil {
 		return nil, fmt.Errorf("GATEHOUSE_LOG_LEVEL must be debug, info, warn or error, not %q", lvl)
@@ -312,6 +332,9 @@ func (c *Config) finish(getenv func(string) string) error {
 		_, port, _ := net.SplitHostPort(c.Listen)
 		c.BaseURL = "http://" + net.JoinHostPort(h, port)
 	}
+	if err := c.finishE2B(); err != nil {
+		return err
+	}
 	secureDefault := "true"
 	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
 		secureDefault = "false"
@@ -338,5 +361,37 @@ func (c *Config) finish(getenv func(string) string) error {
 		return fmt.Errorf("--data-dir %q: %w", c.DataDir, err)
 	}
 	c.DataDir = abs
+	return nil
+}
+
+// e2bDomainRE is a DNS name: labels of letters, digits and inner dashes.
+var e2bDomainRE = regexp.MustCompile(`^(?:[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?\.)*[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$`)
+
+// finishE2B checks the E2B endpoint's settings and derives its public URL.
+func (c *Config) finishE2B() error {
+	c.E2BDomain = strings.ToLower(strings.TrimSuffix(c.E2BDomain, "."))
+	if c.E2BDomain != "" && !e2bDomainRE.MatchString(c.E2BDomain) {
+		return fmt.Errorf("--e2b-domain %q must be a domain name such as e2b.console.example (no scheme, no port)", c.E2BDomain)
+	}
+	if c.E2BListen != "" {
+		host, port, err := net.SplitHostPort(c.E2BListen)
+		if err != nil {
+			return fmt.Errorf("--e2b-listen %q: %w", c.E2BListen, err)
+		}
+		if c.E2BPublicURL == "" {
+			if host == "" || host == "0.0.0.0" || host == "::" {
+				host = "127.0.0.1"
+			}
+			c.E2BPublicURL = "http://" + net.JoinHostPort(host, port)
+		}
+	}
+	if c.E2BPublicURL == "" {
+		c.E2BPublicURL = c.BaseURL
+	}
+	u, err := url.Parse(c.E2BPublicURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("--e2b-public-url %q must be an http(s) URL such as https://e2b.console.example", c.E2BPublicURL)
+	}
+	c.E2BPublicURL = strings.TrimSuffix(c.E2BPublicURL, "/")
 	return nil
 }

@@ -86,3 +86,44 @@ func TestOperationsSettings(t *testing.T) {
 		})
 	}
 }
+
+// The E2B endpoint's settings: no domain and no data-plane listener by
+// default (the single-host URL is then the console's own), the listener's
+// address gives the URL unless one is set, and malformed values are
+// refused naming the flag.
+func TestE2BSettings(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name                string
+		args                []string
+		env                 map[string]string
+		domain, listen, url string
+		err                 string
+	}{
+		{name: "defaults", url: "http://127.0.0.1:8080"},
+		{name: "base url", args: []string{"--base-url", "https://console.example/"}, url: "https://console.example"},
+		{name: "environment", env: map[string]string{"GATEHOUSE_E2B_DOMAIN": "E2B.Console.Example.", "GATEHOUSE_E2B_LISTEN": "0.0.0.0:49983"},
+			domain: "e2b.console.example", listen: "0.0.0.0:49983", url: "http://127.0.0.1:49983"},
+		{name: "flags win", args: []string{"--e2b-domain", "sbx.example", "--e2b-listen", "127.0.0.1:7000", "--e2b-public-url", "https://sbx.example"},
+			env: map[string]string{"GATEHOUSE_E2B_DOMAIN": "other.example"}, domain: "sbx.example", listen: "127.0.0.1:7000", url: "https://sbx.example"},
+		{name: "domain with scheme", args: []string{"--e2b-domain", "https://e2b.example"}, err: "--e2b-domain"},
+		{name: "listen without port", args: []string{"--e2b-listen", "localhost"}, err: "--e2b-listen"},
+		{name: "public url not http", args: []string{"--e2b-public-url", "e2b.example"}, err: "--e2b-public-url"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := config.Load("console", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.E2BDomain != tc.domain || c.E2BListen != tc.listen || c.E2BPublicURL != tc.url {
+				t.Fatalf("got domain %q listen %q url %q; want %q %q %q", c.E2BDomain, c.E2BListen, c.E2BPublicURL, tc.domain, tc.listen, tc.url)
+			}
+		})
+	}
+}

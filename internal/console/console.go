@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
+	"github.com/gatehouse/gatehouse/internal/e2bapi"
 	"github.com/gatehouse/gatehouse/internal/e2benvd"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/handlers"
@@ -43,7 +44,9 @@ type Console struct {
 	Platform *platform.Service
 	Audit    *audit.Log
 	Server   *handlers.Server
-	Tenants  *tenant.Registry
+	// E2B resolves the E2B-compatible data plane's sandbox ids and tokens.
+	E2B     *e2bapi.Service
+	Tenants *tenant.Registry
 	// Anchors keeps signed checkpoints of every org's audit chain head in
 	// the catalog; Checkpoints is the loop that takes them.
 	Anchors     *anchor.Service
@@ -215,12 +218,20 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		}
 		logger.Warn(c.Local.Describe())
 	}
+	// The E2B data plane resolves sandbox ids through the same sessions
+	// services as the terminal gateway.
+	c.E2B = &e2bapi.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
+	c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, sandboxID, token string) (e2benvd.Binding, error) {
+		b, err := c.E2B.ResolveSandbox(ctx, sandboxID, token)
+		return e2benvd.Binding(b), err
+	})
 	c.Server = handlers.New(handlers.Deps{
 		Gateway: c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
 		Anchors: c.Anchors, Local: c.Local.backend(),
+		E2B: handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
 	})
 	c.watchMetrics()
 	c.Retention = c.newRetention()

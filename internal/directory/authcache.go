@@ -38,6 +38,7 @@ type AuthCache struct {
 	gen       uint64
 	clearedAt time.Time
 	keys      map[[32]byte]keyEntry
+	byID      map[int64]keyEntry
 	logins    map[string]loginEntry
 }
 
@@ -119,7 +120,7 @@ func (c *AuthCache) Clear() {
 	defer c.mu.Unlock()
 	c.gen++
 	c.clearedAt = c.now()
-	c.keys, c.logins = nil, nil
+	c.keys, c.byID, c.logins = nil, nil, nil
 }
 
 // begin returns the generation a lookup's reads belong to.
@@ -158,6 +159,32 @@ func (c *AuthCache) VerifyKey(ctx context.Context, d *Directory, token string) (
 			c.keys = map[[32]byte]keyEntry{}
 		}
 		c.keys[h] = keyEntry{key: k, owner: owner, at: now}
+	}
+	return k, owner, nil
+}
+
+// LiveKey is Directory.LiveKey through the cache: revoking the key or
+// disabling its owner clears it like any other credential change.
+func (c *AuthCache) LiveKey(ctx context.Context, d *Directory, id int64) (APIKey, *User, error) {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.byID[id]
+	c.mu.Unlock()
+	if ok && now.Sub(e.at) < c.ttl() && (e.key.ExpiresAt == nil || now.Before(*e.key.ExpiresAt)) {
+		return e.key, e.owner, nil
+	}
+	gen := c.begin()
+	k, owner, err := d.LiveKey(ctx, id)
+	if err != nil {
+		return k, owner, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.storable(gen, now) {
+		if c.byID == nil || len(c.byID) >= maxAuthEntries {
+			c.byID = map[int64]keyEntry{}
+		}
+		c.byID[id] = keyEntry{key: k, owner: owner, at: now}
 	}
 	return k, owner, nil
 }

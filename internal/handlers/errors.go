@@ -133,6 +133,11 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status >= 500 {
 		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c), "error", err)
 	}
+	if strings.HasPrefix(c.Request().URL.Path, "/e2b/") {
+		// The E2B SDKs read {"code": <status>, "message"}.
+		s.e2bError(c, status, body.Message)
+		return
+	}
 	if wantsJSON(c) {
 		_ = c.JSON(status, errorBody{Error: body})
 		return

@@ -140,7 +140,7 @@ func (s *Server) csrf(next echo.HandlerFunc) echo.HandlerFunc {
 		// An API call without a sign-in cookie carries no ambient authority
 		// a forged request could borrow; its own credentials are checked by
 		// the route.
-		if strings.HasPrefix(r.URL.Path, "/api/") && !hasLoginCookie(r) {
+		if (strings.HasPrefix(r.URL.Path, "/api/") || strings.HasPrefix(r.URL.Path, "/e2b/")) && !hasLoginCookie(r) {
 			return next(c)
 		}
 		sent := r.Header.Get("X-CSRF-Token")
@@ -204,6 +204,9 @@ func (s *Server) authorize(sf surface, perm rbac.Perm) echo.MiddlewareFunc {
 			}
 			if sf == orgSurface {
 				return s.authorizeOrg(c, perm, next)
+			}
+			if sf == e2bSurface {
+				return s.authorizeE2B(c, next)
 			}
 			if perm.Scope == rbac.ScopePublic {
 				return next(c)

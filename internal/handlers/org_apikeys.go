@@ -35,6 +35,9 @@ func toKeyJSON(k directory.APIKey) keyJSON {
 	if k.IsService() {
 		kind = "service"
 	}
+	if k.IsE2B() {
+		kind = "e2b"
+	}
 	roles := k.RoleList()
 	if roles == nil {
 		roles = []directory.KeyRole{}
@@ -44,7 +47,7 @@ func toKeyJSON(k directory.APIKey) keyJSON {
 }
 
 func keyTarget(k directory.APIKey) audit.Target {
-	return audit.Target{Type: "api_key", ID: itoa(k.ID), Name: k.Name + " (gh_" + k.Prefix + ")"}
+	return audit.Target{Type: "api_key", ID: itoa(k.ID), Name: k.Name + " (" + k.Label() + ")"}
 }
 
 // keysDenial is the refusal to manage another principal's keys.
@@ -162,7 +165,11 @@ func (s *Server) revokeKeyRow(c echo.Context, id int64, reason string) (director
 		if reason != "" {
 			details = map[string]string{"reason": reason}
 		}
-		return m.audit("api_key.revoke", keyTarget(k), details)
+		action := "api_key.revoke"
+		if k.IsE2B() {
+			action = "e2b_key.revoke"
+		}
+		return m.audit(action, keyTarget(k), details)
 	})
 	return k, err
 }

@@ -69,6 +69,12 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodGet, "/api-keys", rbac.Authenticated(), s.apiListKeys)
 	api.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.apiCreateKey)
 	api.handle(http.MethodDelete, "/api-keys/:id", rbac.Authenticated(), s.apiRevokeKey)
+	// e2b keys: who may mint one for an agent is decided per agent (they
+	// may start its sessions); listing and revoking follow API keys.
+	api.handle(http.MethodGet, "/e2b-keys", rbac.Authenticated(), s.apiListE2BKeys)
+	api.handle(http.MethodPost, "/e2b-keys", rbac.Authenticated(), s.apiCreateE2BKey)
+	api.handle(http.MethodDelete, "/e2b-keys/:id", rbac.Authenticated(), s.apiRevokeE2BKey)
+	api.handle(http.MethodGet, "/e2b-endpoint", rbac.Authenticated(), s.apiE2BEndpoint)
 
 	// Environments, templates and agents: every signed-in member reaches
 	// the routes; which objects they see and change is decided per object

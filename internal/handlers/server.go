@@ -68,6 +68,8 @@ type Deps struct {
 	// Local is the console's local sandbox backend (--local-sandboxes),
 	// offered on the environments page; nil without one.
 	Local *LocalBackend
+	// E2B configures the E2B-compatible endpoint.
+	E2B E2BEndpoint
 }
 
 // Server holds the echo instance and the declared route table.
@@ -121,6 +123,7 @@ func New(d Deps) *Server {
 	s.registerPlatformAPI()
 	s.registerPlatformPages()
 	s.registerOrgSurface()
+	s.registerE2B()
 	// Unknown paths answer 404 through the same error handler.
 	notFound := func(c echo.Context) error {
 		return echo.NewHTTPError(http.StatusNotFound, "There is nothing at this address.")
@@ -164,6 +167,9 @@ type surface int
 const (
 	platformSurface surface = iota
 	orgSurface
+	// e2bSurface is the E2B-compatible control plane: org principals
+	// authenticated by e2b keys only, errors in E2B's shape.
+	e2bSurface
 )
 
 func (s *Server) group(prefix string, sf surface, mw ...echo.MiddlewareFunc) *group {

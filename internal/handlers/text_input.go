@@ -241,7 +241,7 @@ func (s *Server) recordRejection(c echo.Context, sf surface, p *textProblem) err
 	actor := principalOf(c).AuditActor()
 	target := audit.Target{Type: "route", Name: c.Request().Method + " " + c.Path()}
 	details := map[string]string{"field": p.field, "reason": p.reason}
-	if t := tenantOf(c); sf == orgSurface && t != nil {
+	if t := tenantOf(c); (sf == orgSurface || sf == e2bSurface) && t != nil {
 		return s.appendOrg(c, t, actor, "request.rejected", target, audit.Deny, details)
 	}
 	return s.platformEvent(c, actor, "request.rejected", target, audit.Deny, details)

@@ -1,0 +1,384 @@
+// Package e2bapi holds what the E2B-compatible API knows of sandboxes: the
+// sandbox ids the SDK sees (which name their org), the envd access tokens
+// the console mints for them (sealed at rest), the link from each to its
+// agent session and to the e2b key that made it, and the resolver the data
+// plane uses to turn a sandbox id and token into the session and actor it
+// acts as. It knows nothing of HTTP.
+package e2bapi
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+	"github.com/gatehouse/gatehouse/internal/sessions"
+	"github.com/gatehouse/gatehouse/internal/tenant"
+)
+
+// Sandbox links a session created through the E2B API to the id the SDK
+// knows it by and the key that created it.
+type Sandbox struct {
+	ID         int64 `gorm:"primaryKey"`
+	SessionID  int64
+	SandboxID  string
+	KeyID      int64
+	AgentID    int64
+	TemplateID string
+	// Metadata is the SDK's metadata map as JSON, answered back in lists.
+	Metadata string
+	// TokenSealed is the envd access token, sealed for this org and
+	// sandbox id (connect answers it again, so it cannot be only hashed).
+	TokenSealed    string
+	TimeoutSeconds int
+	EndAt          *time.Time
+	CreatedAt      time.Time
+}
+
+// TableName binds Sandbox to its table.
+func (Sandbox) TableName() string { return "e2b_sandboxes" }
+
+// MetadataMap decodes the stored metadata.
+func (x Sandbox) MetadataMap() map[string]string {
+	m := map[string]string{}
+	_ = json.Unmarshal([]byte(x.Metadata), &m)
+	return m
+}
+
+// idSuffixLen is the random part of a sandbox id in hex digits: with the
+// longest org slug (40) and envd's port prefix ("49983-") the host label
+// 49983-<slug>-<suffix> is 63 characters, DNS's limit.
+const idSuffixLen = 16
+
+var idRE = regexp.MustCompile(`^([a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-([0-9a-f]{16})$`)
+
+// NewSandboxID mints a sandbox id for org slug: <slug>-<16 hex digits>.
+// The data plane serves every org on one listener, so the id names its org
+// (everything else about the sandbox is in that org's database).
+func NewSandboxID(slug string) string { return slug + "-" + randomHex(idSuffixLen/2) }
+
+// OrgOf returns the org slug a sandbox id names; ok is false for anything
+// not shaped like one.
+func OrgOf(sandboxID string) (slug string, ok bool) {
+	m := idRE.FindStringSubmatch(sandboxID)
+	if m == nil {
+		return "", false
+	}
+	return m[1], true
+}
+
+// EnvdVersion is the envd version the control plane answers
+// (envdVersion): the SDKs choose their data-plane requests by it, so it is
+// the version of envd's API the data plane serves.
+const EnvdVersion = "0.4.0"
+
+// PlaceholderDomain is the domain answered when no --e2b-domain is
+// configured: .invalid never resolves, so a runtime that forgot
+// E2B_SANDBOX_URL fails instead of reaching a real E2B host.
+const PlaceholderDomain = "e2b-sandbox-url-required.invalid"
+
+// AnswerDomain is the domain answers carry for a configured domain.
+func AnswerDomain(configured string) string {
+	if configured == "" {
+		return PlaceholderDomain
+	}
+	return configured
+}
+
+// Endpoint is what a runtime sets to use an org's E2B-compatible API.
+type Endpoint struct {
+	// APIURL is the control plane (E2B_API_URL).
+	APIURL string `json:"api_url"`
+	// SandboxURL is the data plane as one host (E2B_SANDBOX_URL).
+	SandboxURL string `json:"sandbox_url"`
+	// Domain is the wildcard domain (E2B_DOMAIN), "" when none.
+	Domain string `json:"domain"`
+}
+
+// EndpointFor is org slug's endpoint, from the console's public URL, the
+// data plane's public URL and its domain.
+func EndpointFor(consoleURL, sandboxURL, domain, slug string) Endpoint {
+	consoleURL = strings.TrimSuffix(consoleURL, "/")
+	if sandboxURL == "" {
+		sandboxURL = consoleURL
+	}
+	return Endpoint{APIURL: consoleURL + "/e2b/orgs/" + slug, SandboxURL: strings.TrimSuffix(sandboxURL, "/"), Domain: domain}
+}
+
+// MintAccessToken returns a new envd access token: 32 random bytes, hex.
+func MintAccessToken() string { return randomHex(32) }
+
+func randomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand: %v", err))
+	}
+	return hex.EncodeToString(b)
+}
+
+// tokenAD binds a sealed token to its org and sandbox: copied to another
+// row or database, it does not open.
+func tokenAD(slug, sandboxID string) string {
+	return sealed.AD(slug, "e2b_sandbox/"+sandboxID+"/envd_access_token")
+}
+
+// SealToken seals a sandbox's envd access token for storage.
+func SealToken(box *sealed.Box, slug, sandboxID, token string) (string, error) {
+	s, err := box.Seal([]byte(token), tokenAD(slug, sandboxID))
+	if err != nil {
+		return "", fmt.Errorf("seal envd access token: %w", err)
+	}
+	return s, nil
+}
+
+// OpenToken opens a sandbox's sealed envd access token.
+func OpenToken(box *sealed.Box, slug string, x Sandbox) (string, error) {
+	b, err := box.Open(x.TokenSealed, tokenAD(slug, x.SandboxID))
+	if err != nil {
+		return "", fmt.Errorf("open envd access token of %s: %w", x.SandboxID, err)
+	}
+	return string(b), nil
+}
+
+// KeyPrincipal is the principal an e2b key acts as: its owner, through the
+// key (audit actor api_key:<id>), like any personal API key.
+func KeyPrincipal(k directory.APIKey, owner *directory.User) authz.Principal {
+	p := authz.Principal{Kind: audit.ActorAPIKey, ID: fmt.Sprint(k.ID), Name: k.Name + " (" + k.Label() + ")", Subject: k.Subject(), KeyID: k.ID}
+	if owner != nil {
+		p.Name = k.Name + " (" + k.Label() + ", key of " + owner.Email + ")"
+		p.UserID = owner.ID
+	}
+	return p
+}
+
+// Insert stores a sandbox's link (in the transaction that creates its
+// session, so neither exists without the other).
+func Insert(ctx context.Context, db *gorm.DB, x *Sandbox) error {
+	if err := db.WithContext(ctx).Create(x).Error; err != nil {
+		return fmt.Errorf("save e2b sandbox: %w", err)
+	}
+	return nil
+}
+
+// Find reads a sandbox by the id the SDK knows; apperr.ErrNotFound when
+// there is none in this org.
+func Find(ctx context.Context, db *gorm.DB, sandboxID string) (Sandbox, error) {
+	var out []Sandbox
+	if err := db.WithContext(ctx).Where("sandbox_id = ?", sandboxID).Limit(1).Find(&out).Error; err != nil {
+		return Sandbox{}, fmt.Errorf("read e2b sandbox: %w", err)
+	}
+	if len(out) == 0 {
+		return Sandbox{}, NotFound(sandboxID)
+	}
+	return out[0], nil
+}
+
+// NotFound is the answer for a sandbox the caller may not see or that
+// does not exist: the same, so existence does not leak.
+func NotFound(sandboxID string) error {
+	return apperr.New(apperr.ErrNotFound, "sandbox_not_found", "Sandbox %q was not found.", sandboxID)
+}
+
+// ForAgent lists the sandboxes of an agent whose sessions are live (not
+// closed or lost), newest first.
+func ForAgent(ctx context.Context, db *gorm.DB, agentID int64, limit int) ([]Sandbox, error) {
+	var out []Sandbox
+	err := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
+		Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
+		Where("e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", agentID, []string{sessions.StateClosed, sessions.StateLost}).
+		Order("e2b_sandboxes.id DESC").Limit(limit).Find(&out).Error
+	if err != nil {
+		return nil, fmt.Errorf("list e2b sandboxes: %w", err)
+	}
+	return out, nil
+}
+
+// SetTimeout records a new timeout from now.
+func SetTimeout(ctx context.Context, db *gorm.DB, id int64, seconds int, endAt time.Time) error {
+	err := db.WithContext(ctx).Model(&Sandbox{}).Where("id = ?", id).
+		Updates(map[string]any{"timeout_seconds": seconds, "end_at": endAt.UTC()}).Error
+	if err != nil {
+		return fmt.Errorf("set e2b sandbox timeout: %w", err)
+	}
+	return nil
+}
+
+// Binding names what a data-plane request reaches.
+type Binding struct {
+	Org       proxy.Org    // the org handle proxy.Gateway methods take
+	Actor     *authz.Actor // the key owner's actor, with the api_key credential
+	SessionID int64
+	User      string // the run-as user the SDK asked for, if the data plane needs it ("" = default)
+	// Release returns the org's database handle; call it once the request
+	// is done with Org (the pool closes only when every holder released).
+	Release func()
+}
+
+// Service resolves data-plane requests. Build one per process.
+type Service struct {
+	Tenants *tenant.Registry
+	Box     *sealed.Box
+	// Sessions is the sessions service of an org bound to its pool (the
+	// same runtime as the console's handlers use).
+	Sessions func(t *tenant.Tenant) *sessions.Service
+
+	mu    sync.Mutex
+	links map[string]link
+}
+
+// link is what never changes about a sandbox once made: kept so that a
+// data-plane call reads no row but the session's.
+type link struct {
+	db        *gorm.DB // the org pool it was read from: a new pool reads again
+	sessionID int64
+	keyID     int64
+	agentID   int64
+	token     string
+}
+
+// maxLinks bounds the remembered links; beyond it the map starts over.
+const maxLinks = 10000
+
+// errUnresolved is every refusal of ResolveSandbox: unknown id, another
+// org's id, a wrong or missing token, a revoked key all read the same.
+func errUnresolved() error {
+	return apperr.New(apperr.ErrUnauthorized, "invalid_access_token", "No sandbox with this id accepts this access token.")
+}
+
+// ResolveSandbox checks the minted envd access token (constant time) for
+// the sandbox id and answers its binding. Unknown id, another org's id,
+// wrong or missing token: errors that map to 404/401 without telling
+// which (all answer 401 invalid_access_token). The key that created the
+// sandbox is checked through the org's auth cache (revoking it, or
+// disabling its owner, fails the next call) and the owner must still be
+// allowed to use the session. Call Binding.Release when done.
+func (s *Service) ResolveSandbox(ctx context.Context, sandboxID, accessToken string) (Binding, error) {
+	slug, ok := OrgOf(sandboxID)
+	if !ok {
+		return Binding{}, errUnresolved()
+	}
+	t, err := s.Tenants.Open(ctx, slug)
+	if err != nil {
+		if errors.Is(err, apperr.ErrNotFound) || errors.Is(err, apperr.ErrSuspended) {
+			return Binding{}, errUnresolved()
+		}
+		return Binding{}, err
+	}
+	b, err := s.resolve(ctx, t, sandboxID, accessToken)
+	if err != nil {
+		t.Release()
+		return Binding{}, err
+	}
+	return b, nil
+}
+
+func (s *Service) resolve(ctx context.Context, t *tenant.Tenant, sandboxID, accessToken string) (Binding, error) {
+	l, err := s.link(ctx, t, sandboxID)
+	if err != nil {
+		return Binding{}, err
+	}
+	// An unknown sandbox is compared against a token nobody holds, so
+	// the time taken does not tell it from a wrong token.
+	want := l.token
+	if want == "" {
+		want = strings.Repeat("x", 64)
+	}
+	if subtle.ConstantTimeCompare([]byte(accessToken), []byte(want)) != 1 || l.token == "" || accessToken == "" {
+		return Binding{}, errUnresolved()
+	}
+	k, owner, err := t.Auth.LiveKey(ctx, t.Dir, l.keyID)
+	if errors.Is(err, apperr.ErrUnauthorized) || err == nil && (k.AgentID == nil || *k.AgentID != l.agentID) {
+		return Binding{}, errUnresolved()
+	}
+	if err != nil {
+		return Binding{}, err
+	}
+	p := KeyPrincipal(k, owner)
+	actor := authz.New(p, t.Enforcer, Recorder(t, p.AuditActor()))
+	svc := s.Sessions(t)
+	sess, err := svc.Get(ctx, actor, l.sessionID)
+	if err == nil {
+		var may bool
+		if may, err = svc.CanUse(ctx, actor, sess); err == nil && !may {
+			err = errUnresolved()
+		}
+	}
+	if ferr := actor.Flush(ctx); ferr != nil {
+		return Binding{}, ferr
+	}
+	if errors.Is(err, apperr.ErrNotFound) || errors.Is(err, apperr.ErrForbidden) {
+		return Binding{}, errUnresolved()
+	}
+	if err != nil {
+		return Binding{}, err
+	}
+	return Binding{Org: proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()},
+		Actor: actor, SessionID: l.sessionID, Release: t.Release}, nil
+}
+
+// link reads (once per org pool) what never changes about a sandbox; an
+// unknown id answers an empty link, not an error.
+func (s *Service) link(ctx context.Context, t *tenant.Tenant, sandboxID string) (link, error) {
+	s.mu.Lock()
+	l, ok := s.links[sandboxID]
+	s.mu.Unlock()
+	if ok && l.db == t.DB {
+		return l, nil
+	}
+	x, err := Find(ctx, t.DB, sandboxID)
+	if errors.Is(err, apperr.ErrNotFound) {
+		return link{}, nil
+	}
+	if err != nil {
+		return link{}, err
+	}
+	tok, err := OpenToken(s.Box, t.Org.Slug, x)
+	if err != nil {
+		return link{}, err
+	}
+	l = link{db: t.DB, sessionID: x.SessionID, keyID: x.KeyID, agentID: x.AgentID, token: tok}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.links == nil || len(s.links) >= maxLinks {
+		s.links = map[string]link{}
+	}
+	s.links[sandboxID] = l
+	return l, nil
+}
+
+// Recorder writes an actor's refusals to the org's audit log (for actors
+// made outside an HTTP request's middleware, like the data plane's).
+func Recorder(t *tenant.Tenant, actor audit.Actor) authz.Recorder {
+	return func(ctx context.Context, ds []authz.Denial) error {
+		for _, d := range ds {
+			answer := "forbidden"
+			if d.Hidden {
+				answer = "not_found"
+			}
+			if d.Answer != "" {
+				answer = d.Answer
+			}
+			_, err := t.Audit.Append(ctx, audit.Event{Actor: actor, Action: "authz.deny", Target: d.Target, Decision: audit.Deny,
+				Details: audit.Details(map[string]string{"domain": d.Domain, "object": d.Object, "action": d.Action, "rule": d.Rule, "answered": answer})})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}

@@ -1,0 +1,149 @@
+package handlers
+
+import (
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/directory"
+	"github.com/gatehouse/gatehouse/internal/e2bapi"
+)
+
+// e2bKeyJSON is an e2b key as listed: masked, with its agent.
+type e2bKeyJSON struct {
+	ID         int64      `json:"id"`
+	Name       string     `json:"name"`
+	Masked     string     `json:"masked"`
+	AgentID    int64      `json:"agent_id"`
+	CreatedBy  string     `json:"created_by"`
+	CreatedAt  time.Time  `json:"created_at"`
+	LastUsedAt *time.Time `json:"last_used_at"`
+	RevokedAt  *time.Time `json:"revoked_at"`
+}
+
+func toE2BKeyJSON(k directory.APIKey) e2bKeyJSON {
+	return e2bKeyJSON{ID: k.ID, Name: k.Name, Masked: k.Masked(), AgentID: *k.AgentID, CreatedBy: k.CreatedBy, CreatedAt: k.CreatedAt.UTC(),
+		LastUsedAt: utcPtr(k.LastUsedAt), RevokedAt: utcPtr(k.RevokedAt)}
+}
+
+// visibleE2BKeys is the e2b keys among the keys the caller may see (every
+// key for key managers, else their own).
+func (s *Server) visibleE2BKeys(c echo.Context) ([]directory.APIKey, error) {
+	ks, err := s.visibleKeys(c)
+	if err != nil {
+		return nil, err
+	}
+	out := []directory.APIKey{}
+	for _, k := range ks {
+		if k.IsE2B() {
+			out = append(out, k)
+		}
+	}
+	return out, nil
+}
+
+type createE2BKeyRequest struct {
+	AgentID int64  `json:"agent_id"`
+	Name    string `json:"name"`
+}
+
+// createE2BKey mints an e2b key for the signed-in user, bound to an agent
+// whose sessions they may start: the key can do no more than its owner
+// can with that agent.
+func (s *Server) createE2BKey(c echo.Context, req createE2BKeyRequest) (directory.APIKey, string, error) {
+	ctx, p := c.Request().Context(), principalOf(c)
+	if p.KeyID != 0 {
+		return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "keys_cannot_mint_keys", "An API key cannot create API keys; sign in as a user.")
+	}
+	if p.UserID == 0 {
+		return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "not_a_user", "An e2b key acts as the person who mints it; sign in as a user of this organization.")
+	}
+	if req.AgentID < 1 {
+		return directory.APIKey{}, "", &apperr.ValidationError{Fields: map[string]string{"agent_id": "Choose the agent the key may start sandboxes of."}}
+	}
+	ag, err := s.mayStartSessions(c, req.AgentID)
+	if err != nil {
+		return directory.APIKey{}, "", err
+	}
+	in := directory.NewKey{Name: req.Name, Owner: &p.UserID, CreatedBy: p.Name, Agent: &ag.ID}
+	var k directory.APIKey
+	var secret string
+	err = s.mutate(c, func(m *orgTx) error {
+		var err error
+		if k, secret, err = m.Dir.CreateKey(ctx, in); err != nil {
+			return err
+		}
+		return m.audit("e2b_key.create", keyTarget(k), map[string]any{"after": map[string]any{
+			"name": k.Name, "agent_id": ag.ID, "agent": ag.Name, "secret": "[redacted]"}})
+	})
+	return k, secret, err
+}
+
+// mayStartSessions reads agent id as the caller sees it and checks they
+// may start its sessions (what an e2b key of it will do).
+func (s *Server) mayStartSessions(c echo.Context, id int64) (agents.Agent, error) {
+	svc := s.sessionService(c)
+	ag, err := svc.Agents.Get(c.Request().Context(), actorOf(c), id)
+	if err != nil {
+		return ag, err
+	}
+	ok, err := svc.CanCreate(c.Request().Context(), actorOf(c), ag)
+	if err != nil {
+		return ag, err
+	}
+	if !ok {
+		return ag, apperr.New(apperr.ErrForbidden, "agent_not_usable", "You may see agent %q but not start its sessions, so you cannot mint an e2b key for it.", ag.Name)
+	}
+	return ag, nil
+}
+
+func (s *Server) apiListE2BKeys(c echo.Context) error {
+	ks, err := s.visibleE2BKeys(c)
+	if err != nil {
+		return err
+	}
+	out := make([]e2bKeyJSON, len(ks))
+	for i, k := range ks {
+		out[i] = toE2BKeyJSON(k)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"items": out})
+}
+
+func (s *Server) apiCreateE2BKey(c echo.Context) error {
+	return jsonCall(c, http.StatusCreated, func(req createE2BKeyRequest) (map[string]any, error) {
+		k, secret, err := s.createE2BKey(c, req)
+		if err != nil {
+			return nil, err
+		}
+		return map[string]any{"key": secret, "id": k.ID, "item": toE2BKeyJSON(k)}, nil
+	})
+}
+
+// apiRevokeE2BKey revokes an e2b key like any other key (its owner, or a
+// key manager); an ordinary key's id answers 404 here.
+func (s *Server) apiRevokeE2BKey(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	k, err := tenantOf(c).Dir.GetKey(c.Request().Context(), id)
+	if err == nil && !k.IsE2B() {
+		return notFoundErr()
+	}
+	if _, err := s.revokeKey(c, id); err != nil {
+		return err
+	}
+	return c.NoContent(http.StatusNoContent)
+}
+
+// e2bEndpoint is the request's org's E2B endpoint.
+func (s *Server) e2bEndpoint(c echo.Context) e2bapi.Endpoint {
+	return e2bapi.EndpointFor(s.BaseURL, s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
+}
+
+func (s *Server) apiE2BEndpoint(c echo.Context) error {
+	return c.JSON(http.StatusOK, s.e2bEndpoint(c))
+}
