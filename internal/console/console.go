@@ -389,6 +389,10 @@ func (c *Console) Handler() http.Handler {
 	})
 }
 
+// EnvdHandler is the E2B data plane alone (--e2b-listen): every request
+// is envd's, its sandbox named by Host or the E2b-Sandbox-Id header.
+func (c *Console) EnvdHandler() http.Handler { return c.Envd.Handler() }
+
 // Close releases databases and background loops.
 func (c *Console) Close() {
 	if c.stop != nil {
