@@ -26,6 +26,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
 // Port is envd's port: the SDK addresses a sandbox's envd as
@@ -118,7 +119,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...))
 	mux.Handle("GET /files", http.HandlerFunc(s.readFile))
 	mux.Handle("POST /files", http.HandlerFunc(s.writeFile))
-	mux.Handle("GET /health", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }))
+	mux.Handle("GET /health", http.HandlerFunc(s.health))
 	return s.resolve(mux)
 }
 
@@ -165,11 +166,12 @@ func runAsUser(r *http.Request) string {
 
 func (s *Server) resolve(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/health" {
-			next.ServeHTTP(w, r)
+		id := SandboxID(r)
+		if r.URL.Path == "/health" && id == "" {
+			// The data plane's own health (a load balancer's probe).
+			w.WriteHeader(http.StatusNoContent)
 			return
 		}
-		id := SandboxID(r)
 		if id == "" {
 			writeError(w, r, apperr.New(apperr.ErrNotFound, "sandbox_not_found",
 				"Name the sandbox: address it as %s<sandboxID>.<domain> or send the %s header.", HostPrefix, SandboxHeader))
@@ -259,4 +261,26 @@ type NoSandboxes struct{}
 // ResolveSandbox answers not found.
 func (NoSandboxes) ResolveSandbox(context.Context, string, string) (Binding, error) {
 	return Binding{}, apperr.New(apperr.ErrNotFound, "sandbox_not_found", "No such sandbox.")
+}
+
+// health is envd's GET /health for one sandbox, which the SDK's isRunning
+// reads: 204 while its session runs, 502 once it does not (closed, lost,
+// paused, no sandbox yet), as E2B's proxy answers for a sandbox that is
+// gone.
+func (s *Server) health(w http.ResponseWriter, r *http.Request) {
+	c := callOf(r.Context())
+	t, err := c.Org.Sessions.Locate(r.Context(), c.Actor, c.SessionID)
+	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
+		err = proxy.Unrecorded(ferr)
+	}
+	switch {
+	case err == nil && t.Session.State == sessions.StateRunning:
+		w.WriteHeader(http.StatusNoContent)
+	case err == nil || sessions.IsFinal(err) || sessions.IsUnstarted(err):
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadGateway)
+		_, _ = w.Write([]byte(`{"code":502,"message":"The sandbox is not running."}`))
+	default:
+		writeError(w, r, err)
+	}
 }

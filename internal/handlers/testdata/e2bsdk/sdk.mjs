@@ -29,6 +29,7 @@ try {
   out.denied = `${err.name}: ${err.message}`
 }
 
+out.runningBeforeKill = await sbx.isRunning()
 out.killed = await sbx.kill()
 out.runningAfterKill = await sbx.isRunning().catch((err) => `${err.name}: ${err.message}`)
 console.log(JSON.stringify(out))
