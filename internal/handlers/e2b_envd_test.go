@@ -238,6 +238,14 @@ func TestE2BDataPlane(t *testing.T) {
 			if n := f.agentd.requests.Load(); n != before {
 				t.Fatalf("agentd got %d requests for a denied command", n-before)
 			}
+			denied := false
+			for _, e := range f.auditEvents(t, "action:authz.deny") {
+				rule, _ := e.Details["rule"].(string)
+				denied = denied || strings.Contains(rule, "command policy") && strings.Contains(rule, "^rm -rf /")
+			}
+			if !denied {
+				t.Fatal("the refusal is not in the audit log")
+			}
 		})
 
 		t.Run("SendSignal ends a running process, audited as command.kill", func(t *testing.T) {

@@ -163,6 +163,14 @@ func TestE2BSDK(t *testing.T) {
 			if recorded["rm -rf /tmp/gatehouse-sdk-denied"] {
 				t.Error("the denied command was recorded as run")
 			}
+			denied := false
+			for _, e := range f.auditEvents(t, "action:authz.deny") {
+				rule, _ := e.Details["rule"].(string)
+				denied = denied || strings.Contains(rule, "^rm -rf /")
+			}
+			if !denied {
+				t.Error("the policy's refusal is not in the audit log")
+			}
 		})
 	})
 }

@@ -26,6 +26,7 @@ func (s *Server) EnvdBinding(ctx context.Context, org, bearer string, sessionID 
 		t.Release()
 		return e2benvd.Binding{}, err
 	}
+	c.Set(ctxPrincipal, p)
 	a := authz.New(*p, t.Enforcer, s.denialRecorder(c, t))
 	c.Set(ctxActor, a)
 	return e2benvd.Binding{Org: s.terminalOrg(c), Actor: a, SessionID: sessionID, Release: t.Release}, nil
