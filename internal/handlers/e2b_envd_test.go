@@ -286,6 +286,49 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("Connect re-attaches to a running process; CloseStdin ends its input", func(t *testing.T) {
+			s, err := proc.Start(ctx, startCmd("cat", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", s.Err())
+			}
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
+			if _, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel,
+				Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("typed\n")}}})); err != nil {
+				t.Fatal(err)
+			}
+			again, err := proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: sel}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			var end *process.ProcessEvent_EndEvent
+			for again.Receive() {
+				ev := again.Msg().GetEvent()
+				out.Write(ev.GetData().GetStdout())
+				if out.String() == "typed\n" && end == nil {
+					// Seen by the re-attached stream: now end the input.
+					if _, err := proc.CloseStdin(ctx, connect.NewRequest(&process.CloseStdinRequest{Process: sel})); err != nil {
+						t.Fatal(err)
+					}
+					out.WriteString("|")
+				}
+				if ev.GetEnd() != nil {
+					end = ev.GetEnd()
+				}
+			}
+			if err := again.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if out.String() != "typed\n|" || end == nil || !end.GetExited() || end.GetExitCode() != 0 {
+				t.Fatalf("re-attached output %q, end %+v", out.String(), end)
+			}
+			for s.Receive() {
+			}
+		})
+
 		t.Run("files written and read back, by octet-stream, multipart and gzip", func(t *testing.T) {
 			base := f.hostURL("sbxacme1")
 			post := func(body io.Reader, ct, enc, query string) {
