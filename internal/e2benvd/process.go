@@ -156,6 +156,7 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 	if every > 0 {
 		wait = every
 	}
+	polled := false
 	for {
 		for _, ch := range out.Chunks {
 			if err := send(dataEvent(ch, out.TTY)); err != nil {
@@ -165,7 +166,8 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 		if out.State != agentd.StateRunning && !out.More {
 			return send(endEvent(out))
 		}
-		if len(out.Chunks) == 0 && every > 0 && !out.More {
+		if polled && every > 0 && len(out.Chunks) == 0 && !out.More {
+			// A whole interval passed with nothing to say.
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
@@ -175,7 +177,7 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 			return err
 		}
 		next.CommandID = out.CommandID
-		out = next
+		out, polled = next, true
 	}
 }
 

@@ -286,6 +286,46 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("a quiet stream sends keepalive events at the asked interval", func(t *testing.T) {
+			req := startCmd("read x; echo got $x", true)
+			req.Header().Set("Keepalive-Ping-Interval", "1")
+			s, err := proc.Start(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var pid uint32
+			var kinds []string
+			for s.Receive() {
+				switch e := s.Msg().GetEvent().GetEvent().(type) {
+				case *process.ProcessEvent_Start:
+					pid = e.Start.GetPid()
+					kinds = append(kinds, "start")
+				case *process.ProcessEvent_Keepalive:
+					if kinds[len(kinds)-1] == "keepalive" {
+						continue
+					}
+					kinds = append(kinds, "keepalive")
+					// The command waits for this input: the keepalive came
+					// while it had nothing to say.
+					if _, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
+						Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}},
+						Input:   &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("it\n")}}})); err != nil {
+						t.Fatal(err)
+					}
+				case *process.ProcessEvent_Data:
+					kinds = append(kinds, string(e.Data.GetStdout()))
+				case *process.ProcessEvent_End:
+					kinds = append(kinds, "end")
+				}
+			}
+			if err := s.Err(); err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(kinds, "|") != "start|keepalive|got it\n|end" {
+				t.Fatalf("events %q", kinds)
+			}
+		})
+
 		t.Run("Connect re-attaches to a running process; CloseStdin ends its input", func(t *testing.T) {
 			s, err := proc.Start(ctx, startCmd("cat", true))
 			if err != nil {
