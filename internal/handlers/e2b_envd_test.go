@@ -52,11 +52,10 @@ func newEnvdFixture(t *testing.T, d store.Dialect) *envdFixture {
 	// Another org's sandbox: its token is its own.
 	f.sandboxes["sbxglobex1"] = envdSandbox{org: "globex", bearer: f.tokens["globex-admin"], token: "envd-token-globex", session: 1}
 	f.e.c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, id, token string) (e2benvd.Binding, error) {
+		// As the control plane's resolver: an unknown id reads as a wrong
+		// token.
 		sb, ok := f.sandboxes[id]
-		if !ok {
-			return e2benvd.Binding{}, apperr.New(apperr.ErrNotFound, "sandbox_not_found", "No such sandbox.")
-		}
-		if token != sb.token {
+		if !ok || token != sb.token {
 			return e2benvd.Binding{}, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "The access token is missing or wrong.")
 		}
 		return f.e.c.Server.EnvdBinding(ctx, sb.org, sb.bearer, sb.session)
@@ -286,6 +285,64 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("StreamInput feeds a process in order; a tag selector is unimplemented", func(t *testing.T) {
+			s, err := proc.Start(ctx, startCmd("read a; read b; echo $a$b", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", s.Err())
+			}
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
+			in := proc.StreamInput(ctx)
+			in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}})
+			for _, x := range []string{"x\n", "y\n"} {
+				in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{
+					Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(x)}}}}})
+			}
+			if _, err := in.CloseAndReceive(); err != nil {
+				t.Fatalf("StreamInput: %v", err)
+			}
+			var out strings.Builder
+			for s.Receive() {
+				out.Write(s.Msg().GetEvent().GetData().GetStdout())
+			}
+			if out.String() != "xy\n" {
+				t.Fatalf("output %q", out.String())
+			}
+			_, err = proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
+				Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: "t"}},
+				Input:   &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("z")}}}))
+			wantCode(t, "a tag selector", err, connect.CodeUnimplemented)
+		})
+
+		t.Run("Update resizes a pty process", func(t *testing.T) {
+			rows := &process.PTY{Size: &process.PTY_Size{Rows: 20, Cols: 70}}
+			req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "read x; stty size"}}, Pty: rows})
+			s, err := proc.Start(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", s.Err())
+			}
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
+			if _, err := proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Rows: 33, Cols: 99}}})); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel,
+				Input: &process.ProcessInput{Input: &process.ProcessInput_Pty{Pty: []byte("\r")}}})); err != nil {
+				t.Fatal(err)
+			}
+			var out strings.Builder
+			for s.Receive() {
+				out.Write(s.Msg().GetEvent().GetData().GetPty())
+			}
+			if !strings.Contains(out.String(), "33 99") {
+				t.Fatalf("pty output after the resize: %q", out.String())
+			}
+		})
+
 		t.Run("a quiet stream sends keepalive events at the asked interval", func(t *testing.T) {
 			req := startCmd("read x; echo got $x", true)
 			req.Header().Set("Keepalive-Ping-Interval", "1")
@@ -431,6 +488,17 @@ func TestE2BDataPlane(t *testing.T) {
 			if len(f.auditEvents(t, "action:file.read")) == 0 {
 				t.Fatal("no file.read audit event")
 			}
+			if len(f.auditEvents(t, "action:file.stat")) == 0 {
+				t.Fatal("no file.stat audit event")
+			}
+			wrote := false
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				c, _ := e.Details["command"].(string)
+				wrote = wrote || strings.Contains(c, "cat > 'notes/a b.txt'")
+			}
+			if !wrote {
+				t.Fatal("the write is not audited as a command naming its path")
+			}
 		})
 
 		t.Run("filesystem calls without an audited operation answer unimplemented", func(t *testing.T) {
@@ -448,7 +516,7 @@ func TestE2BDataPlane(t *testing.T) {
 			}{
 				{"missing token", f.hostURL("sbxacme1"), envdAuth{}, connect.CodeUnauthenticated},
 				{"wrong token", f.hostURL("sbxacme1"), envdAuth{token: "envd-token-acme-x"}, connect.CodeUnauthenticated},
-				{"unknown sandbox", f.hostURL("sbxnone"), good, connect.CodeNotFound},
+				{"unknown sandbox", f.hostURL("sbxnone"), good, connect.CodeUnauthenticated},
 				{"another org's sandbox by Host", f.hostURL("sbxglobex1"), good, connect.CodeUnauthenticated},
 				{"another org's sandbox by header", f.e.srv.URL, envdAuth{token: "envd-token-acme", sandbox: "sbxglobex1"}, connect.CodeUnauthenticated},
 				// The Host names the sandbox; a header cannot move a call
