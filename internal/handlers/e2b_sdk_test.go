@@ -61,6 +61,7 @@ type sdkRun struct {
 		Data string `json:"data"`
 		MS   int    `json:"ms"`
 	} `json:"lines"`
+	LatencyMS        []int  `json:"latencyMs"`
 	Read             string `json:"read"`
 	Denied           *string
 	RunningBefore    bool `json:"runningBeforeKill"`
@@ -115,6 +116,7 @@ func TestE2BSDK(t *testing.T) {
 			// A figure for the record, never asserted: printed a second
 			// apart, they should arrive a second apart.
 			t.Logf("onStdout received the lines at %s after the command was started", strings.Join(at, ", "))
+			t.Logf("from print to onStdout: %v ms", run.LatencyMS)
 		})
 		t.Run("files.write then files.read round-trips", func(t *testing.T) {
 			if run.Read != "written by the E2B SDK\n" {

@@ -19,6 +19,13 @@ await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 1; done', {
   onStdout: (data) => out.lines.push({ data, ms: Math.round(performance.now() - started) }),
 })
 
+// How long after its print each line reached onStdout: the command prints
+// the time (ms, same machine clock) and the callback subtracts it.
+out.latencyMs = []
+await sbx.commands.run('for i in 1 2 3; do date +%s%3N; sleep 1; done', {
+  onStdout: (data) => out.latencyMs.push(Date.now() - Number(data.trim())),
+})
+
 await sbx.files.write('sdk/hello.txt', 'written by the E2B SDK\n')
 out.read = await sbx.files.read('sdk/hello.txt')
 
