@@ -11,7 +11,6 @@ package e2benvd
 import (
 	"context"
 	"encoding/base64"
-	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -96,6 +95,10 @@ type Server struct {
 	Logger     *slog.Logger
 }
 
+// maxMessage bounds one RPC message (the largest is a SendInput's bytes),
+// as agentd bounds a stdin write.
+const maxMessage = 8 << 20
+
 type bindingKey struct{}
 
 // call is one data-plane request as the gateway sees it.
@@ -114,7 +117,7 @@ func callOf(ctx context.Context) call {
 // wrong token gets no further.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := []connect.HandlerOption{connect.WithInterceptors(flushDenials{})}
+	opts := []connect.HandlerOption{connect.WithInterceptors(flushDenials{s: s}), connect.WithReadMaxBytes(maxMessage)}
 	mux.Handle(processconnect.NewProcessHandler(&processService{s: s}, opts...))
 	mux.Handle(filesystemconnect.NewFilesystemHandler(&filesystemService{s: s}, opts...))
 	mux.Handle("GET /files", http.HandlerFunc(s.readFile))
@@ -186,7 +189,7 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 		}
 		b, err := s.Resolver.ResolveSandbox(r.Context(), id, r.Header.Get("X-Access-Token"))
 		if err != nil {
-			writeError(w, r, err)
+			s.fail(w, r, err)
 			return
 		}
 		if b.Release != nil {
@@ -217,12 +220,13 @@ func (s *Server) sourceIP(r *http.Request) string {
 // flushDenials records the refusals of each call (a casbin deny, the
 // command policy) in the org's audit log once the call returned, as the
 // console's own routes do.
-type flushDenials struct{}
+// Errors the caller is not told the details of are logged here.
+type flushDenials struct{ s *Server }
 
-func (flushDenials) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+func (f flushDenials) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
 		resp, err := next(ctx, req)
-		return resp, flushAfter(ctx, toConnect(err))
+		return resp, f.after(ctx, req.Spec().Procedure, err)
 	}
 }
 
@@ -230,21 +234,24 @@ func (flushDenials) WrapStreamingClient(next connect.StreamingClientFunc) connec
 	return next
 }
 
-func (flushDenials) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+func (f flushDenials) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
 	return func(ctx context.Context, conn connect.StreamingHandlerConn) error {
-		return flushAfter(ctx, toConnect(next(ctx, conn)))
+		return f.after(ctx, conn.Spec().Procedure, next(ctx, conn))
 	}
 }
 
-func flushAfter(ctx context.Context, err error) error {
+func (f flushDenials) after(ctx context.Context, procedure string, err error) error {
 	c := callOf(ctx)
-	if c.Actor == nil {
-		return err
+	if c.Actor != nil {
+		if ferr := c.Actor.Flush(ctx); ferr != nil {
+			err = proxy.Unrecorded(ferr)
+		}
 	}
-	if ferr := c.Actor.Flush(ctx); ferr != nil {
-		return connect.NewError(connect.CodeUnavailable, errors.New(proxy.Unrecorded(ferr).Error()))
+	cerr := toConnect(err)
+	if code := connect.CodeOf(cerr); cerr != nil && ctx.Err() == nil && (code == connect.CodeInternal || code == connect.CodeUnavailable) {
+		f.s.logger().Error("e2b data plane call failed", "procedure", procedure, "session_id", c.SessionID, "error", err)
 	}
-	return err
+	return cerr
 }
 
 func (s *Server) logger() *slog.Logger {
@@ -281,6 +288,6 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(http.StatusBadGateway)
 		_, _ = w.Write([]byte(`{"code":502,"message":"The sandbox is not running."}`))
 	default:
-		writeError(w, r, err)
+		s.fail(w, r, err)
 	}
 }

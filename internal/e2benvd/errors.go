@@ -84,6 +84,15 @@ func httpStatus(code connect.Code) int {
 
 var connectErrors = connect.NewErrorWriter()
 
+// fail answers a refused or failed request (writeError), logging what the
+// caller is not told.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if code := connect.CodeOf(toConnect(err)); r.Context().Err() == nil && (code == connect.CodeInternal || code == connect.CodeUnavailable) {
+		s.logger().Error("e2b data plane request failed", "path", r.URL.Path, "error", err)
+	}
+	writeError(w, r, err)
+}
+
 // writeError answers a request refused before (or outside) the Connect
 // handlers: in Connect's error format for RPCs, in envd's REST error
 // shape ({"code": <status>, "message"}) for /files.

@@ -31,7 +31,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 		err = proxy.Unrecorded(ferr)
 	}
 	if err != nil {
-		writeError(w, r, err)
+		s.fail(w, r, err)
 	}
 }
 
@@ -76,7 +76,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 		err = proxy.Unrecorded(ferr)
 	}
 	if err != nil {
-		writeError(w, r, err)
+		s.fail(w, r, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")

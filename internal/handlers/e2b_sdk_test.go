@@ -2,6 +2,7 @@ package handlers_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
@@ -84,7 +86,10 @@ func TestE2BSDK(t *testing.T) {
 		var key struct{ Key string }
 		r.decode(t, &key)
 
-		cmd := exec.Command("node", "sdk.mjs")
+		// A guard against a hung run, not a measure of speed.
+		nctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(nctx, "node", "sdk.mjs")
 		cmd.Dir = sdkDir
 		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "HOME=" + t.TempDir(),
 			"E2B_API_URL=" + f.e.srv.URL + "/e2b/orgs/acme", "E2B_SANDBOX_URL=" + f.e.srv.URL, "E2B_API_KEY=" + key.Key}
