@@ -312,6 +312,10 @@ func (s *Service) resolve(ctx context.Context, t *tenant.Tenant, sandboxID, acce
 	actor := authz.New(p, t.Enforcer, Recorder(t, p.AuditActor()))
 	svc := s.Sessions(t)
 	sess, err := svc.Get(ctx, actor, l.sessionID)
+	if err == nil && sess.Final() {
+		// A killed sandbox is gone for the data plane too.
+		err = errUnresolved()
+	}
 	if err == nil {
 		var may bool
 		if may, err = svc.CanUse(ctx, actor, sess); err == nil && !may {

@@ -437,22 +437,27 @@ func (s *Server) e2bList(c echo.Context) error {
 	return c.JSON(http.StatusOK, out)
 }
 
-// e2bMetadataFilter decodes E2B's metadata query: form pairs whose keys
-// and values were each URL-encoded once more by the SDK.
+// e2bMetadataFilter decodes E2B's metadata query the way the SDK built
+// it: each key and value URL-encoded (encodeURIComponent), joined as form
+// pairs (URLSearchParams, which encodes them once more), so two decodings
+// after the query string's own.
 func e2bMetadataFilter(raw string) (map[string]string, error) {
 	if raw == "" {
 		return nil, nil
 	}
 	bad := &apperr.ValidationError{Fields: map[string]string{"metadata": "metadata must be URL-encoded key=value pairs joined by &."}}
+	pairs, err := url.ParseQuery(raw)
+	if err != nil {
+		return nil, bad
+	}
 	out := map[string]string{}
-	for _, pair := range strings.Split(raw, "&") {
-		k, v, ok := strings.Cut(pair, "=")
-		if !ok {
+	for k, vs := range pairs {
+		dk, err := url.QueryUnescape(k)
+		if err != nil || len(vs) != 1 {
 			return nil, bad
 		}
-		dk, err1 := url.QueryUnescape(k)
-		dv, err2 := url.QueryUnescape(v)
-		if err1 != nil || err2 != nil {
+		dv, err := url.QueryUnescape(vs[0])
+		if err != nil {
 			return nil, bad
 		}
 		out[dk] = dv

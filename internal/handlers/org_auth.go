@@ -210,6 +210,8 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		{"Sessions", base + "/sessions", "", ""},
 		{"Environments", base + "/environments", "", ""},
 		{"API keys", base + "/api-keys", "", ""},
+		// Those who may start some agent's sessions may mint e2b keys.
+		{"E2B endpoint", base + "/e2b", "agents/*", "use"},
 		{"Recordings", base + "/recordings", "recordings", "read"},
 		{"Audit log", base + "/audit", "audit", "read"},
 		{"Single sign-on", base + "/sso", "sso", "read"},

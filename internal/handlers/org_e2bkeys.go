@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"errors"
 	"net/http"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/views"
 )
 
 // e2bKeyJSON is an e2b key as listed: masked, with its agent.
@@ -141,9 +143,99 @@ func (s *Server) apiRevokeE2BKey(c echo.Context) error {
 
 // e2bEndpoint is the request's org's E2B endpoint.
 func (s *Server) e2bEndpoint(c echo.Context) e2bapi.Endpoint {
-	return e2bapi.EndpointFor(s.BaseURL, s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
+	return e2bapi.EndpointFor(s.absURL(c, ""), s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
 }
 
 func (s *Server) apiE2BEndpoint(c echo.Context) error {
 	return c.JSON(http.StatusOK, s.e2bEndpoint(c))
+}
+
+// Pages.
+
+func e2bPath(c echo.Context) string { return "/o/" + tenantOf(c).Org.Slug + "/e2b" }
+
+func e2bPathParam(c echo.Context) (string, error) { return e2bPath(c), nil }
+
+// renderE2B is the E2B-compatible endpoint page: the addresses to set, the
+// caller's e2b keys (all of them for key managers) and the mint form with
+// the agents whose sessions the caller may start.
+func (s *Server) renderE2B(c echo.Context, status int, secret string, form views.E2BData) error {
+	ctx, actor := c.Request().Context(), actorOf(c)
+	ks, err := s.visibleE2BKeys(c)
+	if err != nil {
+		return err
+	}
+	ags, err := s.agentService(c).List(ctx, actor)
+	if err != nil {
+		return err
+	}
+	names := map[int64]string{}
+	p := principalOf(c)
+	d := form
+	d.CanMint = p.UserID != 0 && p.KeyID == 0
+	svc := s.sessionService(c)
+	for _, a := range ags {
+		names[a.ID] = a.Name
+		if !d.CanMint {
+			continue
+		}
+		if ok, err := svc.CanCreate(ctx, actor, a); err != nil {
+			return err
+		} else if ok {
+			d.Agents = append(d.Agents, views.Option{Value: itoa(a.ID), Label: a.Name})
+		}
+	}
+	for _, k := range ks {
+		agent := names[*k.AgentID]
+		if agent == "" {
+			agent = "agent #" + itoa(*k.AgentID)
+		}
+		d.Rows = append(d.Rows, views.E2BKeyRow{ID: k.ID, Name: k.Name, Masked: k.Masked(), Agent: agent, CreatedBy: k.CreatedBy,
+			CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil})
+	}
+	ep := s.e2bEndpoint(c)
+	d.Slug, d.APIURL, d.SandboxURL, d.Domain = tenantOf(c).Org.Slug, ep.APIURL, ep.SandboxURL, ep.Domain
+	d.Secret, d.DismissURL = secret, e2bPath(c)+"/dismiss-secret"
+	return render(c, status, views.E2BEndpoint(s.orgPage(c, "E2B-compatible endpoint"), d))
+}
+
+func (s *Server) pageE2B(c echo.Context) error {
+	return s.renderE2B(c, http.StatusOK, s.keptReveal(c, e2bPath(c)), views.E2BData{})
+}
+
+func (s *Server) pageMintE2BKey(c echo.Context) error {
+	req := createE2BKeyRequest{Name: c.FormValue("name")}
+	form := views.E2BData{FormName: req.Name, FormAgent: c.FormValue("agent_id")}
+	id, err := parseID(form.FormAgent)
+	if err != nil {
+		form.Errors = map[string]string{"agent_id": "Choose the agent the key may start sandboxes of."}
+		return s.renderE2B(c, http.StatusBadRequest, "", form)
+	}
+	req.AgentID = id
+	_, secret, err := s.createE2BKey(c, req)
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		form.Errors = ve.Fields
+		return s.renderE2B(c, http.StatusBadRequest, "", form)
+	}
+	if err != nil {
+		return err
+	}
+	return s.redirectRevealing(c, e2bPath(c), secret)
+}
+
+func (s *Server) pageRevokeE2BKey(c echo.Context) error {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return err
+	}
+	k, err := tenantOf(c).Dir.GetKey(c.Request().Context(), id)
+	if err == nil && !k.IsE2B() {
+		return notFoundErr()
+	}
+	if k, err = s.revokeKey(c, id); err != nil {
+		return err
+	}
+	s.setFlash(c, "The e2b key "+k.Name+" was revoked.")
+	return c.Redirect(http.StatusSeeOther, e2bPath(c))
 }

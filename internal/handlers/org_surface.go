@@ -141,6 +141,10 @@ func (s *Server) registerOrgSurface() {
 	pg.handle(http.MethodPost, "/api-keys", rbac.Authenticated(), s.pageCreateKey)
 	pg.handle(http.MethodPost, "/api-keys/:id/revoke", rbac.Authenticated(), s.pageRevokeKey)
 	pg.handle(http.MethodPost, "/api-keys/dismiss-secret", rbac.Authenticated(), s.dismissReveal(keysPathParam))
+	pg.handle(http.MethodGet, "/e2b", rbac.Authenticated(), s.pageE2B)
+	pg.handle(http.MethodPost, "/e2b-keys", rbac.Authenticated(), s.pageMintE2BKey)
+	pg.handle(http.MethodPost, "/e2b-keys/:id/revoke", rbac.Authenticated(), s.pageRevokeE2BKey)
+	pg.handle(http.MethodPost, "/e2b/dismiss-secret", rbac.Authenticated(), s.dismissReveal(e2bPathParam))
 	pg.handle(http.MethodGet, "/environments", rbac.Authenticated(), s.pageEnvs)
 	pg.handle(http.MethodPost, "/environments", rbac.Authenticated(), s.pageCreateEnv)
 	if s.Local != nil { // only a console started with --local-sandboxes has one to offer

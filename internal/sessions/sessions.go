@@ -475,11 +475,15 @@ func (s *Service) create(ctx context.Context, a *authz.Actor, ag agents.Agent, i
 		if ag.SandboxMode != agents.SandboxPerSession {
 			sess.Workspace = hostWorkspace(e, s.rt().hostDir(), sess.ID)
 		} else {
+			// Without a mount the workspace lives in the sandbox; the
+			// creation's record is written either way.
 			m, ok, err := e.WorkspaceMountFor(s.Org, sess.ID)
-			if err != nil || !ok {
+			if err != nil {
 				return err
 			}
-			sess.Workspace, sess.WorkspaceMount = m.MountPath, m.HostPath
+			if ok {
+				sess.Workspace, sess.WorkspaceMount = m.MountPath, m.HostPath
+			}
 		}
 		err := tx.Table("sessions").Where("id = ?", sess.ID).
 			Updates(map[string]any{"workspace": sess.Workspace, "workspace_mount": sess.WorkspaceMount}).Error
