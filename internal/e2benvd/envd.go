@@ -11,6 +11,7 @@ package e2benvd
 import (
 	"context"
 	"encoding/base64"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
@@ -188,6 +189,13 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 			}
 		}
 		b, err := s.Resolver.ResolveSandbox(r.Context(), id, r.Header.Get("X-Access-Token"))
+		if err != nil && r.URL.Path == "/health" && (errors.Is(err, apperr.ErrUnauthorized) || errors.Is(err, apperr.ErrNotFound)) {
+			// A killed sandbox resolves no more: its health is E2B's
+			// answer for a sandbox that is gone. Every refusal answers
+			// so, which tells a caller nothing a wrong token did not.
+			notRunning(w)
+			return
+		}
 		if err != nil {
 			s.fail(w, r, err)
 			return
@@ -284,10 +292,14 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	case err == nil && t.Session.State == sessions.StateRunning:
 		w.WriteHeader(http.StatusNoContent)
 	case err == nil || sessions.IsFinal(err) || sessions.IsUnstarted(err):
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(http.StatusBadGateway)
-		_, _ = w.Write([]byte(`{"code":502,"message":"The sandbox is not running."}`))
+		notRunning(w)
 	default:
 		s.fail(w, r, err)
 	}
+}
+
+func notRunning(w http.ResponseWriter) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusBadGateway)
+	_, _ = w.Write([]byte(`{"code":502,"message":"The sandbox is not running."}`))
 }

@@ -548,6 +548,18 @@ func TestE2BDataPlane(t *testing.T) {
 					t.Fatalf("GET /files with token %q: %d", c.token, resp.StatusCode)
 				}
 			}
+			for token, status := range map[string]int{"envd-token-acme": http.StatusNoContent, "nope": http.StatusBadGateway, "": http.StatusBadGateway} {
+				req, _ := http.NewRequest(http.MethodGet, f.hostURL("sbxacme1")+"/health", nil)
+				envdAuth{token: token}.set(req.Header)
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				resp.Body.Close()
+				if resp.StatusCode != status {
+					t.Fatalf("/health with token %q: %d, want %d", token, resp.StatusCode, status)
+				}
+			}
 			if n := f.agentd.requests.Load(); n != before {
 				t.Fatalf("agentd got %d requests from refused calls", n-before)
 			}
