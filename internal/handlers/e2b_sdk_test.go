@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
+	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
@@ -80,8 +82,32 @@ func TestE2BSDK(t *testing.T) {
 	t.Parallel()
 	installSDK(t)
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
-		f := newTerminalFixture(t, d)
-		r := f.call(http.MethodPost, "/e2b-keys", "member", map[string]any{"agent_id": f.agentID, "name": "sdk test"})
+		t.Run("on a host's agentd", func(t *testing.T) {
+			t.Parallel()
+			f := newTerminalFixture(t, d)
+			runSDK(t, f, f.agentID)
+		})
+		t.Run("on the E2B fake's sandboxes", func(t *testing.T) {
+			t.Parallel()
+			// Sandboxes of a backend, each a real agentd process: no envd
+			// anywhere, the console's data plane is envd.
+			f := newTerminalFixture(t, d)
+			fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{})
+			root := f.tokens["entered-admin"]
+			agent := e2bSandboxAgent(t, f.e, fake, "acme", root, f.dept1, "sdk-coder")
+			wantStatus(t, "the agent's command policy", f.e.json(http.MethodPatch, "/api/v1/orgs/acme/agents/"+itoa(agent), root,
+				map[string]any{"command_policy": []string{`^rm -rf /`}}), http.StatusOK)
+			runSDK(t, f, agent)
+		})
+	})
+}
+
+// runSDK runs sdk.mjs with an e2b key of agent (whose command policy
+// denies ^rm -rf /) and checks what it saw, the audit log and the
+// recordings.
+func runSDK(t *testing.T, f *terminalFixture, agent int64) {
+	{
+		r := f.call(http.MethodPost, "/e2b-keys", "member", map[string]any{"agent_id": agent, "name": "sdk test"})
 		wantStatus(t, "mint an e2b key", r, http.StatusCreated)
 		var key struct{ Key string }
 		r.decode(t, &key)
@@ -179,7 +205,7 @@ func TestE2BSDK(t *testing.T) {
 				t.Error("the policy's refusal is not in the audit log")
 			}
 		})
-	})
+	}
 }
 
 type commandJSONView struct {
