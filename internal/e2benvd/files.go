@@ -45,6 +45,12 @@ func (s *Server) streamFile(w http.ResponseWriter, r *http.Request, c call) erro
 		return err
 	}
 	defer f.Body.Close()
+	if f.Size > agentd.MaxFileRead {
+		// Refused before a byte is sent: a body cut short at the limit
+		// would read as the whole file.
+		return apperr.New(apperr.ErrInvalid, "file_too_large",
+			"%s is %d bytes, more than the %d this endpoint reads; read it in parts with a command (commands.run).", p, f.Size, int64(agentd.MaxFileRead))
+	}
 	w.Header().Set("Content-Type", "application/octet-stream")
 	if f.Length >= 0 {
 		w.Header().Set("Content-Length", strconv.FormatInt(f.Length, 10))

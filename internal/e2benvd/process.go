@@ -244,9 +244,8 @@ func (p *processService) input(ctx context.Context, sel *process.ProcessSelector
 	if data == nil {
 		data = in.GetPty()
 	}
-	if len(data) == 0 {
-		return nil
-	}
+	// Empty input still goes to the gateway: it checks the process is
+	// this session's, running, and the caller's to type into.
 	return p.s.Gateway.Stdin(ctx, c.Org, c.Actor, c.meta, c.SessionID, id, data, false)
 }
 

@@ -501,6 +501,27 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("a file larger than a read is refused before any byte is sent", func(t *testing.T) {
+			s, err := proc.Start(ctx, startCmd("truncate -s 65M big.bin", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ev := readAll(t, s); ev.end == nil || ev.end.GetExitCode() != 0 {
+				t.Fatalf("truncate: %+v", ev)
+			}
+			req, _ := http.NewRequest(http.MethodGet, f.hostURL("sbxacme1")+"/files?path=big.bin", nil)
+			good.set(req.Header)
+			resp, err := f.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusBadRequest || !strings.Contains(string(b), "more than the 67108864") {
+				t.Fatalf("GET a 65 MiB file: %d %s", resp.StatusCode, b)
+			}
+		})
+
 		t.Run("filesystem calls without an audited operation answer unimplemented", func(t *testing.T) {
 			_, err := f.filesystem(f.hostURL("sbxacme1"), good).ListDir(ctx, connect.NewRequest(&filesystem.ListDirRequest{Path: "."}))
 			wantCode(t, "ListDir", err, connect.CodeUnimplemented)
