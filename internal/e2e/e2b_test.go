@@ -70,7 +70,8 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 	}
 	callAPI(t, srv.url, http.MethodGet, "/e2b/orgs/acme/v2/sandboxes", key, nil, http.StatusOK, nil)
 
-	do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-e2b-key")), chromedp.WaitVisible(testid("e2b-keys-table")))
+	do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-e2b-key")), chromedp.WaitNotPresent(testid("new-e2b-key")),
+		chromedp.WaitVisible(testid("e2b-keys-table")))
 	html := get(t, ctx, "page markup", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
 	if strings.Contains(html, key[16:]) {
 		t.Error("the page still shows the key after it was dismissed")

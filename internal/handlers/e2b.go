@@ -23,8 +23,8 @@ import (
 
 // E2BEndpoint is the E2B-compatible API's configuration.
 type E2BEndpoint struct {
-	// Service resolves data-plane sandbox ids (nil: the handlers make one
-	// over their own tenants).
+	// Service resolves data-plane sandbox ids (the data plane's; the
+	// control plane reads the org's rows itself).
 	Service *e2bapi.Service
 	// Domain is the data plane's wildcard domain ("" when none).
 	Domain string
@@ -103,9 +103,8 @@ func (s *Server) e2bError(c echo.Context, status int, message string) {
 	_ = c.JSON(status, map[string]any{"code": status, "message": message})
 }
 
-// EnvdVersion is the envd version the control plane answers: the data
-// plane serves the envd API of this version (the SDK picks its requests
-// by it).
+// e2bEnvdVersion is the envd version the control plane answers (see
+// e2bapi.EnvdVersion).
 const e2bEnvdVersion = e2bapi.EnvdVersion
 
 // e2bSandboxJSON is E2B's Sandbox (create and connect answers).

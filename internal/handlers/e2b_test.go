@@ -286,6 +286,9 @@ func TestE2BControlPlane(t *testing.T) {
 			wantStatus(t, "resume (older SDKs)", sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/resume", key.Key, map[string]any{"timeout": 60}),
 				http.StatusCreated)
 			wantStatus(t, "templates", sdk(http.MethodGet, api+"/templates", key.Key, nil), http.StatusOK)
+			r = sdk(http.MethodPost, api+"/sandboxes/"+sb.SandboxID+"/fork", key.Key, map[string]any{"count": 1})
+			wantStatus(t, "a call the console does not serve", r, http.StatusNotFound)
+			e2bError(t, r)
 		})
 
 		t.Run("the data plane resolves the id and minted token, and nothing else", func(t *testing.T) {
