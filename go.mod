@@ -23,6 +23,7 @@ require (
 )
 
 require (
+	connectrpc.com/connect v1.19.1
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/bmatcuk/doublestar/v4 v4.10.4 // indirect
 	github.com/casbin/govaluate v1.3.0 // indirect

@@ -172,8 +172,15 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	fmt.Fprintf(stdout, "Gatehouse console listening on %s\nSign in at %s/login\n", ln.Addr(), cfg.BaseURL)
 	announceAdmin(cfg, c, logger, stdout)
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	if cfg.E2BListen != "" {
+		esrv, err := serveEnvd(cfg.E2BListen, c, stdout, errc)
+		if err != nil {
+			return err
+		}
+		defer esrv.Close()
+	}
 	if cfg.MetricsListen != "" {
 		msrv, err := serveMetrics(cfg.MetricsListen, c, stdout, errc)
 		if err != nil {

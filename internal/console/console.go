@@ -20,6 +20,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2benvd"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/metrics"
@@ -65,9 +66,12 @@ type Console struct {
 	Gateway *proxy.Gateway
 	// Terminal bridges browser terminals to the gateway.
 	Terminal *terminal.Bridge
-	stop     context.CancelFunc
-	done     chan struct{}
-	Logger   *slog.Logger
+	// Envd is the E2B-compatible data plane (envd's API over the
+	// gateway), served on the main listener for Hosts 49983-<id>.<domain>.
+	Envd   *e2benvd.Server
+	stop   context.CancelFunc
+	done   chan struct{}
+	Logger *slog.Logger
 	// OneTimePassword is set when this start created the first admin with
 	// a generated password; main prints it once.
 	OneTimePassword string
@@ -192,6 +196,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
 	c.Terminal = &terminal.Bridge{Gateway: c.Gateway, Logger: logger}
+	c.Envd = &e2benvd.Server{Gateway: c.Gateway, Resolver: e2benvd.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
@@ -216,6 +221,10 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	// The E2B data plane resolves sandbox ids through the same sessions
 	// services as the terminal gateway.
 	c.E2B = &e2bapi.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
+	c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, sandboxID, token string) (e2benvd.Binding, error) {
+		b, err := c.E2B.ResolveSandbox(ctx, sandboxID, token)
+		return e2benvd.Binding(b), err
+	})
 	c.Server = handlers.New(handlers.Deps{
 		Gateway: c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
@@ -362,7 +371,27 @@ func (c *Console) sweepInterval() time.Duration {
 }
 
 // Handler is the HTTP handler to serve.
-func (c *Console) Handler() http.Handler { return c.Server }
+//
+// A request whose Host is a sandbox's envd address (49983-<id>.<domain>),
+// or that names its sandbox in the E2b-Sandbox-Id header (the SDK's
+// E2B_SANDBOX_URL set to the console's URL), goes to the E2B data plane
+// before the console's router sees it: the SDK's paths
+// (/process.Process/Start, /files) mean nothing to the console, and none
+// of the console's own requests carry that header.
+func (c *Console) Handler() http.Handler {
+	envd := c.Envd.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if e2benvd.SandboxID(r) != "" {
+			envd.ServeHTTP(w, r)
+			return
+		}
+		c.Server.ServeHTTP(w, r)
+	})
+}
+
+// EnvdHandler is the E2B data plane alone (--e2b-listen): every request
+// is envd's, its sandbox named by Host or the E2b-Sandbox-Id header.
+func (c *Console) EnvdHandler() http.Handler { return c.Envd.Handler() }
 
 // Close releases databases and background loops.
 func (c *Console) Close() {

@@ -1,0 +1,111 @@
+package e2benvd
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"connectrpc.com/connect"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+)
+
+// toConnect gives an error its Connect code: the one place the data plane
+// maps the console's error kinds, as handlers/errors.go does for HTTP.
+// Messages of apperr errors are written for people and safe to show;
+// anything else is reported as internal without its text.
+func toConnect(err error) error {
+	if err == nil {
+		return nil
+	}
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return err
+	}
+	code, msg := classify(err)
+	return connect.NewError(code, errors.New(msg))
+}
+
+func classify(err error) (connect.Code, string) {
+	var ve *apperr.ValidationError
+	if errors.As(err, &ve) {
+		return connect.CodeInvalidArgument, ve.Error()
+	}
+	msg := "Something went wrong on the console's side; it has been logged."
+	var ae *apperr.Error
+	if errors.As(err, &ae) {
+		msg = ae.Message
+	}
+	for _, m := range []struct {
+		kind error
+		code connect.Code
+	}{
+		{apperr.ErrNotFound, connect.CodeNotFound},
+		{apperr.ErrConflict, connect.CodeFailedPrecondition},
+		{apperr.ErrForbidden, connect.CodePermissionDenied},
+		{apperr.ErrSuspended, connect.CodePermissionDenied},
+		{apperr.ErrUnauthorized, connect.CodeUnauthenticated},
+		{apperr.ErrTooMany, connect.CodeResourceExhausted},
+		{apperr.ErrInvalid, connect.CodeInvalidArgument},
+		{apperr.ErrUnavailable, connect.CodeUnavailable},
+		{apperr.ErrUpstream, connect.CodeUnavailable},
+	} {
+		if errors.Is(err, m.kind) {
+			if ae == nil {
+				msg = m.code.String()
+			}
+			return m.code, msg
+		}
+	}
+	return connect.CodeInternal, "Something went wrong on the console's side; it has been logged."
+}
+
+// httpStatus is a Connect code's HTTP status, as Connect's own protocol
+// maps it (used by the REST /files routes).
+func httpStatus(code connect.Code) int {
+	switch code {
+	case connect.CodeInvalidArgument, connect.CodeFailedPrecondition:
+		return http.StatusBadRequest
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeUnimplemented:
+		return http.StatusNotImplemented
+	}
+	return http.StatusInternalServerError
+}
+
+var connectErrors = connect.NewErrorWriter()
+
+// fail answers a refused or failed request (writeError), logging what the
+// caller is not told.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if code := connect.CodeOf(toConnect(err)); r.Context().Err() == nil && (code == connect.CodeInternal || code == connect.CodeUnavailable) {
+		s.logger().Error("e2b data plane request failed", "path", r.URL.Path, "error", err)
+	}
+	writeError(w, r, err)
+}
+
+// writeError answers a request refused before (or outside) the Connect
+// handlers: in Connect's error format for RPCs, in envd's REST error
+// shape ({"code": <status>, "message"}) for /files.
+func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	cerr := toConnect(err)
+	if connectErrors.IsSupported(r) {
+		_ = connectErrors.Write(w, r, cerr)
+		return
+	}
+	var ce *connect.Error
+	errors.As(cerr, &ce)
+	st := httpStatus(ce.Code())
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(st)
+	_ = json.NewEncoder(w).Encode(map[string]any{"code": st, "message": ce.Message()})
+}

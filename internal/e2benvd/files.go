@@ -1,0 +1,195 @@
+package e2benvd
+
+import (
+	"compress/gzip"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"mime"
+	"mime/multipart"
+	"net/http"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/proxy"
+)
+
+// writeChunk is how much of an uploaded file goes to the writing command
+// per stdin write (well under agentd's stdin body bound).
+const writeChunk = 1 << 20
+
+// readFile is envd's GET /files?path=: the file's bytes, read through the
+// gateway (audited as file.read) and passed on as they arrive.
+func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
+	c := callOf(r.Context())
+	err := s.streamFile(w, r, c)
+	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
+		err = proxy.Unrecorded(ferr)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+	}
+}
+
+func (s *Server) streamFile(w http.ResponseWriter, r *http.Request, c call) error {
+	p := r.URL.Query().Get("path")
+	if p == "" {
+		return &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of the file to read."}}
+	}
+	f, err := s.Gateway.ReadFile(r.Context(), c.Org, c.Actor, c.meta, c.SessionID, p, 0, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Body.Close()
+	if f.Size > agentd.MaxFileRead {
+		// Refused before a byte is sent: a body cut short at the limit
+		// would read as the whole file.
+		return apperr.New(apperr.ErrInvalid, "file_too_large",
+			"%s is %d bytes, more than the %d this endpoint reads; read it in parts with a command (commands.run).", p, f.Size, int64(agentd.MaxFileRead))
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	if f.Length >= 0 {
+		w.Header().Set("Content-Length", strconv.FormatInt(f.Length, 10))
+	}
+	w.WriteHeader(http.StatusOK)
+	if _, err := io.Copy(w, f.Body); err != nil {
+		// The status is sent: the client sees a short body.
+		s.logger().Warn("e2b data plane: file read ended early", "session_id", c.SessionID, "error", err)
+	}
+	return nil
+}
+
+// entryJSON is envd's REST EntryInfo.
+type entryJSON struct {
+	Path string `json:"path"`
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+// writeFile is envd's POST /files: each uploaded file (an octet-stream
+// body, or the parts of a multipart form; optionally gzip-encoded) is
+// written by a command the gateway runs, so the write is authorized by
+// the agent's command policy, audited as command.exec (its target path in
+// the command line) and its bytes recorded as that command's stdin.
+func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
+	c := callOf(r.Context())
+	entries, err := s.writeFiles(r, c)
+	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
+		err = proxy.Unrecorded(ferr)
+	}
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(entries)
+}
+
+func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
+	body := io.Reader(r.Body)
+	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
+		gz, err := gzip.NewReader(r.Body)
+		if err != nil {
+			return nil, &apperr.ValidationError{Fields: map[string]string{"body": "The body is not gzip-encoded as Content-Encoding says."}}
+		}
+		defer gz.Close()
+		body = gz
+	}
+	p := r.URL.Query().Get("path")
+	mt, params, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if mt != "multipart/form-data" {
+		if p == "" {
+			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of the file to write."}}
+		}
+		if err := s.writeOne(r.Context(), c, p, body); err != nil {
+			return nil, err
+		}
+		return []entryJSON{entry(p)}, nil
+	}
+	mr := multipart.NewReader(body, params["boundary"])
+	var out []entryJSON
+	for {
+		part, err := mr.NextPart()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return nil, &apperr.ValidationError{Fields: map[string]string{"body": "The multipart form could not be read: " + err.Error()}}
+		}
+		if part.FormName() != "file" {
+			continue
+		}
+		// One file: the query's path; several: each part's file name.
+		target := p
+		if target == "" || len(out) > 0 {
+			target = part.FileName()
+		}
+		if target == "" {
+			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of each file to write."}}
+		}
+		if err := s.writeOne(r.Context(), c, target, part); err != nil {
+			return nil, err
+		}
+		out = append(out, entry(target))
+	}
+	if len(out) == 0 {
+		return nil, &apperr.ValidationError{Fields: map[string]string{"file": "The form holds no file (a part named \"file\")."}}
+	}
+	return out, nil
+}
+
+func entry(p string) entryJSON { return entryJSON{Path: p, Name: path.Base(p), Type: "file"} }
+
+// writeOne writes one file by a command reading its stdin, and waits for
+// it to end.
+func (s *Server) writeOne(ctx context.Context, c call, p string, content io.Reader) error {
+	cmd := "mkdir -p -- " + shellQuote(path.Dir(p)) + " && cat > " + shellQuote(p)
+	out, err := s.Gateway.Exec(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.ExecRequest{Command: cmd, Stdin: true})
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, writeChunk)
+	for {
+		n, rerr := io.ReadFull(content, buf)
+		if n > 0 {
+			if err := s.Gateway.Stdin(ctx, c.Org, c.Actor, c.meta, c.SessionID, out.CommandID, buf[:n], false); err != nil {
+				return err
+			}
+		}
+		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
+			break
+		}
+		if rerr != nil {
+			// The upload broke off: the command is ended, not left waiting.
+			_, _ = s.Gateway.Kill(context.WithoutCancel(ctx), c.Org, c.Actor, c.meta, c.SessionID, out.CommandID)
+			return apperr.New(apperr.ErrInvalid, "upload_incomplete", "The upload of %s broke off before its end; the file may be partly written.", p)
+		}
+	}
+	if err := s.Gateway.Stdin(ctx, c.Org, c.Actor, c.meta, c.SessionID, out.CommandID, nil, true); err != nil {
+		return err
+	}
+	var errText strings.Builder
+	for {
+		for _, ch := range out.Chunks {
+			if ch.Stream == agentd.StreamStderr && errText.Len() < 512 {
+				errText.Write(ch.Data)
+			}
+		}
+		if out.State != agentd.StateRunning && !out.More {
+			break
+		}
+		id := out.CommandID
+		if out, err = s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, id, out.NextCursor, pollWait.Milliseconds()); err != nil {
+			return err
+		}
+		out.CommandID = id
+	}
+	if out.State != agentd.StateExited || out.ExitCode == nil || *out.ExitCode != 0 {
+		return apperr.New(apperr.ErrInvalid, "write_failed", "%s could not be written: %s", p, strings.TrimSpace(errText.String()))
+	}
+	return nil
+}

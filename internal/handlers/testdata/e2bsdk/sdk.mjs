@@ -1,0 +1,42 @@
+// Driven by TestE2BSDK (internal/handlers/e2b_sdk_test.go): the official E2B
+// JS SDK, configured only by E2B_API_URL, E2B_SANDBOX_URL and E2B_API_KEY,
+// against a real console. It prints one JSON line of what it saw; the Go
+// test asserts on it.
+import { Sandbox } from 'e2b'
+
+const out = {}
+const sbx = await Sandbox.create()
+out.sandboxId = sbx.sandboxId
+
+const hi = await sbx.commands.run('echo hi')
+out.echo = { stdout: hi.stdout, exitCode: hi.exitCode }
+
+// Each line as its callback saw it, with when (ms since the command was
+// started): printed a second apart, received a second apart.
+const started = performance.now()
+out.lines = []
+await sbx.commands.run('for i in 1 2 3; do echo $i; sleep 1; done', {
+  onStdout: (data) => out.lines.push({ data, ms: Math.round(performance.now() - started) }),
+})
+
+// How long after its print each line reached onStdout: the command prints
+// the time (ms, same machine clock) and the callback subtracts it.
+out.latencyMs = []
+await sbx.commands.run('for i in 1 2 3; do date +%s%3N; sleep 1; done', {
+  onStdout: (data) => out.latencyMs.push(Date.now() - Number(data.trim())),
+})
+
+await sbx.files.write('sdk/hello.txt', 'written by the E2B SDK\n')
+out.read = await sbx.files.read('sdk/hello.txt')
+
+try {
+  await sbx.commands.run('rm -rf /tmp/gatehouse-sdk-denied')
+  out.denied = null
+} catch (err) {
+  out.denied = `${err.name}: ${err.message}`
+}
+
+out.runningBeforeKill = await sbx.isRunning()
+out.killed = await sbx.kill()
+out.runningAfterKill = await sbx.isRunning().catch((err) => `${err.name}: ${err.message}`)
+console.log(JSON.stringify(out))
