@@ -522,22 +522,34 @@ type procInfo struct {
 // later leaves the tree (setsid, then its parent exits) stays attributed.
 func (t *tracker) scanLoop() {
 	defer t.wg.Done()
-	tick := time.NewTicker(scanEvery)
-	defer tick.Stop()
+	wait := time.NewTimer(scanEvery)
+	defer wait.Stop()
 	for {
 		select {
 		case <-t.stop:
 			return
-		case <-tick.C:
+		case <-wait.C:
 			t.mu.Lock()
 			busy := len(t.sessions) > 0
 			t.mu.Unlock()
+			next := scanEvery
 			if busy {
+				start := time.Now()
 				t.scanAndSweep()
+				// A scan reads every process on the machine: beside
+				// thousands it takes tens of milliseconds, and scans
+				// back to back would take a core from the commands.
+				// Spaced to use at most 1/scanShare of a core.
+				next = max(scanEvery, scanShare*time.Since(start))
 			}
+			wait.Reset(next)
 		}
 	}
 }
+
+// scanShare spaces scans so that they take at most one part in scanShare
+// of a core (a scan every 100 ms up to 5 ms a scan).
+const scanShare = 20
 
 // scanAndSweep runs one scan and kills what ended sessions left.
 func (t *tracker) scanAndSweep() {
@@ -693,25 +705,63 @@ func readProcs() map[int]procInfo {
 }
 
 func readProc(pid int) (procInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// Read with plain syscalls into a buffer on the stack: a scan reads
+	// one of these per process on the machine (os.ReadFile adds a stat
+	// and an allocation to each).
+	var buf [1024]byte
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return procInfo{}, false
 	}
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return procInfo{}, false
+	}
+	b := buf[:n]
 	// The command name may hold spaces and parentheses; the fields start
 	// after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procInfo{}, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return procInfo{}, false
+	var info procInfo
+	field := 0
+	for rest := b[i+1:]; len(rest) > 0 && field <= 19; {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
+		}
+		f := rest[:end]
+		rest = rest[end:]
+		switch field {
+		case 0:
+			info.zombie = len(f) > 0 && (f[0] == 'Z' || f[0] == 'X')
+		case 1:
+			info.ppid = atoi(f)
+		case 2:
+			info.pgrp = atoi(f)
+		case 3:
+			info.sid = atoi(f)
+		case 19:
+			info.start = uint64(atoi(f))
+		}
+		field++
 	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgrp, _ := strconv.Atoi(f[2])
-	sid, _ := strconv.Atoi(f[3])
-	start, _ := strconv.ParseUint(f[19], 10, 64)
-	return procInfo{ppid: ppid, pgrp: pgrp, sid: sid, start: start, zombie: f[0] == "Z" || f[0] == "X"}, true
+	return info, field > 19
+}
+
+// atoi reads a non-negative decimal number (0 when there is none).
+func atoi(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // procStart is pid's start time (0 if unknown).
