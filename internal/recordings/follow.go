@@ -113,7 +113,7 @@ func AppendFollowed(ctx context.Context, db *gorm.DB, c Command, owner string, o
 	if store.DialectOfDB(db) == store.Postgres {
 		applied, err = appendPostgres(db, c, owner, f, next)
 	} else {
-		applied, err = appendSQLite(store.Prepared(db), c, owner, f, updates)
+		applied, err = appendSQLite(db, c, owner, f, updates)
 	}
 	if err != nil {
 		return c, err

@@ -48,7 +48,7 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 	c.State = StateRunning
 	c.StartedAt = c.StartedAt.UTC()
 	if store.DialectOfDB(db) != store.Postgres {
-		return store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
+		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 			var s SessionState
 			var row struct {
 				State     string

@@ -36,7 +36,7 @@ func AppendInputAfter(ctx context.Context, db *gorm.DB, head InputHead, sessionI
 	if store.DialectOfDB(db) == store.Postgres {
 		c, applied, err = inputPostgres(db, head, sessionID, f, int64(len(data)))
 	} else {
-		c, applied, err = inputSQLite(store.Prepared(db), head, sessionID, f, int64(len(data)))
+		c, applied, err = inputSQLite(db, head, sessionID, f, int64(len(data)))
 	}
 	if err != nil {
 		return Command{}, fmt.Errorf("store input of command %d: %w", id, err)

@@ -188,7 +188,7 @@ type Output struct {
 // never stored twice.
 func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out Output, leaseUntil time.Time) (Command, error) {
 	var c Command
-	err := store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
 			// An ended command's end event carries its final chain head:
@@ -209,7 +209,7 @@ func AppendOutput(ctx context.Context, db *gorm.DB, id int64, owner string, out 
 // transaction: a command that ended is recorded with one commit.
 func Complete(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner string, out Output, end End, actor audit.Actor) (Command, error) {
 	var c Command
-	err := store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
 			return err
@@ -280,7 +280,7 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 // one-statement form for a writer that knows the input chain's head.
 func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []byte, eof bool, at time.Time, typist Typist) (Command, error) {
 	var c Command
-	err := store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := forUpdate(tx).Where("id = ?", id).Take(&c).Error; err != nil {
 			if errors.Is(err, gorm.ErrRecordNotFound) {
 				return apperr.New(apperr.ErrNotFound, "command_not_found", "No such command.")
@@ -369,7 +369,7 @@ type End struct {
 // transaction: the event carries both chain heads and the byte counts.
 func Finish(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, owner string, end End, actor audit.Actor) (Command, error) {
 	var c Command
-	err := store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
+	err := db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var err error
 		if c, err = lockOwned(tx, id, owner); err != nil || c.Ended() {
 			return err

@@ -3,12 +3,7 @@ package store_test
 import (
 	"context"
 	"database/sql"
-	"errors"
-	"fmt"
-	"slices"
 	"testing"
-
-	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
@@ -52,53 +47,4 @@ func TestPoolKeepsItsConnections(t *testing.T) {
 			t.Fatalf("after the burst: %d idle of %d open, %d closed as over the idle limit; want all 6 kept", st.Idle, st.OpenConnections, st.MaxIdleClosed)
 		}
 	})
-}
-
-// TestPreparedKeepsStatements proves the hot paths' Prepared session on
-// SQLite prepares a statement once and keeps it for the next use, in and
-// out of transactions, and that a transaction through it still commits
-// (and rolls back) as one.
-func TestPreparedKeepsStatements(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.DSN(t, store.SQLite), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close(db) })
-	if err := db.Exec("CREATE TABLE kv (k TEXT PRIMARY KEY, v INTEGER NOT NULL)").Error; err != nil {
-		t.Fatal(err)
-	}
-	const insert = "INSERT INTO kv (k, v) VALUES (?, ?)"
-	for i, fail := range []bool{false, false, true} {
-		err := store.Prepared(db.WithContext(ctx)).Transaction(func(tx *gorm.DB) error {
-			if err := tx.Exec(insert, fmt.Sprint("k", i), i).Error; err != nil {
-				return err
-			}
-			if fail {
-				return errors.New("refused")
-			}
-			return nil
-		})
-		if (err != nil) != fail {
-			t.Fatalf("transaction %d: %v", i, err)
-		}
-	}
-	var n int64
-	if err := store.Prepared(db.WithContext(ctx)).Raw("SELECT count(*) FROM kv").Scan(&n).Error; err != nil || n != 2 {
-		t.Fatalf("%d rows (%v), want the 2 committed", n, err)
-	}
-	p, ok := store.Prepared(db).Statement.ConnPool.(*gorm.PreparedStmtDB)
-	if !ok {
-		t.Fatalf("Prepared's pool is %T, not gorm's statement cache", store.Prepared(db).Statement.ConnPool)
-	}
-	keys := p.Stmts.Keys()
-	if !slices.Contains(keys, insert) || !slices.Contains(keys, "SELECT count(*) FROM kv") {
-		t.Fatalf("statements kept: %q", keys)
-	}
-	// A context counting round trips sees every statement (the plain form).
-	cctx, trips := store.CountTrips(ctx)
-	if err := store.Prepared(db.WithContext(cctx)).Raw("SELECT count(*) FROM kv").Scan(&n).Error; err != nil || trips.N() != 1 {
-		t.Fatalf("counted %d statements (%v), want 1", trips.N(), err)
-	}
 }

@@ -57,10 +57,6 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 		SkipDefaultTransaction: true,
 		TranslateError:         true,
 		NowFunc:                func() time.Time { return time.Now().UTC() },
-		// For the Prepared sessions of the hot paths: bounded, as
-		// statements with IN lists vary in their text.
-		PrepareStmtMaxSize: 512,
-		PrepareStmtTTL:     time.Hour,
 	}
 	var dial gorm.Dialector
 	switch DialectOf(dsn) {
@@ -116,21 +112,6 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 		return nil, fmt.Errorf("connect to database: %w", err)
 	}
 	return db, nil
-}
-
-// Prepared is db for a hot path's statements: on SQLite a session whose
-// statements are prepared once per connection and kept (gorm's statement
-// cache, shared by every Prepared session of the pool), so an exec, a
-// keystroke or a follower's batch does not parse its SQL again each time.
-// On Postgres db itself: pgx already prepares and caches each statement
-// per connection. A context counting its round trips (CountTrips, for
-// tests) keeps the plain form: prepared statements run past the counting
-// pool, and the statements sent are the same either way.
-func Prepared(db *gorm.DB) *gorm.DB {
-	if DialectOfDB(db) == Postgres || tripsOf(db.Statement.Context) != nil {
-		return db
-	}
-	return db.Session(&gorm.Session{PrepareStmt: true})
 }
 
 // Close closes the pool behind db.
