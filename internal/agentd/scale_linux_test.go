@@ -4,14 +4,12 @@ package agentd_test
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http/httptest"
 	"os"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -138,13 +136,37 @@ func BenchmarkShutdownBesideSessions(b *testing.B) {
 	}
 }
 
-// groupsLeft lists the leaders whose process group still exists.
+// groupsLeft lists the leaders whose process group still has a live
+// (not zombie) process: a killed process that its parent has not reaped
+// yet is dead.
 func groupsLeft(leaders []int) []int {
-	var out []int
+	want := make(map[int]bool, len(leaders))
 	for _, pid := range leaders {
-		if !errors.Is(syscall.Kill(-pid, 0), syscall.ESRCH) {
-			out = append(out, pid)
+		want[pid] = true
+	}
+	entries, _ := os.ReadDir("/proc")
+	seen := map[int]bool{}
+	for _, e := range entries {
+		st, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
 		}
+		i := strings.LastIndexByte(string(st), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(st[i+1:]))
+		if len(f) < 3 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		var pgrp int
+		if _, err := fmt.Sscanf(f[2], "%d", &pgrp); err == nil && want[pgrp] {
+			seen[pgrp] = true
+		}
+	}
+	out := make([]int, 0, len(seen))
+	for pid := range seen {
+		out = append(out, pid)
 	}
 	return out
 }
@@ -185,16 +207,17 @@ func TestCloseEndsEverySessionWithoutCgroups(t *testing.T) {
 	}
 }
 
-// assertGroupsGone fails unless every leader's process group is gone.
+// assertGroupsGone fails unless no live process is left in any leader's
+// process group.
 func assertGroupsGone(tb testing.TB, leaders []int) {
 	tb.Helper()
 	for _, pid := range leaders {
 		if pid <= 0 {
 			tb.Fatalf("a session without a pid: %v", leaders)
 		}
-		if err := syscall.Kill(-pid, 0); !errors.Is(err, syscall.ESRCH) {
-			tb.Fatalf("the process group of session leader %d outlived the shutdown (%v)", pid, err)
-		}
+	}
+	if left := groupsLeft(leaders); len(left) > 0 {
+		tb.Fatalf("the process groups of %d session leaders outlived the shutdown: %v", len(left), left)
 	}
 }
 
