@@ -567,11 +567,22 @@ func (s *Server) Close() error {
 		}
 		deadline := time.NewTimer(s.cfg.KillGrace + s.cfg.DrainGrace + 2*time.Second)
 		defer deadline.Stop()
-		for _, sess := range all {
+		for i, sess := range all {
 			select {
 			case <-sess.gone:
 			case <-deadline.C:
-				s.cfg.Logger.Warn("session did not end after kill", "session_id", sess.id)
+				// A machine too loaded to see them end in time: what is
+				// left gets SIGKILL now rather than outliving agentd.
+				left := 0
+				for _, rest := range all[i:] {
+					select {
+					case <-rest.gone:
+					default:
+						rest.proc.killAll()
+						left++
+					}
+				}
+				s.cfg.Logger.Warn("sessions did not end after kill; killed what was left", "sessions", left)
 				return
 			}
 		}

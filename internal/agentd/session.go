@@ -302,10 +302,14 @@ func (s *session) endProcesses() {
 			close(s.gone)
 			return
 		}
-		s.proc.terminateAll()
 		go func() {
 			defer close(s.gone)
 			defer s.proc.members.release()
+			// In the goroutine: without cgroups the first signal waits
+			// for a fresh scan of /proc, which the sessions ending at
+			// once (a shutdown ends them all) share only when they wait
+			// for it together.
+			s.proc.terminateAll()
 			grace := time.NewTimer(s.timing.killGrace)
 			defer grace.Stop()
 			tick := time.NewTicker(memberPollEvery)

@@ -38,8 +38,14 @@ type tracker struct {
 	// orphans are reaped, so the reaper never reaps a command agentd
 	// started but has not registered in children yet.
 	startMu sync.RWMutex
-	stop    chan struct{}
-	wg      sync.WaitGroup
+	// scanMu serializes scans; scanStarts numbers them as they start and
+	// scanDone is the number of the last one finished (both under mu), so
+	// callers asking for a fresh scan at once share one (rescan).
+	scanMu     sync.Mutex
+	scanStarts uint64
+	scanDone   uint64
+	stop       chan struct{}
+	wg         sync.WaitGroup
 }
 
 // cgroupLimits are optional per-session cgroup limits (0: none).
@@ -111,6 +117,17 @@ func (t *tracker) close() {
 	}
 	t.wg.Wait()
 	if t.parent == "" {
+		// What the sessions' ends left outside their groups (found by the
+		// scans that no longer run) is killed now.
+		t.mu.Lock()
+		busy := len(t.sessions) > 0
+		t.mu.Unlock()
+		if busy {
+			t.scanAndSweep()
+			if t.subreaper {
+				t.reapOrphans()
+			}
+		}
 		return
 	}
 	// Processes killed just now leave their cgroups once reaped.
@@ -299,6 +316,16 @@ type members struct {
 	t      *tracker
 	cgroup string // the session's cgroup; "" in the fallback
 	leader procKey
+	// In the fallback, guarded by t.mu: known are the processes the scans
+	// attributed to the session (so signalling and checking it cost its
+	// own processes, not a scan of every process); ended says the session
+	// was released, and sweeps is how many scans have looked for its
+	// leftovers since.
+	known  map[procKey]struct{}
+	ended  bool
+	sweeps int
+	// lastSig is the signal last sent to the session's processes.
+	lastSig syscall.Signal
 }
 
 // prepare readies tracking for a session about to start with attr: in
@@ -307,7 +334,7 @@ type members struct {
 // returned function finishes the setup once the leader's pid is known (0:
 // the start failed).
 func (t *tracker) prepare(attr *syscall.SysProcAttr) (*members, func(pid int), error) {
-	m := &members{t: t}
+	m := &members{t: t, known: make(map[procKey]struct{})}
 	if t.parent == "" {
 		return m, func(pid int) {
 			if pid == 0 {
@@ -375,12 +402,44 @@ func (m *members) signal(sig syscall.Signal) {
 		}
 		return
 	}
-	// Whole groups first (cheap, and catches members the scan misses),
-	// then every process the scan attributes to the session.
+	// The whole group first (it holds most members, and ones born since
+	// the last scan), then every process the scans attributed to the
+	// session. One born since the last scan outside the group (setsid,
+	// its parent gone) is found by the scan after the session's release,
+	// which kills what an ended session left (sweepEnded).
+	m.t.mu.Lock()
+	first := m.lastSig != sig
+	m.lastSig = sig
+	m.t.mu.Unlock()
+	if first {
+		// Learn the processes born since the last scan while their
+		// parents still run (a setsid child whose parent is killed next
+		// is otherwise nobody's): one scan shared by every session
+		// signalled at once (a shutdown signals them all).
+		m.t.rescan()
+	}
 	syscall.Kill(-m.leader.pid, sig)
-	for _, pid := range m.t.scan(m) {
+	for _, pid := range m.liveKnown() {
 		syscall.Kill(pid, sig)
 	}
+}
+
+// liveKnown lists the processes the scans attributed to m that still run
+// (the same process: its start time is checked, against pid reuse).
+func (m *members) liveKnown() []int {
+	m.t.mu.Lock()
+	keys := make([]procKey, 0, len(m.known))
+	for k := range m.known {
+		keys = append(keys, k)
+	}
+	m.t.mu.Unlock()
+	var pids []int
+	for _, k := range keys {
+		if info, ok := readProc(k.pid); ok && info.start == k.start && !info.zombie {
+			pids = append(pids, k.pid)
+		}
+	}
+	return pids
 }
 
 // alive reports whether any process of the session still runs (zombies
@@ -389,7 +448,11 @@ func (m *members) alive() bool {
 	if m.cgroup != "" {
 		return len(m.cgroupPids()) > 0
 	}
-	return len(m.t.scan(m)) > 0
+	// The leader's group (reaped by agentd itself) and the processes the
+	// scans attributed: the session's own processes, without reading
+	// every process on the machine (an exec of `true` beside 2,000
+	// sessions would read 2,000 /proc entries).
+	return groupAlive(m.leader.pid) || len(m.liveKnown()) > 0
 }
 
 // release forgets the session and removes its cgroup. Call it once no
@@ -403,14 +466,21 @@ func (m *members) release() {
 		}
 		return
 	}
+	// Kept until the next scan has killed whatever it still attributes
+	// to the session (sweepEnded), then forgotten.
 	m.t.mu.Lock()
-	delete(m.t.sessions, m)
-	for k, owner := range m.t.learned {
-		if owner == m {
-			delete(m.t.learned, k)
+	m.ended = true
+	m.t.mu.Unlock()
+}
+
+// forget drops an ended session and what was learned of it (t.mu held).
+func (t *tracker) forget(m *members) {
+	delete(t.sessions, m)
+	for k := range m.known {
+		if t.learned[k] == m {
+			delete(t.learned, k)
 		}
 	}
-	m.t.mu.Unlock()
 }
 
 // removeLater retries removing a session cgroup for a few seconds.
@@ -452,34 +522,86 @@ type procInfo struct {
 // later leaves the tree (setsid, then its parent exits) stays attributed.
 func (t *tracker) scanLoop() {
 	defer t.wg.Done()
-	tick := time.NewTicker(scanEvery)
-	defer tick.Stop()
+	wait := time.NewTimer(scanEvery)
+	defer wait.Stop()
 	for {
 		select {
 		case <-t.stop:
 			return
-		case <-tick.C:
+		case <-wait.C:
 			t.mu.Lock()
 			busy := len(t.sessions) > 0
 			t.mu.Unlock()
+			next := scanEvery
 			if busy {
-				t.scan(nil)
+				start := time.Now()
+				t.scanAndSweep()
+				// A scan reads every process on the machine: beside
+				// thousands it takes tens of milliseconds, and scans
+				// back to back would take a core from the commands.
+				// Spaced to use at most 1/scanShare of a core.
+				next = max(scanEvery, scanShare*time.Since(start))
 			}
+			wait.Reset(next)
 		}
 	}
 }
 
-// scan reads /proc, attributes every process to a running fallback
-// session (learning them for later scans) and returns the live processes
-// of m (nil m: none). With agentd a child subreaper, an orphan it adopted
-// that no session claims escaped some session between two scans; it is
-// counted as m's, so a session's end kills it.
-func (t *tracker) scan(m *members) []int {
+// scanShare spaces scans so that they take at most one part in scanShare
+// of a core (a scan every 100 ms up to 5 ms a scan).
+const scanShare = 20
+
+// scanAndSweep runs one scan and kills what ended sessions left.
+func (t *tracker) scanAndSweep() {
+	t.scanMu.Lock()
+	defer t.scanMu.Unlock()
+	t.sweepEnded(t.scan())
+}
+
+// rescan returns once a scan that started after the call has finished:
+// its own, or one another caller started meanwhile.
+func (t *tracker) rescan() {
+	t.mu.Lock()
+	asked := t.scanStarts
+	t.mu.Unlock()
+	t.scanMu.Lock()
+	defer t.scanMu.Unlock()
+	t.mu.Lock()
+	done := t.scanDone
+	t.mu.Unlock()
+	if done > asked {
+		return
+	}
+	t.sweepEnded(t.scan())
+}
+
+// scan (scanMu held) reads /proc and attributes every process to a fallback session,
+// learning them for later scans (so one that later leaves the tree stays
+// attributed), and returns the live processes of ended sessions with, when
+// agentd is a child subreaper and a session ended, the orphans it adopted
+// that no session claims (they escaped some session between two scans).
+func (t *tracker) scan() map[*members][]int {
+	t.mu.Lock()
+	t.scanStarts++
+	n := t.scanStarts
+	t.mu.Unlock()
 	procs := readProcs()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	defer func() { t.scanDone = n }()
 	leaders := make(map[int]*members, len(t.sessions))
+	anyEnded := false
 	for s := range t.sessions {
+		if s.ended {
+			anyEnded = true
+			// An ended session's leader is reaped: a process with its pid
+			// now is another one, and Linux does not reuse a pid while a
+			// group or session of that id exists, so none of the ended
+			// session's remains.
+			if _, reused := procs[s.leader.pid]; reused || leaders[s.leader.pid] != nil {
+				continue
+			}
+		}
 		leaders[s.leader.pid] = s
 	}
 	owners := make(map[int]*members, len(procs))
@@ -511,25 +633,56 @@ func (t *tracker) scan(m *members) []int {
 		owners[pid] = o
 		return o
 	}
-	var out []int
+	out := make(map[*members][]int)
 	for pid, info := range procs {
 		o := owner(pid, 0)
 		if o != nil && o != orphans {
-			t.learned[procKey{pid, info.start}] = o
+			k := procKey{pid, info.start}
+			if prev := t.learned[k]; prev != o {
+				if prev != nil {
+					delete(prev.known, k)
+				}
+				t.learned[k] = o
+				o.known[k] = struct{}{}
+			}
 		}
-		if info.zombie || m == nil {
+		if info.zombie || o == nil || (o == orphans && !anyEnded) || (o != orphans && !o.ended) {
 			continue
 		}
-		if o == m || o == orphans {
-			out = append(out, pid)
-		}
+		out[o] = append(out[o], pid)
 	}
-	for k := range t.learned {
+	for k, o := range t.learned {
 		if info, ok := procs[k.pid]; !ok || info.start != k.start {
 			delete(t.learned, k)
+			delete(o.known, k)
 		}
 	}
 	return out
+}
+
+// sweepScans bounds how many scans look for an ended session's leftovers
+// (ones SIGKILL does not end at once: uninterruptible sleep).
+const sweepScans = 50
+
+// sweepEnded kills the live processes scan found of ended sessions (and
+// the unclaimed orphans, keyed by a members of its own), and forgets the
+// ended sessions that had none left, or have been swept sweepScans times.
+func (t *tracker) sweepEnded(left map[*members][]int) {
+	for _, pids := range left {
+		for _, pid := range pids {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for m := range t.sessions {
+		if !m.ended {
+			continue
+		}
+		if m.sweeps++; len(left[m]) == 0 || m.sweeps >= sweepScans {
+			t.forget(m)
+		}
+	}
 }
 
 // readProcs reads every process's parent, group, session and start time.
@@ -552,25 +705,63 @@ func readProcs() map[int]procInfo {
 }
 
 func readProc(pid int) (procInfo, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	// Read with plain syscalls into a buffer on the stack: a scan reads
+	// one of these per process on the machine (os.ReadFile adds a stat
+	// and an allocation to each).
+	var buf [1024]byte
+	fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/stat", syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return procInfo{}, false
 	}
+	n, err := syscall.Read(fd, buf[:])
+	syscall.Close(fd)
+	if err != nil || n <= 0 {
+		return procInfo{}, false
+	}
+	b := buf[:n]
 	// The command name may hold spaces and parentheses; the fields start
 	// after the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	if i < 0 {
 		return procInfo{}, false
 	}
-	f := strings.Fields(string(b[i+1:]))
-	if len(f) < 20 {
-		return procInfo{}, false
+	var info procInfo
+	field := 0
+	for rest := b[i+1:]; len(rest) > 0 && field <= 19; {
+		rest = bytes.TrimLeft(rest, " ")
+		end := bytes.IndexByte(rest, ' ')
+		if end < 0 {
+			end = len(rest)
+		}
+		f := rest[:end]
+		rest = rest[end:]
+		switch field {
+		case 0:
+			info.zombie = len(f) > 0 && (f[0] == 'Z' || f[0] == 'X')
+		case 1:
+			info.ppid = atoi(f)
+		case 2:
+			info.pgrp = atoi(f)
+		case 3:
+			info.sid = atoi(f)
+		case 19:
+			info.start = uint64(atoi(f))
+		}
+		field++
 	}
-	ppid, _ := strconv.Atoi(f[1])
-	pgrp, _ := strconv.Atoi(f[2])
-	sid, _ := strconv.Atoi(f[3])
-	start, _ := strconv.ParseUint(f[19], 10, 64)
-	return procInfo{ppid: ppid, pgrp: pgrp, sid: sid, start: start, zombie: f[0] == "Z" || f[0] == "X"}, true
+	return info, field > 19
+}
+
+// atoi reads a non-negative decimal number (0 when there is none).
+func atoi(b []byte) int {
+	n := 0
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0
+		}
+		n = n*10 + int(c-'0')
+	}
+	return n
 }
 
 // procStart is pid's start time (0 if unknown).
@@ -668,4 +859,11 @@ func (t *tracker) waited(pid int) {
 	t.mu.Lock()
 	delete(t.children, pid)
 	t.mu.Unlock()
+}
+
+// groupAlive reports whether any process of the leader's group remains
+// (a zombie counts until it is reaped: agentd reaps the leader, and the
+// subreaper or init the members whose parent is gone).
+func groupAlive(leader int) bool {
+	return leader > 0 && !errors.Is(syscall.Kill(-leader, 0), syscall.ESRCH)
 }

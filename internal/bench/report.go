@@ -32,7 +32,8 @@ func verdict(ok bool) string {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.2f ms", float64(d)/float64(time.Millisecond)) }
 
-func mb(n int64) string { return fmt.Sprintf("%.1f MB", float64(n)/1e6) }
+// mb formats a size in MiB, the unit the memory targets are set in.
+func mb(n int64) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 func kb(n int64) string { return fmt.Sprintf("%.1f kB", float64(n)/1e3) }
 
@@ -70,7 +71,7 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 		m := r.Memory
 		growth := m.During - m.Before
 		kept := m.After - m.Before
-		fmt.Fprintf(tw, "console RSS, %d idle long-polls (%d answered)\t%s\tbefore %s\tduring %s\t+%s; after +%s (%s)\t< 100 MB growth, released: %s\n",
+		fmt.Fprintf(tw, "console RSS, %d idle long-polls (%d answered)\t%s\tbefore %s\tduring %s\t+%s; after +%s (%s)\t< 100 MiB growth, released: %s\n",
 			m.Polls, m.Answered, db, mb(m.Before), mb(m.During), mb(growth), mb(kept), mb(m.After),
 			verdict(growth < TargetMemoryGrowth && kept < releasedWithin))
 		if f := r.Followed; f != nil {

@@ -582,7 +582,7 @@ func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, r
 		out.Chunks = append(out.Chunks, recordings.Chunk{Seq: ch.ID, Stream: ch.Stream, At: at, Data: ch.Data})
 	}
 	if resp.State != agentd.StateRunning && !resp.More {
-		stored, err := recordings.Complete(ctx, org.DB, org.Audit, c.ID, f.Owner, out,
+		stored, err := recordings.CompleteFollowed(ctx, org.DB, org.Audit, c, f.Owner, out,
 			recordings.End{State: resp.State, ExitCode: resp.ExitCode, At: at}, recorderActor().AuditActor())
 		return stepResult{cmd: stored, ended: err == nil}, err
 	}

@@ -128,23 +128,42 @@ func (b *textBatch) end() {
 // command row's update of the same transaction). A batch that added
 // nothing to the text writes nothing but the cursor.
 func (b *textBatch) write(ctx context.Context, tx *gorm.DB, c *Command, updates map[string]any) error {
+	e := b.entry(c, updates)
+	if e == nil {
+		return nil
+	}
+	err := tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "command_id"}}, DoUpdates: clause.Set{
+		{Column: clause.Column{Name: "body"}, Value: gorm.Expr("recording_text.body || excluded.body")},
+		{Column: clause.Column{Name: "times"}, Value: gorm.Expr("recording_text.times || excluded.times")},
+		{Column: clause.Column{Name: "capped"}, Value: gorm.Expr("excluded.capped")},
+	}}).Create(e).Error
+	if err != nil {
+		return fmt.Errorf("index command %d: %w", c.ID, err)
+	}
+	return nil
+}
+
+// entry is what write stores: the batch's addition to the search entry
+// (nil when it added nothing and the entry exists), with the cursor moved
+// on c and in updates as if it were written. The caller writes it in the
+// transaction that applies updates, or the cursor lies.
+func (b *textBatch) entry(c *Command, updates map[string]any) *textEntry {
+	var e *textEntry
 	if len(b.body) > 0 || len(b.times) > 0 || !b.cur.Written || b.cur.Capped {
 		b.cur.Len += len(b.body)
-		e := textEntry{CommandID: c.ID, Command: string(ValidUTF8([]byte(c.Command))), Body: string(b.body), Times: string(b.times), Capped: b.cur.Capped}
-		err := tx.WithContext(ctx).Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "command_id"}}, DoUpdates: clause.Set{
-			{Column: clause.Column{Name: "body"}, Value: gorm.Expr("recording_text.body || excluded.body")},
-			{Column: clause.Column{Name: "times"}, Value: gorm.Expr("recording_text.times || excluded.times")},
-			{Column: clause.Column{Name: "capped"}, Value: gorm.Expr("excluded.capped")},
-		}}).Create(&e).Error
-		if err != nil {
-			return fmt.Errorf("index command %d: %w", c.ID, err)
-		}
+		e = &textEntry{CommandID: c.ID, Command: string(ValidUTF8([]byte(c.Command))), Body: string(b.body), Times: string(b.times), Capped: b.cur.Capped}
 		b.cur.Written = true
 	}
 	c.TextCursor = b.cur.encode()
 	updates["text_cursor"] = c.TextCursor
-	return nil
+	return e
 }
+
+// textUpsertPg is write's statement on Postgres, for writers that send it
+// themselves in a pipelined batch.
+const textUpsertPg = `INSERT INTO recording_text (command_id, command, body, times, capped) VALUES ($1, $2, $3, $4, $5)
+	ON CONFLICT (command_id) DO UPDATE SET body = recording_text.body || excluded.body,
+	times = recording_text.times || excluded.times, capped = excluded.capped`
 
 // IndexEvery is how often at most a running command's search entry is
 // written. Each write makes the database tokenize the entry again (up to
@@ -171,14 +190,24 @@ func IndexLags(c Command) bool {
 // across the upgrade that brought live search) is read from the recording
 // first.
 func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64, chunks []Chunk, now time.Time, updates map[string]any) error {
-	if !indexDue(*c, prevLast, chunks, now) {
-		return nil
+	b, err := planIndexOutput(*c, prevLast, chunks, now, func(b *textBatch, upTo uint64) error { return b.catchUp(ctx, tx, upTo) })
+	if err != nil || b == nil {
+		return err
 	}
-	b := newTextBatch(*c)
+	return b.write(ctx, tx, c, updates)
+}
+
+// planIndexOutput is indexOutputTx's batch of text (nil when the entry is
+// not due), reading recorded output it lags behind with catchUp.
+func planIndexOutput(c Command, prevLast int64, chunks []Chunk, now time.Time, catchUp func(b *textBatch, upTo uint64) error) (*textBatch, error) {
+	if !indexDue(c, prevLast, chunks, now) {
+		return nil, nil
+	}
+	b := newTextBatch(c)
 	b.cur.At = now.UnixMilli()
 	if b.cur.Seq < uint64(prevLast) {
-		if err := b.catchUp(ctx, tx, uint64(prevLast)); err != nil {
-			return err
+		if err := catchUp(b, uint64(prevLast)); err != nil {
+			return nil, err
 		}
 	}
 	for _, ch := range chunks {
@@ -186,7 +215,7 @@ func indexOutputTx(ctx context.Context, tx *gorm.DB, c *Command, prevLast int64,
 			break
 		}
 	}
-	return b.write(ctx, tx, c, updates)
+	return b, nil
 }
 
 // indexDue says whether storing chunks after c (whose recording ended at
@@ -232,12 +261,22 @@ func (b *textBatch) catchUp(ctx context.Context, tx *gorm.DB, upTo uint64) error
 // normally), the character held back, and an entry for a command that
 // printed nothing (its command line is searchable too).
 func indexEndTx(ctx context.Context, tx *gorm.DB, c *Command, updates map[string]any) error {
-	b := newTextBatch(*c)
+	b, err := planIndexEnd(*c, func(b *textBatch, upTo uint64) error { return b.catchUp(ctx, tx, upTo) })
+	if err != nil {
+		return err
+	}
+	return b.write(ctx, tx, c, updates)
+}
+
+// planIndexEnd is indexEndTx's batch of text, reading recorded output the
+// entry lags behind with catchUp.
+func planIndexEnd(c Command, catchUp func(b *textBatch, upTo uint64) error) (*textBatch, error) {
+	b := newTextBatch(c)
 	if !b.cur.Capped && b.cur.Seq < uint64(c.LastChunk) {
-		if err := b.catchUp(ctx, tx, uint64(c.LastChunk)); err != nil {
-			return err
+		if err := catchUp(b, uint64(c.LastChunk)); err != nil {
+			return nil, err
 		}
 	}
 	b.end()
-	return b.write(ctx, tx, c, updates)
+	return b, nil
 }

@@ -20,7 +20,7 @@ import (
 
 // command inserts a running command under a session of an agent, with the
 // rows it refers to.
-func command(t *testing.T, db *gorm.DB, owner string) recordings.Command {
+func command(t testing.TB, db *gorm.DB, owner string) recordings.Command {
 	t.Helper()
 	now := time.Now().UTC()
 	for _, q := range []string{

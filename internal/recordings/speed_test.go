@@ -2,6 +2,7 @@ package recordings_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -284,15 +285,101 @@ func TestFollowerRoundTrips(t *testing.T) {
 				t.Fatalf("%d leases renewed in the database (%v)", renewed, err)
 			}
 		})
-		t.Run("the recording verifies", func(t *testing.T) {
-			exit := 0
-			if _, err := recordings.Complete(context.Background(), db, log, c.ID, "me", batch(14, 15),
-				recordings.End{State: recordings.StateExited, ExitCode: &exit, At: time.Now()}, audit.Actor{Type: audit.ActorSystem, Name: "recorder"}); err != nil {
+		t.Run("a command's end is two round trips", func(t *testing.T) {
+			// Another command, so the end below finds the chain's head
+			// written by others.
+			if err := recordings.StartAudited(context.Background(), db, log, execChecks(func(recordings.SessionState, [2]int64) error { return nil }),
+				newCommand(400), execEvent); err != nil {
 				t.Fatal(err)
 			}
+			// Input typed meanwhile is not in the follower's copy: the end
+			// event must carry the row's input chain.
+			typed, err := recordings.AppendInput(context.Background(), db, c.SessionID, c.ID, []byte("q"), false, time.Now(), recordings.Typist{Type: "user", ID: "1", Name: "u"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			exit := 3
+			trips.Reset()
+			ended, err := recordings.CompleteFollowed(ctx, db, log, c, "me", batch(14, 15),
+				recordings.End{State: recordings.StateExited, ExitCode: &exit, At: time.Now()}, audit.Actor{Type: audit.ActorSystem, Name: "recorder"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			sent := strings.Join(trips.Sent(), "\n")
+			if d == store.Postgres && trips.N() != 2 {
+				t.Fatalf("a command's end took %d round trips, want 2:\n%s", trips.N(), sent)
+			}
+			if strings.Count(sent, "BEGIN") != 1 || strings.Count(sent, "COMMIT") != 1 {
+				t.Fatalf("a command's end is not one transaction:\n%s", sent)
+			}
+			stored, err := recordings.Get(context.Background(), db, c.ID)
+			if err != nil || stored.State != recordings.StateExited || stored.ExitCode == nil || *stored.ExitCode != 3 || stored.LastChunk != 15 ||
+				stored.LeaseOwner != "" || stored.LeaseUntil != nil || stored.InHash != typed.InHash || stored.OutHash != ended.OutHash ||
+				stored.TextCursor != ended.TextCursor || stored.EndedAt == nil {
+				t.Fatalf("stored %+v (%v), returned %+v", stored, err, ended)
+			}
+			evs, err := log.Query(context.Background(), audit.Filter{Action: "command.end"}, 0, 1)
+			if err != nil || len(evs) != 1 || evs[0].Target.ID != fmt.Sprint(c.ID) {
+				t.Fatalf("last end event %+v, %v", evs, err)
+			}
+			var det map[string]any
+			if err := json.Unmarshal(evs[0].Details, &det); err != nil || det["input_hash"] != typed.InHash || det["output_hash"] != ended.OutHash ||
+				det["output_chunks"] != float64(15) || det["exit_code"] != float64(3) {
+				t.Fatalf("end event details %s (%v)", evs[0].Details, err)
+			}
+			var body string
+			if err := db.Raw("SELECT body FROM recording_text WHERE command_id = ?", c.ID).Scan(&body).Error; err != nil || !strings.Contains(body, "line 15") {
+				t.Fatalf("the ended command's last batch is not in its search entry: %q (%v)", body, err)
+			}
+			c = ended
+		})
+		t.Run("an end already recorded is not recorded twice", func(t *testing.T) {
+			trips.Reset()
+			again, err := recordings.CompleteFollowed(ctx, db, log, c, "me", recordings.Output{NextCursor: 15},
+				recordings.End{State: recordings.StateKilled, At: time.Now()}, audit.Actor{Type: audit.ActorSystem, Name: "recorder"})
+			if err != nil || again.State != recordings.StateExited {
+				t.Fatalf("second end = %+v, %v", again, err)
+			}
+			var n int64
+			if err := db.Raw("SELECT count(*) FROM audit_events WHERE action = 'command.end' AND target_id = ?", fmt.Sprint(c.ID)).Scan(&n).Error; err != nil || n != 1 {
+				t.Fatalf("%d end events (%v)", n, err)
+			}
+		})
+		t.Run("an end behind the row or without the lease", func(t *testing.T) {
+			n := newCommand(500)
+			if err := recordings.Start(context.Background(), db, n); err != nil {
+				t.Fatal(err)
+			}
+			cur, err := recordings.AppendFollowed(context.Background(), db, *n, "me", batch(1, 2))
+			if err != nil {
+				t.Fatal(err)
+			}
+			end := recordings.End{State: recordings.StateExited, At: time.Now()}
+			sys := audit.Actor{Type: audit.ActorSystem, Name: "recorder"}
+			if _, err := recordings.CompleteFollowed(ctx, db, log, cur, "other", batch(3, 3), end, sys); !errors.Is(err, recordings.ErrLeaseLost) {
+				t.Fatalf("end by a non-owner = %v", err)
+			}
+			// The follower's copy is behind the row (it stored 3 and 4
+			// since): the end stores only what is new, once.
+			if _, err := recordings.AppendFollowed(context.Background(), db, cur, "me", batch(3, 4)); err != nil {
+				t.Fatal(err)
+			}
+			ended, err := recordings.CompleteFollowed(ctx, db, log, cur, "me", batch(3, 5), end, sys)
+			if err != nil || ended.LastChunk != 5 || ended.State != recordings.StateExited {
+				t.Fatalf("end behind the row = %+v, %v", ended, err)
+			}
+			chunks, err := recordings.Read(context.Background(), db, n.ID, recordings.KindOut)
+			if err != nil || len(chunks) != 5 {
+				t.Fatalf("recorded %d chunks (%v), want 5", len(chunks), err)
+			}
+		})
+		t.Run("the recordings verify", func(t *testing.T) {
 			res, err := recordings.VerifyAll(context.Background(), db, log)
 			if err != nil || !res.OK {
 				t.Fatalf("VerifyAll = %+v, %v", res, err)
+			}
+			if res, err := log.Verify(context.Background()); err != nil || !res.OK {
+				t.Fatalf("audit verify = %+v, %v", res, err)
 			}
 		})
 	})

@@ -396,13 +396,7 @@ func MarkEnding(ctx context.Context, db *gorm.DB, ids []int64, reason string) er
 
 // finishTx records c's end and its end event inside tx.
 func finishTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c *Command, end End, actor audit.Actor) error {
-	if c.Reason != "" && (end.State == StateKilled || end.State == StateLost) {
-		// MarkEnding said why it is being ended; a command that exited
-		// or timed out on its own meanwhile keeps its own account.
-		end.Reason = c.Reason
-	}
-	at := end.At.UTC()
-	c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
+	at := endCommand(c, end)
 	updates := map[string]any{"state": c.State, "exit_code": c.ExitCode,
 		"reason": c.Reason, "ended_at": at, "lease_owner": "", "lease_until": nil}
 	// The search entry, written batch by batch while the command ran, is
@@ -414,9 +408,27 @@ func finishTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c *Command, end 
 	if err := tx.Model(&Command{}).Where("id = ?", c.ID).Updates(updates).Error; err != nil {
 		return err
 	}
-	_, err := log.AppendTx(ctx, tx, audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow,
-		Details: audit.Details(EndDetails(*c))})
+	_, err := log.AppendTx(ctx, tx, endEvent(*c, actor))
 	return err
+}
+
+// endCommand sets c's end (state, exit code, reason, time) and returns
+// its time as stored; the lease goes with it.
+func endCommand(c *Command, end End) time.Time {
+	if c.Reason != "" && (end.State == StateKilled || end.State == StateLost) {
+		// MarkEnding said why it is being ended; a command that exited
+		// or timed out on its own meanwhile keeps its own account.
+		end.Reason = c.Reason
+	}
+	at := end.At.UTC()
+	c.State, c.ExitCode, c.Reason, c.EndedAt = end.State, end.ExitCode, end.Reason, &at
+	c.LeaseOwner, c.LeaseUntil = "", nil
+	return at
+}
+
+// endEvent is the audit event of c's end.
+func endEvent(c Command, actor audit.Actor) audit.Event {
+	return audit.Event{Actor: actor, Action: "command.end", Target: c.Target(), Decision: audit.Allow, Details: audit.Details(EndDetails(c))}
 }
 
 // EndDetails is what a command's end event records: enough to verify its
