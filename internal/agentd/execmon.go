@@ -42,7 +42,20 @@ type execMonitor struct {
 	// process running several servers, as tests do, the others' children
 	// are not read for).
 	starting atomic.Int32
+	// early holds the owners of agentd's children whose exit was read
+	// before their claim: a fast command (`true`) can fork, exec and exit
+	// before cmd.Start has returned to the claim. The claim takes its
+	// owner from here, with the records read so far and exited already
+	// closed; without it the claim made a fresh owner whose exit never
+	// came, and the session's end waited out execRecordsGrace (2 s, about
+	// one exec in a hundred under load) and lost the leader's exec record.
+	early map[int]*execOwner
 }
+
+// maxEarlyExits bounds early: entries leave at their claim, so only
+// children of agentd that are never claimed (another server's, in a
+// process running several) could pile up.
+const maxEarlyExits = 256
 
 // procNode is one process of a session as the monitor knows it.
 type procNode struct {
@@ -82,14 +95,18 @@ func newExecMonitor(self int, logger *slog.Logger) *execMonitor {
 func (m *execMonitor) claim(leader int, want bool, sink func(ExecRecord)) *execOwner {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	n := m.procs[leader]
-	if n == nil || n.depth != 0 {
-		// The fork event is still on its way (or the leader exited
-		// already, and release removes the node).
-		n = &procNode{owner: newOwner(leader)}
-		m.procs[leader] = n
+	var o *execOwner
+	if n := m.procs[leader]; n != nil && n.depth == 0 {
+		o = n.owner
+	} else if e := m.early[leader]; e != nil {
+		// The leader is gone already: its fork, exec and exit were read.
+		delete(m.early, leader)
+		o = e
+	} else {
+		// The fork event is still on its way; release removes the node.
+		o = newOwner(leader)
+		m.procs[leader] = &procNode{owner: o}
 	}
-	o := n.owner
 	o.claimed, o.want, o.sink = true, want, sink
 	if want {
 		for _, r := range o.pending {
@@ -150,6 +167,7 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 		if n := m.procs[childTgid]; n == nil || n.depth != 0 || n.owner.leader != childTgid || !n.owner.claimed || n.owner.closed {
 			m.procs[childTgid] = &procNode{owner: newOwner(childTgid), ppid: parentTgid}
 		}
+		delete(m.early, childTgid) // an unclaimed exit under this pid is another process's
 		return
 	}
 	p := m.procs[parentTgid]
@@ -208,10 +226,28 @@ func (m *execMonitor) exit(pid, tgid int, status uint32) {
 	switch {
 	case n.depth == 0 && o.leader == tgid:
 		o.exit()
+		if !o.claimed && n.ppid == m.self && m.starting.Load() > 0 {
+			m.keepEarly(tgid, o)
+		}
 	case n.shellChild && n.execed:
 		code := waitStatusCode(status)
 		o.deliver(ExecRecord{Type: ExecRecordExit, Time: m.now().UTC(), PID: tgid, PPID: n.ppid, Depth: n.depth, ShellChild: true, ExitCode: &code})
 	}
+}
+
+// keepEarly keeps the owner of a child of agentd that exited before its
+// claim. m.mu must be held.
+func (m *execMonitor) keepEarly(leader int, o *execOwner) {
+	if m.early == nil {
+		m.early = map[int]*execOwner{}
+	}
+	if len(m.early) >= maxEarlyExits {
+		for pid := range m.early { // any one: none of them is claimed soon
+			delete(m.early, pid)
+			break
+		}
+	}
+	m.early[leader] = o
 }
 
 // interactiveShells are the programs that, run without a command (-c) or

@@ -229,3 +229,69 @@ func TestExecMonitorShellChildren(t *testing.T) {
 		t.Fatalf("%d records, want %d", len(*got), len(want))
 	}
 }
+
+// TestExecMonitorLeaderGoneBeforeClaim: a command as fast as `true` can
+// fork, exec and exit before agentd's claim of it. The claim must still
+// get the leader's exec record and find the exit already seen, or the
+// session's end waits execRecordsGrace for an exit that was read before.
+func TestExecMonitorLeaderGoneBeforeClaim(t *testing.T) {
+	cases := []struct {
+		name     string
+		starting bool // a start is in progress (as it is for every claim)
+		reused   bool // agentd forked another child under the pid before the claim
+		wantExit bool
+		wantRecs int
+	}{
+		{"exit read before the claim", true, false, true, 1},
+		{"pid given to a new child before the claim", true, true, false, 0},
+		{"no start in progress", false, false, false, 0},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			m, got := testMonitor()
+			sink := func(r ExecRecord) { *got = append(*got, r) }
+			if tc.starting {
+				m.starting.Add(1)
+			}
+			batch := append(procMsg(procEventFork, 1, 1, 10, 10), procMsg(procEventExec, 10, 10)...)
+			batch = append(batch, procMsg(procEventExit, 10, 10, 0, 17)...)
+			if tc.reused {
+				batch = append(batch, procMsg(procEventFork, 1, 1, 10, 10)...)
+			}
+			m.handleMessages(batch)
+			o := m.claim(10, true, sink)
+			exited := false
+			select {
+			case <-o.exited:
+				exited = true
+			default:
+			}
+			if exited != tc.wantExit {
+				t.Fatalf("exited seen at the claim = %v, want %v", exited, tc.wantExit)
+			}
+			if len(*got) != tc.wantRecs {
+				t.Fatalf("records = %+v, want %d", *got, tc.wantRecs)
+			}
+			if tc.wantRecs > 0 && ((*got)[0].Type != ExecRecordExec || (*got)[0].PID != 10 || !(*got)[0].First) {
+				t.Fatalf("record = %+v, want the leader's first exec", (*got)[0])
+			}
+			if len(m.early) != 0 {
+				t.Fatalf("early keeps %d owners after the claim", len(m.early))
+			}
+			m.release(o)
+		})
+	}
+}
+
+// TestExecMonitorEarlyExitsBounded: children of agentd that exit and are
+// never claimed (another server's, in one process) do not pile up.
+func TestExecMonitorEarlyExitsBounded(t *testing.T) {
+	m, _ := testMonitor()
+	m.starting.Add(1)
+	for pid := uint32(100); pid < 100+3*maxEarlyExits; pid++ {
+		m.handleMessages(append(procMsg(procEventFork, 1, 1, pid, pid), procMsg(procEventExit, pid, pid, 0, 17)...))
+	}
+	if len(m.early) != maxEarlyExits {
+		t.Fatalf("early holds %d owners, want the cap %d", len(m.early), maxEarlyExits)
+	}
+}
