@@ -82,6 +82,7 @@ type Gateway interface {
 	Resize(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64, rows, cols uint16) error
 	Kill(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64) (proxy.Output, error)
 	Commands(ctx context.Context, org proxy.Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error)
+	WriteFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, req proxy.WriteRequest) (*agentd.WriteResponse, error)
 	ReadFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, p string, offset, limit int64) (*agentd.FileRange, error)
 	Stat(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, paths []string) ([]agentd.FileStat, error)
 }

@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -491,13 +493,56 @@ func TestE2BDataPlane(t *testing.T) {
 			if len(f.auditEvents(t, "action:file.stat")) == 0 {
 				t.Fatal("no file.stat audit event")
 			}
-			wrote := false
-			for _, e := range f.auditEvents(t, "action:command.exec") {
-				c, _ := e.Details["command"].(string)
-				wrote = wrote || strings.Contains(c, "cat > 'notes/a b.txt'")
+			// Each upload is the gateway's audited write: file.write with
+			// the path, the decoded size and its SHA-256; never a command.
+			want := map[string]string{"notes/a b.txt": "plain 'quoted' $HOME\n", "notes/m.txt": "from a form", "notes/z.txt": "zipped"}
+			seen := map[string]bool{}
+			for _, e := range f.auditEvents(t, "action:file.write") {
+				p, _ := e.Details["path"].(string)
+				for name, content := range want {
+					sum := sha256.Sum256([]byte(content))
+					if strings.HasSuffix(p, "/"+name) && e.Details["sha256"] == hex.EncodeToString(sum[:]) && e.Details["size"] == float64(len(content)) {
+						seen[name] = true
+					}
+				}
 			}
-			if !wrote {
-				t.Fatal("the write is not audited as a command naming its path")
+			if len(seen) != len(want) {
+				t.Fatalf("file.write audited with the right size and SHA-256 for %v, want all of %v", seen, want)
+			}
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				if c, _ := e.Details["command"].(string); strings.Contains(c, "notes/") {
+					t.Fatalf("an upload ran as a command: %q", c)
+				}
+			}
+		})
+
+		t.Run("a gzip body that inflates past the write limit is refused, nothing written", func(t *testing.T) {
+			// 64 MiB + 1 of zeros compresses to about 64 KiB.
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zeros := make([]byte, 1<<20)
+			for range 64 {
+				zw.Write(zeros)
+			}
+			zw.Write([]byte{0})
+			zw.Close()
+			req, _ := http.NewRequest(http.MethodPost, f.hostURL("sbxacme1")+"/files?path=bomb.bin", &gz)
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Set("Content-Encoding", "gzip")
+			good.set(req.Header)
+			resp, err := f.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte("write limit")) {
+				t.Fatalf("POST /files of a gzip bomb: %d %s", resp.StatusCode, b)
+			}
+			for _, e := range f.auditEvents(t, "action:file.write") {
+				if p, _ := e.Details["path"].(string); strings.HasSuffix(p, "/bomb.bin") {
+					t.Fatalf("the refused upload was audited as written: %v", e.Details)
+				}
 			}
 		})
 
