@@ -84,8 +84,11 @@ func OrgOf(sandboxID string) (slug string, ok bool) {
 
 // EnvdVersion is the envd version the control plane answers
 // (envdVersion): the SDKs choose their data-plane requests by it, so it is
-// the version of envd's API the data plane serves.
-const EnvdVersion = "0.4.0"
+// the version of envd's API the data plane serves. 0.5.7: the JS SDK
+// (2.51) then calls CloseStdin (from 0.5.2) and may upload octet-stream
+// and gzip bodies (from 0.5.7), both served; the next gate, file metadata
+// (0.6.2), is not.
+const EnvdVersion = "0.5.7"
 
 // PlaceholderDomain is the domain answered when no --e2b-domain is
 // configured: .invalid never resolves, so a runtime that forgot
