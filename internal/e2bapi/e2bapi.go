@@ -230,6 +230,11 @@ type Binding struct {
 	// Release returns the org's database handle; call it once the request
 	// is done with Org (the pool closes only when every holder released).
 	Release func()
+	// Recheck repeats the checks of ResolveSandbox (token, live key bound
+	// to the agent, sandbox not killed, owner may use the session): a
+	// stream calls it before each further operation, so a revoked key or
+	// a lost permission ends it rather than letting it run on.
+	Recheck func(ctx context.Context) error
 }
 
 // Service resolves data-plane requests. Build one per process.
@@ -335,7 +340,11 @@ func (s *Service) resolve(ctx context.Context, t *tenant.Tenant, sandboxID, acce
 		return Binding{}, err
 	}
 	return Binding{Org: proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()},
-		Actor: actor, SessionID: l.sessionID, Release: t.Release}, nil
+		Actor: actor, SessionID: l.sessionID, Release: t.Release,
+		Recheck: func(ctx context.Context) error {
+			_, err := s.resolve(ctx, t, sandboxID, accessToken)
+			return err
+		}}, nil
 }
 
 // link reads (once per org pool) what never changes about a sandbox; an

@@ -57,6 +57,11 @@ type Binding struct {
 	// Release returns the org's database handle once the request is done
 	// with Org (nil: nothing to return).
 	Release func()
+	// Recheck repeats the resolver's checks (token, key, access) for a
+	// request that goes on after its first operation: each further poll
+	// of a stream, each streamed input, each further uploaded file. An
+	// error ends the request. nil: nothing to recheck.
+	Recheck func(ctx context.Context) error
 }
 
 // Resolver finds the sandbox a request names and checks its access token.
@@ -107,6 +112,15 @@ type bindingKey struct{}
 type call struct {
 	Binding
 	meta proxy.Meta
+}
+
+// recheck is checked on every operation after a request's first: a key
+// revoked (or an owner's access lost) while a stream is open ends it.
+func (c call) recheck(ctx context.Context) error {
+	if c.Recheck == nil {
+		return nil
+	}
+	return c.Recheck(ctx)
 }
 
 func callOf(ctx context.Context) call {

@@ -119,6 +119,11 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		if part.FormName() != "file" {
 			continue
 		}
+		if len(out) > 0 {
+			if err := c.recheck(r.Context()); err != nil {
+				return nil, err
+			}
+		}
 		// One file: the query's path; several: each part's file name.
 		target := p
 		if target == "" || len(out) > 0 {

@@ -172,6 +172,9 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 				return err
 			}
 		}
+		if err := c.recheck(ctx); err != nil {
+			return err
+		}
 		next, err := s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, out.CommandID, out.NextCursor, wait.Milliseconds())
 		if err != nil {
 			return err
@@ -250,8 +253,14 @@ func (p *processService) input(ctx context.Context, sel *process.ProcessSelector
 }
 
 func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	c := callOf(ctx)
 	var sel *process.ProcessSelector
-	for stream.Receive() {
+	for n := 0; stream.Receive(); n++ {
+		if n > 0 {
+			if err := c.recheck(ctx); err != nil {
+				return nil, err
+			}
+		}
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			sel = ev.Start.GetProcess()

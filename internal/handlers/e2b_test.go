@@ -12,9 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -348,6 +351,26 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.Release()
+			// A command streaming through the data plane when the key is
+			// revoked: its stream ends refused at its next poll, it does
+			// not run on under the revoked key. (It would end by itself
+			// after 120 lines; the 1 s keepalive makes each poll short.)
+			proc := processconnect.NewProcessClient(http.DefaultClient, e.srv.URL, connect.WithProtoJSON(),
+				connect.WithInterceptors(envdAuth{token: second.EnvdAccessToken, sandbox: second.SandboxID}))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := startCmd("for i in $(seq 1 120); do echo $i; sleep 1; done", false)
+			req.Header().Set("Keepalive-Ping-Interval", "1")
+			stream, err := proc.Start(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			for stream.Receive() {
+				if stream.Msg().GetEvent().GetData() != nil {
+					break // running, its output flowing
+				}
+			}
 			wantStatus(t, "revoke another's key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["plain"], nil),
 				http.StatusNotFound)
 			wantStatus(t, "revoke", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["member"], nil), http.StatusNoContent)
@@ -357,6 +380,12 @@ func TestE2BControlPlane(t *testing.T) {
 			if _, err := e.c.E2B.ResolveSandbox(context.Background(), second.SandboxID, second.EnvdAccessToken); !errors.Is(err, apperr.ErrUnauthorized) {
 				t.Errorf("the revoked key's sandbox still resolves: %v", err)
 			}
+			for stream.Receive() {
+				if stream.Msg().GetEvent().GetEnd() != nil {
+					t.Fatal("the command ran to its end after its key was revoked")
+				}
+			}
+			wantCode(t, "the revoked key's open stream", stream.Err(), connect.CodeUnauthenticated)
 		})
 
 		t.Run("the audit log names the key's owner through the key", func(t *testing.T) {
