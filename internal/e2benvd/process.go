@@ -98,7 +98,10 @@ func keepalive(h http.Header) time.Duration {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	return min(time.Duration(n)*time.Second, pollWait)
+	// Capped before it becomes a Duration: a huge count of seconds would
+	// overflow to a few nanoseconds, a poll that never waits, and a
+	// stream that spins.
+	return time.Duration(min(n, int(pollWait/time.Second))) * time.Second
 }
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
