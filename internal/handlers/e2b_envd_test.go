@@ -705,5 +705,31 @@ func TestE2BDataPlane(t *testing.T) {
 				t.Fatalf("events %+v", ev)
 			}
 		})
+
+		t.Run("a request diverted to the data plane never reaches the console's routes", func(t *testing.T) {
+			// A valid sandbox and token, and a console sign-in that would
+			// open these routes: the data plane serves envd's paths only.
+			for _, c := range []struct{ method, url string }{
+				{http.MethodGet, f.e.srv.URL + "/api/v1/orgs/acme/sessions"},
+				{http.MethodPost, f.e.srv.URL + "/api/v1/orgs/acme/e2b-keys"},
+				{http.MethodGet, f.hostURL("sbxacme1") + "/api/v1/orgs/acme/sessions"},
+				{http.MethodGet, f.e.srv.URL + "/orgs/acme"},
+			} {
+				req, _ := http.NewRequest(c.method, c.url, strings.NewReader(`{"agent_id":1,"name":"x"}`))
+				good.set(req.Header)
+				req.Header.Set(e2benvd.SandboxHeader, "sbxacme1")
+				req.Header.Set("Authorization", "Bearer "+f.tokens["member"])
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound || bytes.Contains(b, []byte("items")) || bytes.Contains(b, []byte("e2b_")) {
+					t.Fatalf("%s %s with E2b-Sandbox-Id: %d %s, want the data plane's 404", c.method, c.url, resp.StatusCode, b)
+				}
+			}
+		})
 	})
 }
