@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -100,6 +101,51 @@ type Server struct {
 	// console runs behind a proxy that sets it).
 	TrustProxy bool
 	Logger     *slog.Logger
+	// MaxStreams caps the streams (Start, Connect, StreamInput) open at
+	// once on one sandbox; 0 is DefaultMaxStreams. Running commands are
+	// capped by the gateway, but any number of Connect streams could
+	// follow one command, each a goroutine polling agentd.
+	MaxStreams int
+
+	mu      sync.Mutex
+	streams map[streamKey]int
+}
+
+// DefaultMaxStreams is the cap on a sandbox's open streams: well above
+// what an SDK runtime keeps open (a stream per running command).
+const DefaultMaxStreams = 100
+
+// streamKey names a sandbox across orgs: session ids are per org.
+type streamKey struct {
+	org     string
+	session int64
+}
+
+// holdStream counts a stream open on c's sandbox, refusing one past the
+// cap (resource_exhausted); call the answer when the stream ends.
+func (s *Server) holdStream(c call) (func(), error) {
+	limit := s.MaxStreams
+	if limit <= 0 {
+		limit = DefaultMaxStreams
+	}
+	k := streamKey{org: c.Org.Slug, session: c.SessionID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[k] >= limit {
+		return nil, apperr.New(apperr.ErrTooMany, "too_many_streams",
+			"This sandbox has %d streams open, the most it may; end one (or let a command finish) first.", limit)
+	}
+	if s.streams == nil {
+		s.streams = map[streamKey]int{}
+	}
+	s.streams[k]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.streams[k]--; s.streams[k] <= 0 {
+			delete(s.streams, k)
+		}
+	}, nil
 }
 
 // maxMessage bounds one RPC message (the largest is a SendInput's bytes),

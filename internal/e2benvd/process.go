@@ -120,6 +120,11 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if err := ex.Validate(); err != nil {
 		return err
 	}
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	out, err := p.s.Gateway.Exec(ctx, c.Org, c.Actor, c.meta, c.SessionID, ex)
 	if err != nil {
 		return err
@@ -137,6 +142,11 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Re-attached from the start of its output: what the recording holds
 	// is what a reconnecting client is given.
 	out, err := p.s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, id, 0, 0)
@@ -257,6 +267,11 @@ func (p *processService) input(ctx context.Context, sel *process.ProcessSelector
 
 func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
 	c := callOf(ctx)
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var sel *process.ProcessSelector
 	for n := 0; stream.Receive(); n++ {
 		if n > 0 {

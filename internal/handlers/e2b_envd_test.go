@@ -287,6 +287,48 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("a sandbox's open streams are capped; one past the cap runs nothing", func(t *testing.T) {
+			f.e.c.Envd.MaxStreams = 2
+			defer func() { f.e.c.Envd.MaxStreams = 0 }()
+			var pids []uint32
+			for range 2 {
+				s, err := proc.Start(ctx, startCmd("sleep 300", false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+					t.Fatalf("no start event: %v", s.Err())
+				}
+				pids = append(pids, s.Msg().GetEvent().GetStart().GetPid())
+			}
+			s, err := proc.Start(ctx, startCmd("echo past-the-cap", false))
+			if err == nil {
+				for s.Receive() {
+				}
+				err = s.Err()
+			}
+			wantCode(t, "a third Start", err, connect.CodeResourceExhausted)
+			c, err := proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pids[0]}}}))
+			if err == nil {
+				for c.Receive() {
+				}
+				err = c.Err()
+			}
+			wantCode(t, "a Connect past the cap", err, connect.CodeResourceExhausted)
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				if cmd, _ := e.Details["command"].(string); strings.Contains(cmd, "past-the-cap") {
+					t.Fatal("the refused Start ran its command")
+				}
+			}
+			for _, pid := range pids {
+				if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{
+					Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+
 		t.Run("StreamInput feeds a process in order; a tag selector is unimplemented", func(t *testing.T) {
 			s, err := proc.Start(ctx, startCmd("read a; read b; echo $a$b", true))
 			if err != nil {
