@@ -197,13 +197,13 @@ func NotFound(sandboxID string) error {
 	return apperr.New(apperr.ErrNotFound, "sandbox_not_found", "Sandbox %q was not found.", sandboxID)
 }
 
-// ForAgent lists the sandboxes of an agent whose sessions are live (not
-// closed or lost), newest first.
-func ForAgent(ctx context.Context, db *gorm.DB, agentID int64, limit int) ([]Sandbox, error) {
+// ForKey lists the sandboxes an e2b key created for its agent whose
+// sessions are live (not closed or lost), newest first.
+func ForKey(ctx context.Context, db *gorm.DB, keyID, agentID int64, limit int) ([]Sandbox, error) {
 	var out []Sandbox
 	err := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
 		Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
-		Where("e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", agentID, []string{sessions.StateClosed, sessions.StateLost}).
+		Where("e2b_sandboxes.key_id = ? AND e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", keyID, agentID, []string{sessions.StateClosed, sessions.StateLost}).
 		Order("e2b_sandboxes.id DESC").Limit(limit).Find(&out).Error
 	if err != nil {
 		return nil, fmt.Errorf("list e2b sandboxes: %w", err)

@@ -313,9 +313,14 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 		})
 
-		t.Run("another org's key and another agent's key find nothing by id", func(t *testing.T) {
+		t.Run("another org's key, another agent's key and another key of the agent find nothing by id", func(t *testing.T) {
+			// The sandbox's envd token acts as the key that created it:
+			// a key of the same agent whose owner may see the session
+			// (an admin) must not be handed it, or it would act in the
+			// sandbox as that other key's owner.
+			adminKey := mintE2BKey(t, e, "acme", f.tokens["admin"], agent, "admin runtime")
 			for name, c := range map[string][2]string{"globex key, globex path": {"/e2b/orgs/globex", gkey.Key},
-				"other agent's key": {api, otherKey.Key}} {
+				"other agent's key": {api, otherKey.Key}, "another key of the agent": {api, adminKey.Key}} {
 				for _, m := range []struct{ method, path string }{{http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/connect"},
 					{http.MethodPost, "/pause"}, {http.MethodPost, "/timeout"}} {
 					r := sdk(m.method, c[0]+"/sandboxes/"+sb.SandboxID+m.path, c[1], map[string]any{"timeout": 10})
