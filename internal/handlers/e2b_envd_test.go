@@ -288,6 +288,9 @@ func TestE2BDataPlane(t *testing.T) {
 		})
 
 		t.Run("a sandbox's open streams are capped; one past the cap runs nothing", func(t *testing.T) {
+			if e2benvd.DefaultMaxStreams != 100 {
+				t.Fatalf("docs/e2b-endpoint.md says 100 streams per sandbox; the default is %d", e2benvd.DefaultMaxStreams)
+			}
 			f.e.c.Envd.MaxStreams = 2
 			defer func() { f.e.c.Envd.MaxStreams = 0 }()
 			var pids []uint32
