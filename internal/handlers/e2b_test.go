@@ -17,6 +17,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
@@ -376,6 +377,29 @@ func TestE2BControlPlane(t *testing.T) {
 					break // running, its output flowing
 				}
 			}
+			// And input streaming into a command: its first line went
+			// through (cat echoed it) before the key is revoked.
+			cat, err := proc.Start(ctx, startCmd("cat", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cat.Close()
+			if !cat.Receive() || cat.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", cat.Err())
+			}
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: cat.Msg().GetEvent().GetStart().GetPid()}}
+			line := func(s string) *process.StreamInputRequest {
+				return &process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{
+					Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(s)}}}}}
+			}
+			in := proc.StreamInput(ctx)
+			in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}})
+			in.Send(line("before\n"))
+			for cat.Receive() {
+				if string(cat.Msg().GetEvent().GetData().GetStdout()) == "before\n" {
+					break
+				}
+			}
 			wantStatus(t, "revoke another's key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["plain"], nil),
 				http.StatusNotFound)
 			wantStatus(t, "revoke", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["member"], nil), http.StatusNoContent)
@@ -391,6 +415,9 @@ func TestE2BControlPlane(t *testing.T) {
 				}
 			}
 			wantCode(t, "the revoked key's open stream", stream.Err(), connect.CodeUnauthenticated)
+			in.Send(line("after\n"))
+			_, err = in.CloseAndReceive()
+			wantCode(t, "the revoked key's open input stream", err, connect.CodeUnauthenticated)
 		})
 
 		t.Run("the audit log names the key's owner through the key", func(t *testing.T) {
