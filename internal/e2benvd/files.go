@@ -127,7 +127,7 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		// One file: the query's path; several: each part's file name.
 		target := p
 		if target == "" || len(out) > 0 {
-			target = part.FileName()
+			target = partPath(part)
 		}
 		if target == "" {
 			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of each file to write."}}
@@ -141,6 +141,18 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		return nil, &apperr.ValidationError{Fields: map[string]string{"file": "The form holds no file (a part named \"file\")."}}
 	}
 	return out, nil
+}
+
+// partPath is the path a form part names in its Content-Disposition
+// file name, as the SDK sends it (files.write([...]) puts each file's
+// whole path there). Not part.FileName(): that keeps only the last
+// element, and every file would land in the workspace's top directory.
+func partPath(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
 }
 
 func entry(p string) entryJSON { return entryJSON{Path: p, Name: path.Base(p), Type: "file"} }

@@ -515,6 +515,21 @@ func TestE2BDataPlane(t *testing.T) {
 			w.Write([]byte("from a form"))
 			mw.Close()
 			post(&form, mw.FormDataContentType(), "", "path=notes/m.txt")
+			// Several files in one form (the SDK's files.write([...])): no
+			// path in the query, each part's file name is its whole path.
+			var multi bytes.Buffer
+			mw = multipart.NewWriter(&multi)
+			for _, p := range []string{"notes/deep/one.txt", "notes/deep/two.txt"} {
+				w, _ := mw.CreateFormFile("file", p)
+				w.Write([]byte("at " + p))
+			}
+			mw.Close()
+			post(&multi, mw.FormDataContentType(), "", "")
+			for _, p := range []string{"notes/deep/one.txt", "notes/deep/two.txt"} {
+				if got := read(p); got != "at "+p {
+					t.Fatalf("%s read back %q", p, got)
+				}
+			}
 			var gz bytes.Buffer
 			zw := gzip.NewWriter(&gz)
 			zw.Write([]byte("zipped"))
