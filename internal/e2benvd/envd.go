@@ -185,6 +185,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /files", http.HandlerFunc(s.readFile))
 	mux.Handle("POST /files", http.HandlerFunc(s.writeFile))
 	mux.Handle("GET /health", http.HandlerFunc(s.health))
+	// Anything else is not envd's: answered in envd's error shape, so a
+	// request that named a sandbox never falls through to anything else.
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, apperr.New(apperr.ErrNotFound, "not_served", "envd's API has no %s %s.", r.Method, r.URL.Path))
+	}))
 	return s.resolve(mux)
 }
 
