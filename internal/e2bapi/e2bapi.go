@@ -84,8 +84,11 @@ func OrgOf(sandboxID string) (slug string, ok bool) {
 
 // EnvdVersion is the envd version the control plane answers
 // (envdVersion): the SDKs choose their data-plane requests by it, so it is
-// the version of envd's API the data plane serves.
-const EnvdVersion = "0.4.0"
+// the version of envd's API the data plane serves. 0.5.7: the JS SDK
+// (2.51) then calls CloseStdin (from 0.5.2) and may upload octet-stream
+// and gzip bodies (from 0.5.7), both served; the next gate, file metadata
+// (0.6.2), is not.
+const EnvdVersion = "0.5.7"
 
 // PlaceholderDomain is the domain answered when no --e2b-domain is
 // configured: .invalid never resolves, so a runtime that forgot
@@ -194,13 +197,13 @@ func NotFound(sandboxID string) error {
 	return apperr.New(apperr.ErrNotFound, "sandbox_not_found", "Sandbox %q was not found.", sandboxID)
 }
 
-// ForAgent lists the sandboxes of an agent whose sessions are live (not
-// closed or lost), newest first.
-func ForAgent(ctx context.Context, db *gorm.DB, agentID int64, limit int) ([]Sandbox, error) {
+// ForKey lists the sandboxes an e2b key created for its agent whose
+// sessions are live (not closed or lost), newest first.
+func ForKey(ctx context.Context, db *gorm.DB, keyID, agentID int64, limit int) ([]Sandbox, error) {
 	var out []Sandbox
 	err := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
 		Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
-		Where("e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", agentID, []string{sessions.StateClosed, sessions.StateLost}).
+		Where("e2b_sandboxes.key_id = ? AND e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", keyID, agentID, []string{sessions.StateClosed, sessions.StateLost}).
 		Order("e2b_sandboxes.id DESC").Limit(limit).Find(&out).Error
 	if err != nil {
 		return nil, fmt.Errorf("list e2b sandboxes: %w", err)
@@ -227,6 +230,11 @@ type Binding struct {
 	// Release returns the org's database handle; call it once the request
 	// is done with Org (the pool closes only when every holder released).
 	Release func()
+	// Recheck repeats the checks of ResolveSandbox (token, live key bound
+	// to the agent, sandbox not killed, owner may use the session): a
+	// stream calls it before each further operation, so a revoked key or
+	// a lost permission ends it rather than letting it run on.
+	Recheck func(ctx context.Context) error
 }
 
 // Service resolves data-plane requests. Build one per process.
@@ -332,7 +340,11 @@ func (s *Service) resolve(ctx context.Context, t *tenant.Tenant, sandboxID, acce
 		return Binding{}, err
 	}
 	return Binding{Org: proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()},
-		Actor: actor, SessionID: l.sessionID, Release: t.Release}, nil
+		Actor: actor, SessionID: l.sessionID, Release: t.Release,
+		Recheck: func(ctx context.Context) error {
+			_, err := s.resolve(ctx, t, sandboxID, accessToken)
+			return err
+		}}, nil
 }
 
 // link reads (once per org pool) what never changes about a sandbox; an

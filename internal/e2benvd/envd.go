@@ -16,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -57,6 +58,11 @@ type Binding struct {
 	// Release returns the org's database handle once the request is done
 	// with Org (nil: nothing to return).
 	Release func()
+	// Recheck repeats the resolver's checks (token, key, access) for a
+	// request that goes on after its first operation: each further poll
+	// of a stream, each streamed input, each further uploaded file. An
+	// error ends the request. nil: nothing to recheck.
+	Recheck func(ctx context.Context) error
 }
 
 // Resolver finds the sandbox a request names and checks its access token.
@@ -82,6 +88,7 @@ type Gateway interface {
 	Resize(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64, rows, cols uint16) error
 	Kill(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64) (proxy.Output, error)
 	Commands(ctx context.Context, org proxy.Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error)
+	WriteFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, req proxy.WriteRequest) (*agentd.WriteResponse, error)
 	ReadFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, p string, offset, limit int64) (*agentd.FileRange, error)
 	Stat(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, paths []string) ([]agentd.FileStat, error)
 }
@@ -94,6 +101,51 @@ type Server struct {
 	// console runs behind a proxy that sets it).
 	TrustProxy bool
 	Logger     *slog.Logger
+	// MaxStreams caps the streams (Start, Connect, StreamInput) open at
+	// once on one sandbox; 0 is DefaultMaxStreams. Running commands are
+	// capped by the gateway, but any number of Connect streams could
+	// follow one command, each a goroutine polling agentd.
+	MaxStreams int
+
+	mu      sync.Mutex
+	streams map[streamKey]int
+}
+
+// DefaultMaxStreams is the cap on a sandbox's open streams: well above
+// what an SDK runtime keeps open (a stream per running command).
+const DefaultMaxStreams = 100
+
+// streamKey names a sandbox across orgs: session ids are per org.
+type streamKey struct {
+	org     string
+	session int64
+}
+
+// holdStream counts a stream open on c's sandbox, refusing one past the
+// cap (resource_exhausted); call the answer when the stream ends.
+func (s *Server) holdStream(c call) (func(), error) {
+	limit := s.MaxStreams
+	if limit <= 0 {
+		limit = DefaultMaxStreams
+	}
+	k := streamKey{org: c.Org.Slug, session: c.SessionID}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.streams[k] >= limit {
+		return nil, apperr.New(apperr.ErrTooMany, "too_many_streams",
+			"This sandbox has %d streams open, the most it may; end one (or let a command finish) first.", limit)
+	}
+	if s.streams == nil {
+		s.streams = map[streamKey]int{}
+	}
+	s.streams[k]++
+	return func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.streams[k]--; s.streams[k] <= 0 {
+			delete(s.streams, k)
+		}
+	}, nil
 }
 
 // maxMessage bounds one RPC message (the largest is a SendInput's bytes),
@@ -106,6 +158,15 @@ type bindingKey struct{}
 type call struct {
 	Binding
 	meta proxy.Meta
+}
+
+// recheck is checked on every operation after a request's first: a key
+// revoked (or an owner's access lost) while a stream is open ends it.
+func (c call) recheck(ctx context.Context) error {
+	if c.Recheck == nil {
+		return nil
+	}
+	return c.Recheck(ctx)
 }
 
 func callOf(ctx context.Context) call {
@@ -124,6 +185,11 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("GET /files", http.HandlerFunc(s.readFile))
 	mux.Handle("POST /files", http.HandlerFunc(s.writeFile))
 	mux.Handle("GET /health", http.HandlerFunc(s.health))
+	// Anything else is not envd's: answered in envd's error shape, so a
+	// request that named a sandbox never falls through to anything else.
+	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, r, apperr.New(apperr.ErrNotFound, "not_served", "envd's API has no %s %s.", r.Method, r.URL.Path))
+	}))
 	return s.resolve(mux)
 }
 

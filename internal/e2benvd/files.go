@@ -18,10 +18,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/proxy"
 )
 
-// writeChunk is how much of an uploaded file goes to the writing command
-// per stdin write (well under agentd's stdin body bound).
-const writeChunk = 1 << 20
-
 // readFile is envd's GET /files?path=: the file's bytes, read through the
 // gateway (audited as file.read) and passed on as they arrive.
 func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
@@ -72,9 +68,9 @@ type entryJSON struct {
 
 // writeFile is envd's POST /files: each uploaded file (an octet-stream
 // body, or the parts of a multipart form; optionally gzip-encoded) is
-// written by a command the gateway runs, so the write is authorized by
-// the agent's command policy, audited as command.exec (its target path in
-// the command line) and its bytes recorded as that command's stdin.
+// written by the gateway's file write, authorized as a write to the
+// session's files and audited as file.write with its path, size and
+// SHA-256 (never its bytes) before it reaches the sandbox.
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	c := callOf(r.Context())
 	entries, err := s.writeFiles(r, c)
@@ -123,10 +119,15 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		if part.FormName() != "file" {
 			continue
 		}
+		if len(out) > 0 {
+			if err := c.recheck(r.Context()); err != nil {
+				return nil, err
+			}
+		}
 		// One file: the query's path; several: each part's file name.
 		target := p
 		if target == "" || len(out) > 0 {
-			target = part.FileName()
+			target = partPath(part)
 		}
 		if target == "" {
 			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of each file to write."}}
@@ -142,54 +143,25 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 	return out, nil
 }
 
+// partPath is the path a form part names in its Content-Disposition
+// file name, as the SDK sends it (files.write([...]) puts each file's
+// whole path there). Not part.FileName(): that keeps only the last
+// element, and every file would land in the workspace's top directory.
+func partPath(part *multipart.Part) string {
+	_, params, err := mime.ParseMediaType(part.Header.Get("Content-Disposition"))
+	if err != nil {
+		return ""
+	}
+	return params["filename"]
+}
+
 func entry(p string) entryJSON { return entryJSON{Path: p, Name: path.Base(p), Type: "file"} }
 
-// writeOne writes one file by a command reading its stdin, and waits for
-// it to end.
+// writeOne writes one file through the gateway's audited write: the
+// file.write record (path, size, SHA-256) is durable before agentd hears
+// of it, and at most proxy.MaxWriteBytes of content (after gzip decoding)
+// is read, so a small compressed body cannot inflate without bound.
 func (s *Server) writeOne(ctx context.Context, c call, p string, content io.Reader) error {
-	cmd := "mkdir -p -- " + shellQuote(path.Dir(p)) + " && cat > " + shellQuote(p)
-	out, err := s.Gateway.Exec(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.ExecRequest{Command: cmd, Stdin: true})
-	if err != nil {
-		return err
-	}
-	buf := make([]byte, writeChunk)
-	for {
-		n, rerr := io.ReadFull(content, buf)
-		if n > 0 {
-			if err := s.Gateway.Stdin(ctx, c.Org, c.Actor, c.meta, c.SessionID, out.CommandID, buf[:n], false); err != nil {
-				return err
-			}
-		}
-		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
-			break
-		}
-		if rerr != nil {
-			// The upload broke off: the command is ended, not left waiting.
-			_, _ = s.Gateway.Kill(context.WithoutCancel(ctx), c.Org, c.Actor, c.meta, c.SessionID, out.CommandID)
-			return apperr.New(apperr.ErrInvalid, "upload_incomplete", "The upload of %s broke off before its end; the file may be partly written.", p)
-		}
-	}
-	if err := s.Gateway.Stdin(ctx, c.Org, c.Actor, c.meta, c.SessionID, out.CommandID, nil, true); err != nil {
-		return err
-	}
-	var errText strings.Builder
-	for {
-		for _, ch := range out.Chunks {
-			if ch.Stream == agentd.StreamStderr && errText.Len() < 512 {
-				errText.Write(ch.Data)
-			}
-		}
-		if out.State != agentd.StateRunning && !out.More {
-			break
-		}
-		id := out.CommandID
-		if out, err = s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, id, out.NextCursor, pollWait.Milliseconds()); err != nil {
-			return err
-		}
-		out.CommandID = id
-	}
-	if out.State != agentd.StateExited || out.ExitCode == nil || *out.ExitCode != 0 {
-		return apperr.New(apperr.ErrInvalid, "write_failed", "%s could not be written: %s", p, strings.TrimSpace(errText.String()))
-	}
-	return nil
+	_, err := s.Gateway.WriteFile(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.WriteRequest{Path: p, Body: content})
+	return err
 }

@@ -98,7 +98,10 @@ func keepalive(h http.Header) time.Duration {
 	if err != nil || n <= 0 {
 		return 0
 	}
-	return min(time.Duration(n)*time.Second, pollWait)
+	// Capped before it becomes a Duration: a huge count of seconds would
+	// overflow to a few nanoseconds, a poll that never waits, and a
+	// stream that spins.
+	return time.Duration(min(n, int(pollWait/time.Second))) * time.Second
 }
 
 func (p *processService) Start(ctx context.Context, req *connect.Request[process.StartRequest], stream *connect.ServerStream[process.StartResponse]) error {
@@ -117,6 +120,11 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if err := ex.Validate(); err != nil {
 		return err
 	}
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	out, err := p.s.Gateway.Exec(ctx, c.Org, c.Actor, c.meta, c.SessionID, ex)
 	if err != nil {
 		return err
@@ -134,6 +142,11 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 	if err != nil {
 		return err
 	}
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return err
+	}
+	defer release()
 	// Re-attached from the start of its output: what the recording holds
 	// is what a reconnecting client is given.
 	out, err := p.s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, id, 0, 0)
@@ -171,6 +184,9 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 			if err := send(&process.ProcessEvent{Event: &process.ProcessEvent_Keepalive{Keepalive: &process.ProcessEvent_KeepAlive{}}}); err != nil {
 				return err
 			}
+		}
+		if err := c.recheck(ctx); err != nil {
+			return err
 		}
 		next, err := s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, out.CommandID, out.NextCursor, wait.Milliseconds())
 		if err != nil {
@@ -250,8 +266,19 @@ func (p *processService) input(ctx context.Context, sel *process.ProcessSelector
 }
 
 func (p *processService) StreamInput(ctx context.Context, stream *connect.ClientStream[process.StreamInputRequest]) (*connect.Response[process.StreamInputResponse], error) {
+	c := callOf(ctx)
+	release, err := p.s.holdStream(c)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	var sel *process.ProcessSelector
-	for stream.Receive() {
+	for n := 0; stream.Receive(); n++ {
+		if n > 0 {
+			if err := c.recheck(ctx); err != nil {
+				return nil, err
+			}
+		}
 		switch ev := stream.Msg().GetEvent().(type) {
 		case *process.StreamInputRequest_Start:
 			sel = ev.Start.GetProcess()

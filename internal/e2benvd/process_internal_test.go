@@ -1,7 +1,9 @@
 package e2benvd
 
 import (
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
 )
@@ -28,6 +30,31 @@ func TestCommandLine(t *testing.T) {
 		got := commandLine(&process.ProcessConfig{Cmd: c.cmd, Args: c.args})
 		if got != c.want {
 			t.Errorf("%s %q: %q, want %q", c.cmd, c.args, got, c.want)
+		}
+	}
+}
+
+// keepalive is the interval a quiet stream waits per poll: the client's
+// Keepalive-Ping-Interval in seconds, at most pollWait, never a
+// near-zero wait that would spin (20211507185753197 s overflows a
+// Duration to 512 ns).
+func TestKeepalive(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		header string
+		want   time.Duration
+	}{
+		{"", 0},
+		{"x", 0},
+		{"0", 0},
+		{"-5", 0},
+		{"1", time.Second},
+		{"50", pollWait},
+		{"20211507185753197", pollWait},
+		{"9223372036854775807", pollWait},
+	} {
+		if got := keepalive(http.Header{"Keepalive-Ping-Interval": {c.header}}); got != c.want {
+			t.Errorf("Keepalive-Ping-Interval %q: %v, want %v", c.header, got, c.want)
 		}
 	}
 }

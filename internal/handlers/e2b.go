@@ -346,8 +346,8 @@ func (s *Server) e2bTemplateName(c echo.Context, agentID int64, asked string) (s
 }
 
 // e2bSession reads the :sandboxID sandbox and its session as the key may
-// see them: another org's id, another agent's sandbox, a closed one and an
-// unknown one all answer the same 404.
+// see them: another org's id, another agent's or another key's sandbox, a
+// closed one and an unknown one all answer the same 404.
 func (s *Server) e2bSession(c echo.Context) (e2bapi.Sandbox, sessions.Session, error) {
 	id := c.Param("sandboxID")
 	ctx, t, k := c.Request().Context(), tenantOf(c), e2bKeyOf(c)
@@ -358,7 +358,11 @@ func (s *Server) e2bSession(c echo.Context) (e2bapi.Sandbox, sessions.Session, e
 	if err != nil {
 		return x, sessions.Session{}, err
 	}
-	if x.AgentID != *k.AgentID {
+	if x.AgentID != *k.AgentID || x.KeyID != k.ID {
+		// Only the key that created a sandbox reaches it: its envd token
+		// acts as that key (and its owner) on the data plane, so another
+		// key, even of the same agent and an owner who may see the
+		// session, is not handed it.
 		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
 	}
 	sess, err := s.sessionService(c).Get(ctx, actorOf(c), x.SessionID)
@@ -381,8 +385,8 @@ func (s *Server) e2bGet(c echo.Context) error {
 		Domain: s.e2bDomain(), Lifecycle: e2bLifecycleJSON{OnTimeout: "kill"}})
 }
 
-// e2bList answers the key's agent's live sandboxes that its owner may see,
-// newest first, filtered by state and metadata as E2B does.
+// e2bList answers the live sandboxes this key created that its owner may
+// still see, newest first, filtered by state and metadata as E2B does.
 func (s *Server) e2bList(c echo.Context) error {
 	ctx, k := c.Request().Context(), e2bKeyOf(c)
 	states := map[string]bool{"running": true, "paused": true}
@@ -417,7 +421,7 @@ func (s *Server) e2bList(c echo.Context) error {
 			visible[sess.ID] = sess
 		}
 	}
-	xs, err := e2bapi.ForAgent(ctx, tenantOf(c).DB, *k.AgentID, 200)
+	xs, err := e2bapi.ForKey(ctx, tenantOf(c).DB, k.ID, *k.AgentID, 200)
 	if err != nil {
 		return err
 	}

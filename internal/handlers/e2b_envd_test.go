@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/binary"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 	"mime/multipart"
@@ -285,6 +287,51 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("a sandbox's open streams are capped; one past the cap runs nothing", func(t *testing.T) {
+			if e2benvd.DefaultMaxStreams != 100 {
+				t.Fatalf("docs/e2b-endpoint.md says 100 streams per sandbox; the default is %d", e2benvd.DefaultMaxStreams)
+			}
+			f.e.c.Envd.MaxStreams = 2
+			defer func() { f.e.c.Envd.MaxStreams = 0 }()
+			var pids []uint32
+			for range 2 {
+				s, err := proc.Start(ctx, startCmd("sleep 300", false))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer s.Close()
+				if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+					t.Fatalf("no start event: %v", s.Err())
+				}
+				pids = append(pids, s.Msg().GetEvent().GetStart().GetPid())
+			}
+			s, err := proc.Start(ctx, startCmd("echo past-the-cap", false))
+			if err == nil {
+				for s.Receive() {
+				}
+				err = s.Err()
+			}
+			wantCode(t, "a third Start", err, connect.CodeResourceExhausted)
+			c, err := proc.Connect(ctx, connect.NewRequest(&process.ConnectRequest{Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pids[0]}}}))
+			if err == nil {
+				for c.Receive() {
+				}
+				err = c.Err()
+			}
+			wantCode(t, "a Connect past the cap", err, connect.CodeResourceExhausted)
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				if cmd, _ := e.Details["command"].(string); strings.Contains(cmd, "past-the-cap") {
+					t.Fatal("the refused Start ran its command")
+				}
+			}
+			for _, pid := range pids {
+				if _, err := proc.SendSignal(ctx, connect.NewRequest(&process.SendSignalRequest{
+					Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: pid}}, Signal: process.Signal_SIGNAL_SIGKILL})); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+
 		t.Run("StreamInput feeds a process in order; a tag selector is unimplemented", func(t *testing.T) {
 			s, err := proc.Start(ctx, startCmd("read a; read b; echo $a$b", true))
 			if err != nil {
@@ -468,6 +515,21 @@ func TestE2BDataPlane(t *testing.T) {
 			w.Write([]byte("from a form"))
 			mw.Close()
 			post(&form, mw.FormDataContentType(), "", "path=notes/m.txt")
+			// Several files in one form (the SDK's files.write([...])): no
+			// path in the query, each part's file name is its whole path.
+			var multi bytes.Buffer
+			mw = multipart.NewWriter(&multi)
+			for _, p := range []string{"notes/deep/one.txt", "notes/deep/two.txt"} {
+				w, _ := mw.CreateFormFile("file", p)
+				w.Write([]byte("at " + p))
+			}
+			mw.Close()
+			post(&multi, mw.FormDataContentType(), "", "")
+			for _, p := range []string{"notes/deep/one.txt", "notes/deep/two.txt"} {
+				if got := read(p); got != "at "+p {
+					t.Fatalf("%s read back %q", p, got)
+				}
+			}
 			var gz bytes.Buffer
 			zw := gzip.NewWriter(&gz)
 			zw.Write([]byte("zipped"))
@@ -491,13 +553,56 @@ func TestE2BDataPlane(t *testing.T) {
 			if len(f.auditEvents(t, "action:file.stat")) == 0 {
 				t.Fatal("no file.stat audit event")
 			}
-			wrote := false
-			for _, e := range f.auditEvents(t, "action:command.exec") {
-				c, _ := e.Details["command"].(string)
-				wrote = wrote || strings.Contains(c, "cat > 'notes/a b.txt'")
+			// Each upload is the gateway's audited write: file.write with
+			// the path, the decoded size and its SHA-256; never a command.
+			want := map[string]string{"notes/a b.txt": "plain 'quoted' $HOME\n", "notes/m.txt": "from a form", "notes/z.txt": "zipped"}
+			seen := map[string]bool{}
+			for _, e := range f.auditEvents(t, "action:file.write") {
+				p, _ := e.Details["path"].(string)
+				for name, content := range want {
+					sum := sha256.Sum256([]byte(content))
+					if strings.HasSuffix(p, "/"+name) && e.Details["sha256"] == hex.EncodeToString(sum[:]) && e.Details["size"] == float64(len(content)) {
+						seen[name] = true
+					}
+				}
 			}
-			if !wrote {
-				t.Fatal("the write is not audited as a command naming its path")
+			if len(seen) != len(want) {
+				t.Fatalf("file.write audited with the right size and SHA-256 for %v, want all of %v", seen, want)
+			}
+			for _, e := range f.auditEvents(t, "action:command.exec") {
+				if c, _ := e.Details["command"].(string); strings.Contains(c, "notes/") {
+					t.Fatalf("an upload ran as a command: %q", c)
+				}
+			}
+		})
+
+		t.Run("a gzip body that inflates past the write limit is refused, nothing written", func(t *testing.T) {
+			// 64 MiB + 1 of zeros compresses to about 64 KiB.
+			var gz bytes.Buffer
+			zw := gzip.NewWriter(&gz)
+			zeros := make([]byte, 1<<20)
+			for range 64 {
+				zw.Write(zeros)
+			}
+			zw.Write([]byte{0})
+			zw.Close()
+			req, _ := http.NewRequest(http.MethodPost, f.hostURL("sbxacme1")+"/files?path=bomb.bin", &gz)
+			req.Header.Set("Content-Type", "application/octet-stream")
+			req.Header.Set("Content-Encoding", "gzip")
+			good.set(req.Header)
+			resp, err := f.http.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusBadRequest || !bytes.Contains(b, []byte("write limit")) {
+				t.Fatalf("POST /files of a gzip bomb: %d %s", resp.StatusCode, b)
+			}
+			for _, e := range f.auditEvents(t, "action:file.write") {
+				if p, _ := e.Details["path"].(string); strings.HasSuffix(p, "/bomb.bin") {
+					t.Fatalf("the refused upload was audited as written: %v", e.Details)
+				}
 			}
 		})
 
@@ -658,6 +763,32 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 			if ev := readAll(t, s); strings.Join(ev.stdout, "") != "shared\n" {
 				t.Fatalf("events %+v", ev)
+			}
+		})
+
+		t.Run("a request diverted to the data plane never reaches the console's routes", func(t *testing.T) {
+			// A valid sandbox and token, and a console sign-in that would
+			// open these routes: the data plane serves envd's paths only.
+			for _, c := range []struct{ method, url string }{
+				{http.MethodGet, f.e.srv.URL + "/api/v1/orgs/acme/sessions"},
+				{http.MethodPost, f.e.srv.URL + "/api/v1/orgs/acme/e2b-keys"},
+				{http.MethodGet, f.hostURL("sbxacme1") + "/api/v1/orgs/acme/sessions"},
+				{http.MethodGet, f.e.srv.URL + "/orgs/acme"},
+			} {
+				req, _ := http.NewRequest(c.method, c.url, strings.NewReader(`{"agent_id":1,"name":"x"}`))
+				good.set(req.Header)
+				req.Header.Set(e2benvd.SandboxHeader, "sbxacme1")
+				req.Header.Set("Authorization", "Bearer "+f.tokens["member"])
+				req.Header.Set("Content-Type", "application/json")
+				resp, err := f.http.Do(req)
+				if err != nil {
+					t.Fatal(err)
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusNotFound || !bytes.Contains(b, []byte(`"message":"envd's API has no `)) {
+					t.Fatalf("%s %s with E2b-Sandbox-Id: %d %s, want the data plane's 404", c.method, c.url, resp.StatusCode, b)
+				}
 			}
 		})
 	})

@@ -65,8 +65,14 @@ type sdkRun struct {
 		Data string `json:"data"`
 		MS   int    `json:"ms"`
 	} `json:"lines"`
-	LatencyMS        []int  `json:"latencyMs"`
-	Read             string `json:"read"`
+	LatencyMS []int    `json:"latencyMs"`
+	Read      string   `json:"read"`
+	ReadGzip  string   `json:"readGzip"`
+	ReadMulti []string `json:"readMulti"`
+	Stdin     struct {
+		Stdout   string `json:"stdout"`
+		ExitCode int    `json:"exitCode"`
+	} `json:"stdin"`
 	Denied           *string
 	RunningBefore    bool `json:"runningBeforeKill"`
 	Killed           bool `json:"killed"`
@@ -152,6 +158,21 @@ func runSDK(t *testing.T, f *terminalFixture, agent int64) {
 		t.Run("files.write then files.read round-trips", func(t *testing.T) {
 			if run.Read != "written by the E2B SDK\n" {
 				t.Fatalf("read back %q", run.Read)
+			}
+		})
+		t.Run("files.write with gzip (octet-stream, Content-Encoding: gzip) round-trips", func(t *testing.T) {
+			if run.ReadGzip != "gzipped by the E2B SDK\n" {
+				t.Fatalf("read back %q", run.ReadGzip)
+			}
+		})
+		t.Run("files.write of several files keeps each one's path", func(t *testing.T) {
+			if strings.Join(run.ReadMulti, "|") != "first of two|second of two" {
+				t.Fatalf("read back %q", run.ReadMulti)
+			}
+		})
+		t.Run("sendStdin then closeStdin: the command reads its input and ends", func(t *testing.T) {
+			if run.Stdin.Stdout != "fed by sendStdin\n" || run.Stdin.ExitCode != 0 {
+				t.Fatalf("cat fed by sendStdin and closeStdin: %+v", run.Stdin)
 			}
 		})
 		t.Run("a command the agent's policy denies fails in the SDK naming the pattern", func(t *testing.T) {

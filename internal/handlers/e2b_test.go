@@ -12,9 +12,13 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -310,9 +314,14 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 		})
 
-		t.Run("another org's key and another agent's key find nothing by id", func(t *testing.T) {
+		t.Run("another org's key, another agent's key and another key of the agent find nothing by id", func(t *testing.T) {
+			// The sandbox's envd token acts as the key that created it:
+			// a key of the same agent whose owner may see the session
+			// (an admin) must not be handed it, or it would act in the
+			// sandbox as that other key's owner.
+			adminKey := mintE2BKey(t, e, "acme", f.tokens["admin"], agent, "admin runtime")
 			for name, c := range map[string][2]string{"globex key, globex path": {"/e2b/orgs/globex", gkey.Key},
-				"other agent's key": {api, otherKey.Key}} {
+				"other agent's key": {api, otherKey.Key}, "another key of the agent": {api, adminKey.Key}} {
 				for _, m := range []struct{ method, path string }{{http.MethodGet, ""}, {http.MethodDelete, ""}, {http.MethodPost, "/connect"},
 					{http.MethodPost, "/pause"}, {http.MethodPost, "/timeout"}} {
 					r := sdk(m.method, c[0]+"/sandboxes/"+sb.SandboxID+m.path, c[1], map[string]any{"timeout": 10})
@@ -348,6 +357,49 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			b.Release()
+			// A command streaming through the data plane when the key is
+			// revoked: its stream ends refused at its next poll, it does
+			// not run on under the revoked key. (It would end by itself
+			// after 120 lines; the 1 s keepalive makes each poll short.)
+			proc := processconnect.NewProcessClient(http.DefaultClient, e.srv.URL, connect.WithProtoJSON(),
+				connect.WithInterceptors(envdAuth{token: second.EnvdAccessToken, sandbox: second.SandboxID}))
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			req := startCmd("for i in $(seq 1 120); do echo $i; sleep 1; done", false)
+			req.Header().Set("Keepalive-Ping-Interval", "1")
+			stream, err := proc.Start(ctx, req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer stream.Close()
+			for stream.Receive() {
+				if stream.Msg().GetEvent().GetData() != nil {
+					break // running, its output flowing
+				}
+			}
+			// And input streaming into a command: its first line went
+			// through (cat echoed it) before the key is revoked.
+			cat, err := proc.Start(ctx, startCmd("cat", true))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer cat.Close()
+			if !cat.Receive() || cat.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", cat.Err())
+			}
+			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: cat.Msg().GetEvent().GetStart().GetPid()}}
+			line := func(s string) *process.StreamInputRequest {
+				return &process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{
+					Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte(s)}}}}}
+			}
+			in := proc.StreamInput(ctx)
+			in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}})
+			in.Send(line("before\n"))
+			for cat.Receive() {
+				if string(cat.Msg().GetEvent().GetData().GetStdout()) == "before\n" {
+					break
+				}
+			}
 			wantStatus(t, "revoke another's key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["plain"], nil),
 				http.StatusNotFound)
 			wantStatus(t, "revoke", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["member"], nil), http.StatusNoContent)
@@ -357,6 +409,15 @@ func TestE2BControlPlane(t *testing.T) {
 			if _, err := e.c.E2B.ResolveSandbox(context.Background(), second.SandboxID, second.EnvdAccessToken); !errors.Is(err, apperr.ErrUnauthorized) {
 				t.Errorf("the revoked key's sandbox still resolves: %v", err)
 			}
+			for stream.Receive() {
+				if stream.Msg().GetEvent().GetEnd() != nil {
+					t.Fatal("the command ran to its end after its key was revoked")
+				}
+			}
+			wantCode(t, "the revoked key's open stream", stream.Err(), connect.CodeUnauthenticated)
+			in.Send(line("after\n"))
+			_, err = in.CloseAndReceive()
+			wantCode(t, "the revoked key's open input stream", err, connect.CodeUnauthenticated)
 		})
 
 		t.Run("the audit log names the key's owner through the key", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/gatehouse/gatehouse/internal/apidoc"
+	"github.com/gatehouse/gatehouse/internal/e2benvd"
 )
 
 // contractDoc is the parsed document and its router, built once per test
@@ -104,7 +105,9 @@ func (v *apiValidator) fail(format string, args ...any) {
 }
 
 func (v *apiValidator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if isUpgrade(r) {
+	if isUpgrade(r) || e2benvd.SandboxID(r) != "" {
+		// A request naming a sandbox is the E2B data plane's (envd's
+		// API, served before the console's router), not the console's.
 		v.next.ServeHTTP(w, r)
 		return
 	}

@@ -28,6 +28,22 @@ await sbx.commands.run('for i in 1 2 3; do date +%s%3N; sleep 1; done', {
 
 await sbx.files.write('sdk/hello.txt', 'written by the E2B SDK\n')
 out.read = await sbx.files.read('sdk/hello.txt')
+// gzip: an octet-stream upload with Content-Encoding: gzip (envd 0.5.7).
+await sbx.files.write('sdk/zipped.txt', 'gzipped by the E2B SDK\n', { gzip: true })
+out.readGzip = await sbx.files.read('sdk/zipped.txt')
+// Several files at once: one multipart form, each part named by its path.
+await sbx.files.write([
+  { path: 'sdk/multi/a.txt', data: 'first of two' },
+  { path: 'sdk/multi/b.txt', data: 'second of two' },
+])
+out.readMulti = [await sbx.files.read('sdk/multi/a.txt'), await sbx.files.read('sdk/multi/b.txt')]
+
+// stdin, then closeStdin (envd 0.5.2): cat ends at the end of its input.
+const cat = await sbx.commands.run('cat', { background: true, stdin: true })
+await sbx.commands.sendStdin(cat.pid, 'fed by sendStdin\n')
+await sbx.commands.closeStdin(cat.pid)
+const catDone = await cat.wait()
+out.stdin = { stdout: catDone.stdout, exitCode: catDone.exitCode }
 
 try {
   await sbx.commands.run('rm -rf /tmp/gatehouse-sdk-denied')
