@@ -162,12 +162,18 @@ func (c *ManualClock) Now() time.Time {
 
 // StubLauncher starts in-process HTTP servers instead of agentd, for tests
 // of the API layer that need no real process. Each answers any request with
-// 200 and the text "stub <sandboxID> <path>".
+// 200 and the text "stub <sandboxID> <path>", except agentd's rekey
+// (POST /v1/token), which it takes with 204 as a fresh agentd does: the
+// console rekeys every sandbox it creates and kills one that refuses.
 type StubLauncher struct{}
 
 // Launch starts one stub.
 func (StubLauncher) Launch(_ context.Context, spec e2bfake.LaunchSpec) (e2bfake.Process, error) {
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/token" {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
 		fmt.Fprintf(w, "stub %s %s", spec.SandboxID, r.URL.Path)
 	})}
 	ln, err := listenLoopback()
