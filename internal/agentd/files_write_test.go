@@ -272,6 +272,11 @@ func TestWriteArchive(t *testing.T) {
 		{"symlink out", []entry{{name: "l", typ: tar.TypeSymlink, link: "../../outside"}}, agentd.ErrPathOutsideRoot, "points outside"},
 		{"symlink absolute", []entry{{name: "l", typ: tar.TypeSymlink, link: outside}}, agentd.ErrPathOutsideRoot, "absolute"},
 		{"write through a symlink", []entry{{name: "l", typ: tar.TypeSymlink, link: "."}, {name: "l/../../evil", body: "x"}}, agentd.ErrPathOutsideRoot, ""},
+		// Each target stays inside when read as text, but "deep/up" is the
+		// top of the tree, so a link below it (or one naming a path through
+		// it) resolves above the tree.
+		{"symlink below a symlink to the top", []entry{{name: "deep/up", typ: tar.TypeSymlink, link: ".."}, {name: "deep/up/l", typ: tar.TypeSymlink, link: "../../outside"}}, agentd.ErrPathOutsideRoot, "leads outside"},
+		{"symlink through a symlink to the top", []entry{{name: "deep/up", typ: tar.TypeSymlink, link: ".."}, {name: "y", typ: tar.TypeSymlink, link: "deep/up"}, {name: "t", typ: tar.TypeSymlink, link: "y/.."}}, agentd.ErrPathOutsideRoot, "leads outside"},
 		{"duplicate", []entry{{name: "a", body: "1"}, {name: "a", body: "2"}}, agentd.ErrBadRequest, "twice"},
 		{"backslash", []entry{{name: `a\..\..\evil`, body: "x"}}, agentd.ErrBadRequest, "backslash"},
 		{"too many entries", tooMany, agentd.ErrTooLarge, "more than 20 entries"},
