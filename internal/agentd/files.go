@@ -27,6 +27,9 @@ type fileSystem struct {
 	// sourcesForOthers makes copies read only what others may read: set
 	// when commands run as another user than agentd's (see copyIn).
 	sourcesForOthers bool
+	// afterResolve, when set (by tests), runs between resolving a copy's
+	// source and opening it: where a swapped-in symlink would strike.
+	afterResolve func()
 }
 
 func newFileSystem(dir string, refuseLinked bool) (*fileSystem, error) {

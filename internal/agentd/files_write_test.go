@@ -518,6 +518,8 @@ func TestCopy(t *testing.T) {
 		{"symlink leaving the tree", bad, "bad", agentd.ErrPathOutsideRoot, "points"},
 		{"into itself", root, "dir/self", agentd.ErrBadRequest, "inside the source"},
 		{"a file onto a directory", filepath.Join(src, "SKILL.md"), "dir", agentd.ErrIsDirectory, ""},
+		{"agentd's own process files", "/proc/self/environ", "x", agentd.ErrPathOutsideRoot, "which agentd does not copy from"},
+		{"/proc through a symlink", "/proc/self/root/proc/self/environ", "x", agentd.ErrPathOutsideRoot, "which agentd does not copy from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
