@@ -267,6 +267,7 @@ type treeWriter struct {
 	dst      *os.Root
 	lim      writeLimits
 	files    int
+	tops     int // entries naming the top directory itself
 	bytes    int64
 	dirModes map[string]fs.FileMode
 	// hashing collects entries for the tree hash (copies only).
@@ -286,7 +287,17 @@ func newTreeWriter(dst *os.Root, lim writeLimits) *treeWriter {
 
 func (t *treeWriter) count(name string) error {
 	t.files++
-	if t.files > t.lim.unpackFiles {
+	if t.files+t.tops > t.lim.unpackFiles {
+		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
+	}
+	return nil
+}
+
+// top counts an entry naming the tree's top directory (nothing to
+// create, not among the files answered) toward the entry limit.
+func (t *treeWriter) top(name string) error {
+	t.tops++
+	if t.files+t.tops > t.lim.unpackFiles {
 		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
 	}
 	return nil

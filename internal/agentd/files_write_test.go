@@ -258,6 +258,12 @@ func TestWriteArchive(t *testing.T) {
 	for i := range tooMany {
 		tooMany[i] = entry{name: fmt.Sprintf("f%d", i), body: "x"}
 	}
+	// The archive's own top directory, named again and again, costs
+	// reading like any entry and counts like one.
+	tooManyTops := make([]entry, 21)
+	for i := range tooManyTops {
+		tooManyTops[i] = entry{name: "./", typ: tar.TypeDir, mode: 0o755}
+	}
 	bomb := entry{name: "zeros", body: strings.Repeat("\x00", 2<<20)}
 	tests := []struct {
 		name    string
@@ -280,6 +286,7 @@ func TestWriteArchive(t *testing.T) {
 		{"duplicate", []entry{{name: "a", body: "1"}, {name: "a", body: "2"}}, agentd.ErrBadRequest, "twice"},
 		{"backslash", []entry{{name: `a\..\..\evil`, body: "x"}}, agentd.ErrBadRequest, "backslash"},
 		{"too many entries", tooMany, agentd.ErrTooLarge, "more than 20 entries"},
+		{"too many top directories", tooManyTops, agentd.ErrTooLarge, "more than 20 entries"},
 		{"bomb", []entry{bomb}, agentd.ErrTooLarge, "more than 1048576 bytes"},
 	}
 	tarOnly := []struct {
