@@ -24,8 +24,9 @@ type fileSystem struct {
 	// refuseLinked refuses reads of files with more than one hard link,
 	// which a command may have linked to a file it cannot read itself.
 	refuseLinked bool
-	// sourcesForOthers makes copies read only what others may read: set
-	// when commands run as another user than agentd's (see copyIn).
+	// sourcesForOthers makes copies read only what others may read, and
+	// refuses writes without a root: set when commands run as another
+	// user than agentd's (see copyIn and parentOf).
 	sourcesForOthers bool
 	// afterResolve, when set (by tests), runs between resolving a copy's
 	// source and opening it: where a swapped-in symlink would strike.

@@ -48,6 +48,12 @@ func parseMode(s string) (fs.FileMode, error) {
 // means no component on the way there leaves the root.
 func (f *fileSystem) parentOf(p string) (*os.Root, string, error) {
 	if f.root == nil {
+		if f.sourcesForOthers {
+			// agentd is root and commands run as another user: without a
+			// root, a write (a session's upload, a fetch) would be root's
+			// write anywhere, /etc included.
+			return nil, "", newError(CodePathOutsideRoot, "agentd runs commands as another user (--run-as) and has no --root: it writes files only below a root.")
+		}
 		if p == "" {
 			return nil, "", newError(CodeBadRequest, "A path is required.")
 		}

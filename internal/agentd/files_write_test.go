@@ -623,3 +623,59 @@ func TestCopyForOtherUser(t *testing.T) {
 		}
 	}
 }
+
+// TestWritesNeedARootWithRunAs: agentd running commands as another user
+// (it is root) without --root refuses every write, which would otherwise
+// be root's write anywhere: a session member uploading to /etc.
+func TestWritesNeedARootWithRunAs(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	// The test's own temporary directories let only their owner in; the
+	// copy's source must be one others may read.
+	for _, dir := range []string{filepath.Dir(outside), outside} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(outside, "skill.md")
+	if err := os.WriteFile(src, []byte("# skill"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, agentdtest.WithConfig(func(c *agentd.Config) {
+		c.RunAs = &agentd.Credential{UID: 65534, GID: 65534}
+	}))
+	ctx := testCtx(t)
+	archive := tarGz(t, entry{name: "a", body: "x"})
+	tests := []struct {
+		name string
+		call func(dst string) error
+	}{
+		{"PUT /v1/files", func(dst string) error {
+			_, err := c.WriteFile(ctx, dst, 0, strings.NewReader("evil"), 4)
+			return err
+		}},
+		{"PUT /v1/files/archive", func(dst string) error {
+			_, err := c.WriteArchive(ctx, dst, agentd.ArchiveTarGz, bytes.NewReader(archive), int64(len(archive)))
+			return err
+		}},
+		{"POST /v1/files/copy", func(dst string) error {
+			_, err := c.Copy(ctx, src, dst)
+			return err
+		}},
+		{"POST /v1/files/fetch", func(dst string) error {
+			// Refused before anything is requested.
+			_, err := c.Fetch(ctx, agentd.FetchRequest{URL: "http://127.0.0.1:1/skill.md", Path: dst})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		dst := filepath.Join(outside, "written-"+strings.NewReplacer("/", "-", " ", "").Replace(tt.name))
+		err := tt.call(dst)
+		if !errors.Is(err, agentd.ErrPathOutsideRoot) || !strings.Contains(err.Error(), "--root") {
+			t.Errorf("%s: got %v; want a refusal naming --root", tt.name, err)
+		}
+		if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %s was written", tt.name, dst)
+		}
+	}
+}
