@@ -108,6 +108,11 @@ func isNotDir(err error) bool {
 func (f *fileSystem) openRead(p string) (*os.File, error) {
 	flag := os.O_RDONLY | openNonblock
 	if f.root == nil {
+		if f.sourcesForOthers {
+			// As for writes (parentOf): root's read of anything, such as
+			// /etc/shadow, for a user commands run as.
+			return nil, newError(CodePathOutsideRoot, "agentd runs commands as another user (--run-as) and has no --root: it reads files only below a root.")
+		}
 		if p == "" {
 			return nil, newError(CodeBadRequest, "A path is required.")
 		}

@@ -625,8 +625,9 @@ func TestCopyForOtherUser(t *testing.T) {
 }
 
 // TestWritesNeedARootWithRunAs: agentd running commands as another user
-// (it is root) without --root refuses every write, which would otherwise
-// be root's write anywhere: a session member uploading to /etc.
+// (it is root) without --root refuses every write and every read of a
+// file's bytes, which would otherwise be root's, anywhere: a session
+// member uploading to /etc or reading /etc/shadow.
 func TestWritesNeedARootWithRunAs(t *testing.T) {
 	t.Parallel()
 	outside := t.TempDir()
@@ -639,6 +640,10 @@ func TestWritesNeedARootWithRunAs(t *testing.T) {
 	}
 	src := filepath.Join(outside, "skill.md")
 	if err := os.WriteFile(src, []byte("# skill"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(outside, "private.key")
+	if err := os.WriteFile(private, []byte("root's secret"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	c := newClient(t, agentdtest.WithConfig(func(c *agentd.Config) {
@@ -660,6 +665,10 @@ func TestWritesNeedARootWithRunAs(t *testing.T) {
 		}},
 		{"POST /v1/files/copy", func(dst string) error {
 			_, err := c.Copy(ctx, src, dst)
+			return err
+		}},
+		{"GET /v1/files", func(string) error {
+			_, _, err := c.ReadFile(ctx, private, 0, 0)
 			return err
 		}},
 		{"POST /v1/files/fetch", func(dst string) error {
