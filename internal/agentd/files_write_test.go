@@ -557,6 +557,20 @@ func TestRekey(t *testing.T) {
 	if err := agentd.NewClient(longURL, long, nil).Rekey(ctx, long); !errors.Is(err, agentd.ErrBadRequest) || !strings.Contains(err.Error(), "differ") {
 		t.Fatalf("rekey to the same token: %v", err)
 	}
+	// An agentd that already served someone else holding the template's
+	// token (a command started, a file planted) is not rekeyed: the
+	// console then kills the sandbox rather than trust it.
+	usedURL, _ := agentdtest.Start(t, agentdtest.WithConfig(func(c *agentd.Config) { c.Token = template }))
+	used := agentd.NewClient(usedURL, template, nil)
+	if _, err := used.Stat(ctx, "."); err != nil {
+		t.Fatal(err)
+	}
+	if err := used.Rekey(ctx, strings.Repeat("u", 40)); !errors.Is(err, agentd.ErrUsedBeforeRekey) {
+		t.Fatalf("rekey after another request: %v", err)
+	}
+	if _, err := used.Stat(ctx, "."); err != nil {
+		t.Fatalf("the refused rekey changed the token: %v", err)
+	}
 	perSandbox := strings.Repeat("k", 40)
 	if err := old.Rekey(ctx, perSandbox); err != nil {
 		t.Fatal(err)
