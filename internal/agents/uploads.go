@@ -42,7 +42,7 @@ const (
 
 // Upload is a skill bundle or file stored for an agent in the org's
 // database. Content is read only for preparing a session's workspace
-// (UploadContents); listings carry metadata.
+// (UploadContent); listings carry metadata.
 type Upload struct {
 	ID        int64 `gorm:"primaryKey"`
 	AgentID   int64
