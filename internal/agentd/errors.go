@@ -20,6 +20,7 @@ const (
 	CodeIsDirectory      = "is_directory"       // 409: a file operation hit a directory
 	CodeIDInUse          = "id_in_use"          // 409: a session with the requested id exists
 	CodeAlreadyRekeyed   = "already_rekeyed"    // 409: POST /v1/token was already accepted once
+	CodeUsedBeforeRekey  = "used_before_rekey"  // 409: POST /v1/token after another request took the template's token
 	CodeChecksumMismatch = "checksum_mismatch"  // 422: a download's SHA-256 differs from the pin
 	CodeTooLarge         = "too_large"          // 413: body or download over its limit
 	CodeTooManySessions  = "too_many_sessions"  // 429: concurrent session cap reached
@@ -48,6 +49,7 @@ var (
 	ErrIsDirectory      = errors.New("agentd: is a directory")
 	ErrIDInUse          = errors.New("agentd: session id in use")
 	ErrAlreadyRekeyed   = errors.New("agentd: already rekeyed")
+	ErrUsedBeforeRekey  = errors.New("agentd: used before rekey")
 	ErrChecksumMismatch = errors.New("agentd: checksum mismatch")
 	ErrTooLarge         = errors.New("agentd: too large")
 	ErrTooManySessions  = errors.New("agentd: too many sessions")
@@ -87,6 +89,8 @@ func codeInfo(code string) (int, error) {
 		return http.StatusConflict, ErrIDInUse
 	case CodeAlreadyRekeyed:
 		return http.StatusConflict, ErrAlreadyRekeyed
+	case CodeUsedBeforeRekey:
+		return http.StatusConflict, ErrUsedBeforeRekey
 	case CodeChecksumMismatch:
 		return http.StatusUnprocessableEntity, ErrChecksumMismatch
 	case CodeTooLarge:

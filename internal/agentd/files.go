@@ -24,9 +24,13 @@ type fileSystem struct {
 	// refuseLinked refuses reads of files with more than one hard link,
 	// which a command may have linked to a file it cannot read itself.
 	refuseLinked bool
-	// sourcesForOthers makes copies read only what others may read: set
-	// when commands run as another user than agentd's (see copyIn).
+	// sourcesForOthers makes copies read only what others may read, and
+	// refuses writes without a root: set when commands run as another
+	// user than agentd's (see copyIn and parentOf).
 	sourcesForOthers bool
+	// afterResolve, when set (by tests), runs between resolving a copy's
+	// source and opening it: where a swapped-in symlink would strike.
+	afterResolve func()
 }
 
 func newFileSystem(dir string, refuseLinked bool) (*fileSystem, error) {
@@ -104,6 +108,11 @@ func isNotDir(err error) bool {
 func (f *fileSystem) openRead(p string) (*os.File, error) {
 	flag := os.O_RDONLY | openNonblock
 	if f.root == nil {
+		if f.sourcesForOthers {
+			// As for writes (parentOf): root's read of anything, such as
+			// /etc/shadow, for a user commands run as.
+			return nil, newError(CodePathOutsideRoot, "agentd runs commands as another user (--run-as) and has no --root: it reads files only below a root.")
+		}
 		if p == "" {
 			return nil, newError(CodeBadRequest, "A path is required.")
 		}

@@ -88,6 +88,11 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 			return err
 		}
 		if name == "" {
+			// The top directory itself: nothing to create, but counted
+			// toward the limit, so an archive of nothing else meets it.
+			if err := t.top(h.Name); err != nil {
+				return err
+			}
 			continue
 		}
 		mode := fs.FileMode(h.Mode).Perm()
@@ -129,6 +134,9 @@ func unpackZip(t *treeWriter, file *os.File, size int64) error {
 			return err
 		}
 		if name == "" {
+			if err := t.top(zf.Name); err != nil {
+				return err
+			}
 			continue
 		}
 		mode := zf.Mode()

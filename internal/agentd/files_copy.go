@@ -19,7 +19,10 @@ import (
 // they can cat the same files, and when they run as another user (RunAs)
 // every source file must be readable by others and every directory on
 // the way searchable by others (othersMayRead), so the copy cannot carry
-// a file only agentd's user may read into the workspace.
+// a file only agentd's user may read into the workspace. The directories
+// are checked as they are opened, one by one, so a symlink swapped in
+// after from was resolved is refused rather than followed. /proc is
+// refused: agentd's own process files there are hidden from commands.
 func (f *fileSystem) copyIn(from, to string, lim writeLimits) (*CopyResponse, error) {
 	switch {
 	case from == "" || to == "":
@@ -33,14 +36,22 @@ func (f *fileSystem) copyIn(from, to string, lim writeLimits) (*CopyResponse, er
 	if err != nil {
 		return nil, sourceError(from, err)
 	}
-	fi, err := os.Stat(src)
+	if src == "/proc" || strings.HasPrefix(src, "/proc/") {
+		// agentd makes itself non-dumpable so that commands cannot read
+		// its /proc/PID files; read by agentd itself, they would be.
+		return nil, newError(CodePathOutsideRoot, "The source %q lies under /proc, which agentd does not copy from.", from)
+	}
+	if f.afterResolve != nil {
+		f.afterResolve()
+	}
+	sp, sbase, err := openSourceParent(from, src, f.sourcesForOthers)
+	if err != nil {
+		return nil, err
+	}
+	defer sp.Close()
+	fi, err := sp.Lstat(sbase)
 	if err != nil {
 		return nil, sourceError(from, err)
-	}
-	if f.sourcesForOthers {
-		if err := othersMayReach(from, src); err != nil {
-			return nil, err
-		}
 	}
 	pr, base, err := f.parentOf(to)
 	if err != nil {
@@ -48,7 +59,11 @@ func (f *fileSystem) copyIn(from, to string, lim writeLimits) (*CopyResponse, er
 	}
 	defer pr.Close()
 	if fi.Mode().IsRegular() {
-		return f.copyFile(pr, base, from, src, to, lim)
+		return f.copyFile(pr, base, from, sp, sbase, fi, to, lim)
+	}
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		// It was resolved: it became a link since.
+		return nil, errSourceChanged(from)
 	}
 	if !fi.IsDir() {
 		return nil, newError(CodeBadRequest, "The source %q is neither a regular file nor a directory.", from)
@@ -58,7 +73,80 @@ func (f *fileSystem) copyIn(from, to string, lim writeLimits) (*CopyResponse, er
 			return nil, newError(CodeBadRequest, "The destination %q lies inside the source %q.", to, from)
 		}
 	}
-	return f.copyTree(pr, base, from, src, to, lim)
+	return f.copyTree(pr, base, from, sp, sbase, to, lim)
+}
+
+// errSourceChanged refuses a source that changed while it was opened.
+func errSourceChanged(from string) error {
+	return newError(CodeBadRequest, "The source %q changed while it was being read (it, or a directory on its way, became a symbolic link).", from)
+}
+
+// openSourceParent opens the directory holding src (absolute, symlinks
+// resolved) one element at a time from "/", and returns it with src's
+// last element. Each element must still be the directory it was when
+// looked at (not a symlink swapped in since src was resolved), so the
+// directories checked (forOthers: each must let others in) are the
+// directories the copy reads through.
+func openSourceParent(from, src string, forOthers bool) (*os.Root, string, error) {
+	r, err := os.OpenRoot(string(filepath.Separator))
+	if err != nil {
+		return nil, "", sourceError(from, err)
+	}
+	check := func(fi fs.FileInfo) error {
+		if forOthers && fi.Mode().Perm()&0o001 == 0 {
+			return newError(CodePathOutsideRoot, "The source %q lies in a directory others may not enter; commands here could not read it.", from)
+		}
+		return nil
+	}
+	if fi, err := r.Stat("."); err != nil {
+		r.Close()
+		return nil, "", sourceError(from, err)
+	} else if err := check(fi); err != nil {
+		r.Close()
+		return nil, "", err
+	}
+	for _, elem := range strings.Split(filepath.Dir(src), string(filepath.Separator)) {
+		if elem == "" {
+			continue
+		}
+		next, err := openSameDir(r, elem, from)
+		r.Close()
+		if err != nil {
+			return nil, "", err
+		}
+		fi, err := next.Stat(".")
+		if err == nil {
+			err = check(fi)
+		}
+		if err != nil {
+			next.Close()
+			return nil, "", err
+		}
+		r = next
+	}
+	return r, filepath.Base(src), nil
+}
+
+// openSameDir opens the directory name inside r, refusing it when it is
+// a symlink or was replaced between looking at it and opening it.
+func openSameDir(r *os.Root, name, from string) (*os.Root, error) {
+	fi, err := r.Lstat(name)
+	if err != nil {
+		return nil, sourceError(from, err)
+	}
+	if !fi.IsDir() {
+		return nil, errSourceChanged(from)
+	}
+	next, err := r.OpenRoot(name)
+	if err != nil {
+		return nil, sourceError(from, err)
+	}
+	got, err := next.Stat(".")
+	if err != nil || !os.SameFile(fi, got) {
+		next.Close()
+		return nil, errSourceChanged(from)
+	}
+	return next, nil
 }
 
 func sourceError(from string, err error) error {
@@ -69,23 +157,6 @@ func sourceError(from string, err error) error {
 		return newError(CodePathOutsideRoot, "The source %q is not readable.", from)
 	default:
 		return newError(CodeBadRequest, "The source %q cannot be used.", from)
-	}
-}
-
-// othersMayReach refuses a source that a user other than agentd's could
-// not reach: every directory above it must be searchable by others.
-func othersMayReach(from, src string) error {
-	for dir := filepath.Dir(src); ; dir = filepath.Dir(dir) {
-		fi, err := os.Stat(dir)
-		if err != nil {
-			return sourceError(from, err)
-		}
-		if fi.Mode().Perm()&0o001 == 0 {
-			return newError(CodePathOutsideRoot, "The source %q lies in a directory others may not enter; commands here could not read it.", from)
-		}
-		if dir == filepath.Dir(dir) {
-			return nil
-		}
 	}
 }
 
@@ -102,11 +173,11 @@ func othersMayRead(name string, fi fs.FileInfo) error {
 	return nil
 }
 
-func (f *fileSystem) copyFile(pr *os.Root, base, from, src, to string, lim writeLimits) (*CopyResponse, error) {
+func (f *fileSystem) copyFile(pr *os.Root, base, from string, sp *os.Root, sbase string, seen fs.FileInfo, to string, lim writeLimits) (*CopyResponse, error) {
 	if fi, err := pr.Stat(base); err == nil && fi.IsDir() {
 		return nil, newError(CodeIsDirectory, "The destination %q is a directory.", to)
 	}
-	in, err := os.OpenFile(src, os.O_RDONLY|openNonblock, 0)
+	in, err := sp.OpenFile(sbase, os.O_RDONLY|openNonblock, 0)
 	if err != nil {
 		return nil, sourceError(from, err)
 	}
@@ -114,6 +185,9 @@ func (f *fileSystem) copyFile(pr *os.Root, base, from, src, to string, lim write
 	fi, err := in.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
 		return nil, newError(CodeBadRequest, "The source %q is not a regular file.", from)
+	}
+	if !os.SameFile(seen, fi) {
+		return nil, errSourceChanged(from)
 	}
 	if f.sourcesForOthers {
 		if err := othersMayRead(from, fi); err != nil {
@@ -150,13 +224,13 @@ func (f *fileSystem) copyFile(pr *os.Root, base, from, src, to string, lim write
 
 // copyTree walks src through a root of its own, so an entry (or a symlink
 // swapped in during the walk) cannot lead the copy outside the tree.
-func (f *fileSystem) copyTree(pr *os.Root, base, from, src, to string, lim writeLimits) (*CopyResponse, error) {
+func (f *fileSystem) copyTree(pr *os.Root, base, from string, sp *os.Root, sbase, to string, lim writeLimits) (*CopyResponse, error) {
 	if fi, err := pr.Lstat(base); err == nil && !fi.IsDir() {
 		return nil, newError(CodeBadRequest, "The destination %q exists and is not a directory.", to)
 	}
-	sr, err := os.OpenRoot(src)
+	sr, err := openSameDir(sp, sbase, from)
 	if err != nil {
-		return nil, sourceError(from, err)
+		return nil, err
 	}
 	defer sr.Close()
 	if f.sourcesForOthers {

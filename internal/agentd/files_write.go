@@ -48,6 +48,12 @@ func parseMode(s string) (fs.FileMode, error) {
 // means no component on the way there leaves the root.
 func (f *fileSystem) parentOf(p string) (*os.Root, string, error) {
 	if f.root == nil {
+		if f.sourcesForOthers {
+			// agentd is root and commands run as another user: without a
+			// root, a write (a session's upload, a fetch) would be root's
+			// write anywhere, /etc included.
+			return nil, "", newError(CodePathOutsideRoot, "agentd runs commands as another user (--run-as) and has no --root: it writes files only below a root.")
+		}
 		if p == "" {
 			return nil, "", newError(CodeBadRequest, "A path is required.")
 		}
@@ -267,11 +273,15 @@ type treeWriter struct {
 	dst      *os.Root
 	lim      writeLimits
 	files    int
+	tops     int // entries naming the top directory itself
 	bytes    int64
 	dirModes map[string]fs.FileMode
 	// hashing collects entries for the tree hash (copies only).
 	hashing bool
 	entries []treeEntry
+	// links are the symlinks made, resolved again once the tree is
+	// complete (see checkLinks).
+	links []string
 }
 
 // treeEntry is one line of a tree hash.
@@ -283,7 +293,17 @@ func newTreeWriter(dst *os.Root, lim writeLimits) *treeWriter {
 
 func (t *treeWriter) count(name string) error {
 	t.files++
-	if t.files > t.lim.unpackFiles {
+	if t.files+t.tops > t.lim.unpackFiles {
+		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
+	}
+	return nil
+}
+
+// top counts an entry naming the tree's top directory (nothing to
+// create, not among the files answered) toward the entry limit.
+func (t *treeWriter) top(name string) error {
+	t.tops++
+	if t.files+t.tops > t.lim.unpackFiles {
 		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
 	}
 	return nil
@@ -379,6 +399,7 @@ func (t *treeWriter) symlink(name, target string) error {
 	if err := t.dst.Symlink(target, name); err != nil {
 		return t.entryError(name, err)
 	}
+	t.links = append(t.links, name)
 	t.note(name, "symlink", target)
 	return nil
 }
@@ -413,6 +434,9 @@ func (t *treeWriter) note(name, kind, detail string) {
 // finish gives directories their modes, deepest first so that a
 // directory without write permission is changed after its children.
 func (t *treeWriter) finish() error {
+	if err := t.checkLinks(); err != nil {
+		return err
+	}
 	names := make([]string, 0, len(t.dirModes))
 	for n := range t.dirModes {
 		names = append(names, n)
@@ -422,6 +446,27 @@ func (t *treeWriter) finish() error {
 	for _, n := range names {
 		if err := t.dst.Chmod(n, t.dirModes[n]); err != nil {
 			return fmt.Errorf("agentd: chmod %s: %w", n, err)
+		}
+	}
+	return nil
+}
+
+// checkLinks resolves every symlink of the complete tree inside it.
+// checkLinkTarget reads a target as text, but ".." after a symlink goes
+// up from where that link leads, not from where it stands: with
+// "deep/up" -> "..", the targets "y/.." (y -> "deep/up") and a link
+// stored as "deep/up/l" -> "../x" read as inside yet lead out. The root
+// the tree is built in refuses such a resolution, so a link it cannot
+// follow without leaving (or only through a loop) is refused. A link to
+// nothing (not yet existing) is kept.
+func (t *treeWriter) checkLinks() error {
+	for _, name := range t.links {
+		_, err := t.dst.Stat(name)
+		if err == nil || errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if msg := err.Error(); strings.Contains(msg, "escapes") || strings.Contains(msg, "too many levels of symbolic links") {
+			return newError(CodePathOutsideRoot, "The symbolic link %q leads outside its directory.", name)
 		}
 	}
 	return nil

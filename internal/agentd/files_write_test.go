@@ -258,6 +258,12 @@ func TestWriteArchive(t *testing.T) {
 	for i := range tooMany {
 		tooMany[i] = entry{name: fmt.Sprintf("f%d", i), body: "x"}
 	}
+	// The archive's own top directory, named again and again, costs
+	// reading like any entry and counts like one.
+	tooManyTops := make([]entry, 21)
+	for i := range tooManyTops {
+		tooManyTops[i] = entry{name: "./", typ: tar.TypeDir, mode: 0o755}
+	}
 	bomb := entry{name: "zeros", body: strings.Repeat("\x00", 2<<20)}
 	tests := []struct {
 		name    string
@@ -272,9 +278,15 @@ func TestWriteArchive(t *testing.T) {
 		{"symlink out", []entry{{name: "l", typ: tar.TypeSymlink, link: "../../outside"}}, agentd.ErrPathOutsideRoot, "points outside"},
 		{"symlink absolute", []entry{{name: "l", typ: tar.TypeSymlink, link: outside}}, agentd.ErrPathOutsideRoot, "absolute"},
 		{"write through a symlink", []entry{{name: "l", typ: tar.TypeSymlink, link: "."}, {name: "l/../../evil", body: "x"}}, agentd.ErrPathOutsideRoot, ""},
+		// Each target stays inside when read as text, but "deep/up" is the
+		// top of the tree, so a link below it (or one naming a path through
+		// it) resolves above the tree.
+		{"symlink below a symlink to the top", []entry{{name: "deep/up", typ: tar.TypeSymlink, link: ".."}, {name: "deep/up/l", typ: tar.TypeSymlink, link: "../../outside"}}, agentd.ErrPathOutsideRoot, "leads outside"},
+		{"symlink through a symlink to the top", []entry{{name: "deep/up", typ: tar.TypeSymlink, link: ".."}, {name: "y", typ: tar.TypeSymlink, link: "deep/up"}, {name: "t", typ: tar.TypeSymlink, link: "y/.."}}, agentd.ErrPathOutsideRoot, "leads outside"},
 		{"duplicate", []entry{{name: "a", body: "1"}, {name: "a", body: "2"}}, agentd.ErrBadRequest, "twice"},
 		{"backslash", []entry{{name: `a\..\..\evil`, body: "x"}}, agentd.ErrBadRequest, "backslash"},
 		{"too many entries", tooMany, agentd.ErrTooLarge, "more than 20 entries"},
+		{"too many top directories", tooManyTops, agentd.ErrTooLarge, "more than 20 entries"},
 		{"bomb", []entry{bomb}, agentd.ErrTooLarge, "more than 1048576 bytes"},
 	}
 	tarOnly := []struct {
@@ -513,6 +525,8 @@ func TestCopy(t *testing.T) {
 		{"symlink leaving the tree", bad, "bad", agentd.ErrPathOutsideRoot, "points"},
 		{"into itself", root, "dir/self", agentd.ErrBadRequest, "inside the source"},
 		{"a file onto a directory", filepath.Join(src, "SKILL.md"), "dir", agentd.ErrIsDirectory, ""},
+		{"agentd's own process files", "/proc/self/environ", "x", agentd.ErrPathOutsideRoot, "which agentd does not copy from"},
+		{"/proc through a symlink", "/proc/self/root/proc/self/environ", "x", agentd.ErrPathOutsideRoot, "which agentd does not copy from"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -542,6 +556,20 @@ func TestRekey(t *testing.T) {
 	longURL, _ := agentdtest.Start(t, agentdtest.WithConfig(func(c *agentd.Config) { c.Token = long }))
 	if err := agentd.NewClient(longURL, long, nil).Rekey(ctx, long); !errors.Is(err, agentd.ErrBadRequest) || !strings.Contains(err.Error(), "differ") {
 		t.Fatalf("rekey to the same token: %v", err)
+	}
+	// An agentd that already served someone else holding the template's
+	// token (a command started, a file planted) is not rekeyed: the
+	// console then kills the sandbox rather than trust it.
+	usedURL, _ := agentdtest.Start(t, agentdtest.WithConfig(func(c *agentd.Config) { c.Token = template }))
+	used := agentd.NewClient(usedURL, template, nil)
+	if _, err := used.Stat(ctx, "."); err != nil {
+		t.Fatal(err)
+	}
+	if err := used.Rekey(ctx, strings.Repeat("u", 40)); !errors.Is(err, agentd.ErrUsedBeforeRekey) {
+		t.Fatalf("rekey after another request: %v", err)
+	}
+	if _, err := used.Stat(ctx, "."); err != nil {
+		t.Fatalf("the refused rekey changed the token: %v", err)
 	}
 	perSandbox := strings.Repeat("k", 40)
 	if err := old.Rekey(ctx, perSandbox); err != nil {
@@ -606,6 +634,71 @@ func TestCopyForOtherUser(t *testing.T) {
 	} {
 		if _, err := c.Copy(ctx, tc.from, "x"); !errors.Is(err, agentd.ErrPathOutsideRoot) || !strings.Contains(err.Error(), tc.wantIn) {
 			t.Errorf("%s: %v", tc.name, err)
+		}
+	}
+}
+
+// TestWritesNeedARootWithRunAs: agentd running commands as another user
+// (it is root) without --root refuses every write and every read of a
+// file's bytes, which would otherwise be root's, anywhere: a session
+// member uploading to /etc or reading /etc/shadow.
+func TestWritesNeedARootWithRunAs(t *testing.T) {
+	t.Parallel()
+	outside := t.TempDir()
+	// The test's own temporary directories let only their owner in; the
+	// copy's source must be one others may read.
+	for _, dir := range []string{filepath.Dir(outside), outside} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	src := filepath.Join(outside, "skill.md")
+	if err := os.WriteFile(src, []byte("# skill"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	private := filepath.Join(outside, "private.key")
+	if err := os.WriteFile(private, []byte("root's secret"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, agentdtest.WithConfig(func(c *agentd.Config) {
+		c.RunAs = &agentd.Credential{UID: 65534, GID: 65534}
+	}))
+	ctx := testCtx(t)
+	archive := tarGz(t, entry{name: "a", body: "x"})
+	tests := []struct {
+		name string
+		call func(dst string) error
+	}{
+		{"PUT /v1/files", func(dst string) error {
+			_, err := c.WriteFile(ctx, dst, 0, strings.NewReader("evil"), 4)
+			return err
+		}},
+		{"PUT /v1/files/archive", func(dst string) error {
+			_, err := c.WriteArchive(ctx, dst, agentd.ArchiveTarGz, bytes.NewReader(archive), int64(len(archive)))
+			return err
+		}},
+		{"POST /v1/files/copy", func(dst string) error {
+			_, err := c.Copy(ctx, src, dst)
+			return err
+		}},
+		{"GET /v1/files", func(string) error {
+			_, _, err := c.ReadFile(ctx, private, 0, 0)
+			return err
+		}},
+		{"POST /v1/files/fetch", func(dst string) error {
+			// Refused before anything is requested.
+			_, err := c.Fetch(ctx, agentd.FetchRequest{URL: "http://127.0.0.1:1/skill.md", Path: dst})
+			return err
+		}},
+	}
+	for _, tt := range tests {
+		dst := filepath.Join(outside, "written-"+strings.NewReplacer("/", "-", " ", "").Replace(tt.name))
+		err := tt.call(dst)
+		if !errors.Is(err, agentd.ErrPathOutsideRoot) || !strings.Contains(err.Error(), "--root") {
+			t.Errorf("%s: got %v; want a refusal naming --root", tt.name, err)
+		}
+		if _, err := os.Lstat(dst); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s: %s was written", tt.name, dst)
 		}
 	}
 }

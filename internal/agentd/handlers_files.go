@@ -166,7 +166,9 @@ func (s *Server) handleCopy(w http.ResponseWriter, r *http.Request) error {
 // shared by every sandbox of the template, stops opening this one. A
 // second rekey is refused: whoever holds the new token cannot be locked
 // out by someone holding the template's (who could no longer authenticate
-// anyway) or trade it again.
+// anyway) or trade it again. So is a rekey after any other request the
+// template's token authenticated: someone else with that token may have
+// started a command or planted a file the rekey would not undo.
 func (s *Server) handleRekey(w http.ResponseWriter, r *http.Request) error {
 	var req RekeyRequest
 	if err := decodeJSON(w, r, &req, maxJSONBody); err != nil {
@@ -180,6 +182,11 @@ func (s *Server) handleRekey(w http.ResponseWriter, r *http.Request) error {
 	defer s.tokenMu.Unlock()
 	if s.rekeyed {
 		return newError(CodeAlreadyRekeyed, "This agentd was already given its own token; it accepts one rekey only.")
+	}
+	if s.usedBefore.Load() {
+		// Whoever else holds the template's token got in first: a command
+		// started then, or a file written, would outlive the rekey.
+		return newError(CodeUsedBeforeRekey, "This agentd already served a request with the template's token; a rekey must come first, so this sandbox should not be used.")
 	}
 	if subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) == 1 {
 		return newError(CodeBadRequest, "The new token must differ from the current one.")

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -208,7 +209,11 @@ type Server struct {
 	tokenMu   sync.RWMutex
 	tokenHash [sha256.Size]byte
 	rekeyed   bool
-	tracker   *tracker
+	// usedBefore records a request other than the rekey that the
+	// template's token authenticated before any rekey: set under tokenMu's
+	// read lock (hence atomic), read under its write lock by handleRekey.
+	usedBefore atomic.Bool
+	tracker    *tracker
 	// execMon reports what ran in sessions (nil: unavailable, execWhy
 	// says why); stopExec ends it.
 	execMon  *execMonitor
@@ -399,9 +404,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		ok := len(authz) > len("Bearer ") && strings.EqualFold(authz[:len("Bearer ")], "Bearer ")
 		sum := sha256.Sum256([]byte(authz[min(len(authz), len("Bearer ")):]))
 		s.tokenMu.RLock()
-		want := s.tokenHash
+		valid := ok && subtle.ConstantTimeCompare(sum[:], s.tokenHash[:]) == 1
+		if valid && !s.rekeyed && r.URL.Path != "/v1/token" {
+			// Under the read lock: a rekey (write lock) sees it.
+			s.usedBefore.Store(true)
+		}
 		s.tokenMu.RUnlock()
-		if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		if !valid {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="agentd"`)
 			writeError(w, newError(CodeUnauthorized, "A valid bearer token is required."))
 			return

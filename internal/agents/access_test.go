@@ -46,8 +46,8 @@ func agentCases() map[string]agentCase {
 			_, err := w.svc.Uploads(ctx, a, w.agentWithUpload(t).ID)
 			return err
 		},
-		"UploadContents": func(t *testing.T, w *world, a *authz.Actor) error {
-			_, err := w.svc.UploadContents(ctx, a, w.agentWithUpload(t).ID)
+		"UploadContent": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, err := w.svc.UploadContent(ctx, a, w.agentWithUpload(t).ID, agents.UploadFile, "notes.md")
 			return err
 		},
 		"PutUpload": func(t *testing.T, w *world, a *authz.Actor) error {

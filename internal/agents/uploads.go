@@ -42,7 +42,7 @@ const (
 
 // Upload is a skill bundle or file stored for an agent in the org's
 // database. Content is read only for preparing a session's workspace
-// (UploadContents); listings carry metadata.
+// (UploadContent); listings carry metadata.
 type Upload struct {
 	ID        int64 `gorm:"primaryKey"`
 	AgentID   int64
@@ -193,14 +193,23 @@ func (s *Service) Uploads(ctx context.Context, actor *authz.Actor, agentID int64
 	return s.uploads(ctx, agentID, false)
 }
 
-// UploadContents returns an agent's bundles and files with their bytes,
+// UploadContent returns one bundle or file of an agent with its bytes,
 // for preparing a session's workspace. Only who may change the agent (and
-// the system, which prepares sessions) reads contents.
-func (s *Service) UploadContents(ctx context.Context, actor *authz.Actor, agentID int64) ([]Upload, error) {
+// the system, which prepares sessions) reads contents. One at a time: an
+// agent's uploads together may be many times the 50 MiB of one, and a
+// console preparing several sessions at once holds each one's.
+func (s *Service) UploadContent(ctx context.Context, actor *authz.Actor, agentID int64, kind, name string) (Upload, error) {
 	if _, err := s.visible(ctx, actor, agentID, true); err != nil {
-		return nil, err
+		return Upload{}, err
 	}
-	return s.uploads(ctx, agentID, true)
+	var out []Upload
+	if err := s.DB.WithContext(ctx).Where("agent_id = ? AND kind = ? AND name = ?", agentID, kind, name).Limit(1).Find(&out).Error; err != nil {
+		return Upload{}, fmt.Errorf("read agent upload: %w", err)
+	}
+	if len(out) == 0 {
+		return Upload{}, apperr.New(apperr.ErrNotFound, "upload_not_found", "The agent has no %s named %q.", kind, name)
+	}
+	return out[0], nil
 }
 
 func (s *Service) uploads(ctx context.Context, agentID int64, content bool) ([]Upload, error) {

@@ -104,9 +104,12 @@ func TestPutUpload(t *testing.T) {
 				t.Errorf("listing %s carries its contents", u.Name)
 			}
 		}
-		full, err := w.svc.UploadContents(ctx, w.admin, ag.ID)
-		if err != nil || len(full) != 3 || string(full[0].Content) != "brief v2" {
+		full, err := w.svc.UploadContent(ctx, w.admin, ag.ID, agents.UploadFile, "notes/brief.md")
+		if err != nil || string(full.Content) != "brief v2" {
 			t.Fatalf("contents: %+v %v", full, err)
+		}
+		if _, err := w.svc.UploadContent(ctx, w.admin, ag.ID, agents.UploadFile, "nope.md"); err == nil || !strings.Contains(err.Error(), "no file named") {
+			t.Fatalf("contents of a missing upload: %v, want not found", err)
 		}
 		if _, err := w.svc.RemoveUpload(ctx, w.admin, ag.ID, agents.UploadFile, "notes/brief.md"); err != nil {
 			t.Fatal(err)

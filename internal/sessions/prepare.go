@@ -228,7 +228,9 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 		}
 		recheck = true
 	}
-	uploads, err := s.Agents.UploadContents(ctx, systemReader(), t.Agent.ID)
+	// Names, sizes and hashes only: each one's bytes are read when it is
+	// placed (place), so a preparation holds one upload at a time.
+	uploads, err := s.Agents.Uploads(ctx, systemReader(), t.Agent.ID)
 	if err != nil {
 		return err
 	}
@@ -279,6 +281,22 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	return s.recordPreparation(ctx, a, t, key, items, failed)
 }
 
+// uploadBytes reads the bytes of it's upload. They must still be the
+// ones listed (hash and all): an upload replaced meanwhile fails the item
+// rather than place bytes the preparation did not list.
+func (s *Service) uploadBytes(ctx context.Context, it *plannedItem, fail func(string, ...any)) ([]byte, bool) {
+	u, err := s.Agents.UploadContent(ctx, systemReader(), it.upload.AgentID, it.upload.Kind, it.upload.Name)
+	if err != nil {
+		fail("the uploaded %s %q could not be read: %s", it.upload.Kind, it.upload.Name, failure(err))
+		return nil, false
+	}
+	if u.SHA256 != it.upload.SHA256 || u.Format != it.upload.Format {
+		fail("the uploaded %s %q was replaced during the preparation; prepare again", it.upload.Kind, it.upload.Name)
+		return nil, false
+	}
+	return u.Content, true
+}
+
 // place puts one item in the workspace through agentd and records what
 // agentd reports (size, hash) or the exact failure.
 func (s *Service) place(ctx context.Context, c *agentd.Client, it *plannedItem) {
@@ -288,7 +306,11 @@ func (s *Service) place(ctx context.Context, c *agentd.Client, it *plannedItem) 
 	pin := it.skill.SHA256
 	switch {
 	case it.Kind == "file":
-		res, err := c.WriteFile(ctx, it.Path, 0o644, bytes.NewReader(it.upload.Content), it.upload.Size)
+		body, ok := s.uploadBytes(ctx, it, fail)
+		if !ok {
+			return
+		}
+		res, err := c.WriteFile(ctx, it.Path, 0o644, bytes.NewReader(body), int64(len(body)))
 		if err != nil {
 			fail("agentd could not write it: %s", failure(err))
 			return
@@ -308,7 +330,11 @@ func (s *Service) place(ctx context.Context, c *agentd.Client, it *plannedItem) 
 			fail("sha256 mismatch: the uploaded bundle has %s, the skill pins %s", it.upload.SHA256, pin)
 			return
 		}
-		res, err := c.WriteArchive(ctx, it.Path, it.upload.Format, bytes.NewReader(it.upload.Content), it.upload.Size)
+		body, ok := s.uploadBytes(ctx, it, fail)
+		if !ok {
+			return
+		}
+		res, err := c.WriteArchive(ctx, it.Path, it.upload.Format, bytes.NewReader(body), int64(len(body)))
 		if err != nil {
 			fail("agentd could not unpack it: %s", failure(err))
 			return

@@ -149,6 +149,24 @@ func TestSandboxPreparation(t *testing.T) {
 			}
 		})
 
+		t.Run("a mount_path outside agentd's root fails the preparation", func(t *testing.T) {
+			cfg := `{"model":"m","skills":[{"name":"docs","source":"upload:docs","mount_path":"/etc/gatehouse-docs"}]}`
+			if _, _, err := w.ags.Update(ctx, sys(), w.agent.ID, agents.Input{Config: &cfg}); err != nil {
+				t.Fatal(err)
+			}
+			defer setPin(t, hexSum(docs))
+			svc := w.svc(nil)
+			sess := w.newSession(t, svc, sys())
+			_, err := svc.Ensure(ctx, sys(), sess.ID)
+			var ae *apperr.Error
+			if !errors.As(err, &ae) || ae.Code != "session_not_prepared" || !strings.Contains(ae.Message, "path_outside_root") {
+				t.Fatalf("ensure: %v, want session_not_prepared naming path_outside_root", err)
+			}
+			if _, err := os.Stat("/etc/gatehouse-docs"); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the skill was placed outside agentd's root: %v", err)
+			}
+		})
+
 		t.Run("a persistent workspace is checked, not rewritten, in a new sandbox; prepared again when removed", func(t *testing.T) {
 			tpl := prefix + "/{org}/sessions/{session}"
 			if _, _, err := w.envs.Update(ctx, sys(), w.env.ID, envs.Input{WorkspaceMount: &tpl}); err != nil {

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
@@ -165,6 +166,51 @@ func TestPerSandboxTokenLost(t *testing.T) {
 		}
 		if _, err := templateClient(tg).Stat(ctx, "."); !errors.Is(err, agentd.ErrUnauthorized) {
 			t.Fatalf("the replacement takes the template token: %v", err)
+		}
+	})
+}
+
+// TestPerSandboxTokenUsedBeforeRekey: a sandbox that someone else holding
+// the template's token reached before the console's rekey (they may have
+// started a command in it) refuses the rekey; the console kills it rather
+// than use it, and the next use starts a fresh sandbox.
+func TestPerSandboxTokenUsedBeforeRekey(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		w := newWorld(t, d, e2bfake.Config{})
+		ctx := context.Background()
+		svc := w.svc(&sessions.Runtime{Now: w.clock.Now})
+		sess := w.newSession(t, svc, sys())
+		// The create's answer is lost, so the sandbox sits unattached.
+		removeCreate := w.fake.InjectFault(e2bfake.Fault{Route: "POST /sandboxes", Status: 502, AfterHandler: true})
+		removeList := w.fake.InjectFault(e2bfake.Fault{Route: "GET /v2/sandboxes", Status: 503})
+		if _, err := svc.Ensure(ctx, sys(), sess.ID); err == nil {
+			t.Fatal("the first attempt succeeded")
+		}
+		removeCreate()
+		removeList()
+		orphan := w.tagged(t, sess.ID)
+		if len(orphan) != 1 {
+			t.Fatalf("tagged sandboxes %v, want the one created", orphan)
+		}
+		// Someone with the template's token gets in first.
+		if _, err := w.sandboxClient(orphan[0]).Stat(ctx, "."); err != nil {
+			t.Fatal(err)
+		}
+		_, err := svc.Ensure(ctx, sys(), sess.ID)
+		var ae *apperr.Error
+		if !errors.As(err, &ae) || ae.Code != "sandbox_rekey_failed" || !strings.Contains(ae.Message, "used_before_rekey") {
+			t.Fatalf("adopting the used sandbox: %v; want sandbox_rekey_failed naming used_before_rekey", err)
+		}
+		if now := w.tagged(t, sess.ID); len(now) != 0 {
+			t.Fatalf("tagged now %v; the used sandbox must be killed", now)
+		}
+		tg, err := svc.Ensure(ctx, sys(), sess.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if tg.Session.SandboxID == orphan[0] || tg.Session.AgentdTokenKind != sessions.TokenPerSandbox {
+			t.Fatalf("the next use took sandbox %s (%s); want a fresh, rekeyed one", tg.Session.SandboxID, tg.Session.AgentdTokenKind)
 		}
 	})
 }
