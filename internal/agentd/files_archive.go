@@ -99,7 +99,7 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 		switch h.Typeflag {
 		case tar.TypeDir:
 			err = t.dir(name, mode)
-		case tar.TypeReg, tar.TypeRegA:
+		case tar.TypeReg: // the reader turns the legacy TypeRegA into TypeReg (or TypeDir)
 			_, err = t.file(name, mode, tr)
 		case tar.TypeSymlink:
 			err = t.symlink(name, h.Linkname)

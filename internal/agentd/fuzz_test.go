@@ -274,7 +274,7 @@ func tarGzLoose(entries []entry) []byte {
 	tw := tar.NewWriter(gz)
 	for _, e := range entries {
 		h := &tar.Header{Name: e.name, Typeflag: e.typ, Mode: 0o644, Linkname: e.link}
-		if e.typ == tar.TypeReg || e.typ == tar.TypeRegA {
+		if e.typ == tar.TypeReg || e.typ == 0 { // 0: the legacy regular-file flag
 			h.Size = int64(len(e.body))
 		}
 		if tw.WriteHeader(h) != nil {

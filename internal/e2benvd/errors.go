@@ -109,3 +109,10 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	w.WriteHeader(st)
 	_ = json.NewEncoder(w).Encode(map[string]any{"code": st, "message": ce.Message()})
 }
+
+// refuse is a Connect error whose message the SDK's user reads: a whole
+// sentence, as the console's other answers are (errors.New's strings are
+// lower-case fragments by convention, meant to be wrapped).
+func refuse(code connect.Code, message string) error {
+	return connect.NewError(code, errors.New(message))
+}

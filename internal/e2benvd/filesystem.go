@@ -26,7 +26,7 @@ type filesystemService struct {
 func (f *filesystemService) Stat(ctx context.Context, req *connect.Request[filesystem.StatRequest]) (*connect.Response[filesystem.StatResponse], error) {
 	c := callOf(ctx)
 	if req.Msg.GetPath() == "" {
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Give the path to describe."))
+		return nil, refuse(connect.CodeInvalidArgument, "Give the path to describe.")
 	}
 	res, err := f.s.Gateway.Stat(ctx, c.Org, c.Actor, c.meta, c.SessionID, []string{req.Msg.GetPath()})
 	if err != nil {

@@ -2,7 +2,6 @@ package e2benvd
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"net/http"
@@ -80,13 +79,13 @@ func pidOf(id int64) uint32 {
 // keeps no tags).
 func commandOf(sel *process.ProcessSelector) (int64, error) {
 	if sel == nil {
-		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("Name the process by its pid."))
+		return 0, refuse(connect.CodeInvalidArgument, "Name the process by its pid.")
 	}
 	if _, ok := sel.GetSelector().(*process.ProcessSelector_Tag); ok {
-		return 0, connect.NewError(connect.CodeUnimplemented, errors.New("Processes are named by pid here: tags are not kept."))
+		return 0, refuse(connect.CodeUnimplemented, "Processes are named by pid here: tags are not kept.")
 	}
 	if sel.GetPid() == 0 {
-		return 0, connect.NewError(connect.CodeInvalidArgument, errors.New("Name the process by its pid."))
+		return 0, refuse(connect.CodeInvalidArgument, "Name the process by its pid.")
 	}
 	return int64(sel.GetPid()), nil
 }
@@ -108,7 +107,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	c := callOf(ctx)
 	cfg := req.Msg.GetProcess()
 	if cfg == nil || cfg.GetCmd() == "" {
-		return connect.NewError(connect.CodeInvalidArgument, errors.New("Give the process to start (process.cmd)."))
+		return refuse(connect.CodeInvalidArgument, "Give the process to start (process.cmd).")
 	}
 	ex := proxy.ExecRequest{Command: commandLine(cfg), Cwd: cfg.GetCwd(), Env: cfg.GetEnvs(),
 		// envd's default for an SDK that does not say: stdin open.
@@ -284,7 +283,7 @@ func (p *processService) StreamInput(ctx context.Context, stream *connect.Client
 			sel = ev.Start.GetProcess()
 		case *process.StreamInputRequest_Data:
 			if sel == nil {
-				return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Send the start event, naming the process, before any input."))
+				return nil, refuse(connect.CodeInvalidArgument, "Send the start event, naming the process, before any input.")
 			}
 			if err := p.input(ctx, sel, ev.Data.GetInput()); err != nil {
 				return nil, err
@@ -321,7 +320,7 @@ func (p *processService) SendSignal(ctx context.Context, req *connect.Request[pr
 	switch req.Msg.GetSignal() {
 	case process.Signal_SIGNAL_SIGKILL, process.Signal_SIGNAL_SIGTERM:
 	default:
-		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("Send SIGTERM or SIGKILL."))
+		return nil, refuse(connect.CodeInvalidArgument, "Send SIGTERM or SIGKILL.")
 	}
 	if _, err := p.s.Gateway.Kill(ctx, c.Org, c.Actor, c.meta, c.SessionID, id); err != nil {
 		return nil, err
