@@ -1,10 +1,6 @@
 package agents_test
 
 import (
-	"archive/tar"
-	"archive/zip"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -12,42 +8,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gatehouse/gatehouse/internal/archivetest"
+
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
-
-func tarGz(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(body))
-	}
-	_ = tw.Close()
-	_ = gz.Close()
-	return buf.Bytes()
-}
-
-func zipOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for name, body := range files {
-		w, err := zw.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = w.Write([]byte(body))
-	}
-	_ = zw.Close()
-	return buf.Bytes()
-}
 
 // TestPutUpload checks every rule an upload must pass, and that a valid
 // one is stored hashed, listed without its contents and replaced in place.
@@ -57,20 +24,20 @@ func TestPutUpload(t *testing.T) {
 		w := newWorld(t, d)
 		ctx := context.Background()
 		ag := w.agentInA(t)
-		good := tarGz(t, map[string]string{"SKILL.md": "# git"})
+		good := archivetest.TarGz(t, map[string]string{"SKILL.md": "# git"})
 		cases := []struct {
 			name string
 			in   agents.UploadInput
 			want string // "" is accepted
 		}{
 			{"tar.gz bundle", agents.UploadInput{Kind: agents.UploadSkill, Name: "git", FileName: "git.tar.gz", Body: good}, ""},
-			{"zip bundle", agents.UploadInput{Kind: agents.UploadSkill, Name: "zipped", FileName: "Z.ZIP", Body: zipOf(t, map[string]string{"a/b.txt": "b"})}, ""},
+			{"zip bundle", agents.UploadInput{Kind: agents.UploadSkill, Name: "zipped", FileName: "Z.ZIP", Body: archivetest.Zip(t, map[string]string{"a/b.txt": "b"})}, ""},
 			{"file", agents.UploadInput{Kind: agents.UploadFile, Name: "notes/brief.md", Body: []byte("brief")}, ""},
 			{"over 50 MiB", agents.UploadInput{Kind: agents.UploadFile, Name: "big.bin", Body: make([]byte, agents.MaxUploadBytes+1)}, "50 MiB limit"},
 			{"empty", agents.UploadInput{Kind: agents.UploadFile, Name: "e.txt", Body: nil}, "empty"},
 			{"not an archive", agents.UploadInput{Kind: agents.UploadSkill, Name: "bad", FileName: "bad.tar.gz", Body: []byte("plain text")}, "not a readable tar.gz archive"},
 			{"truncated archive", agents.UploadInput{Kind: agents.UploadSkill, Name: "cut", FileName: "cut.tgz", Body: good[:len(good)/2]}, "not a readable tar.gz archive"},
-			{"escaping entry", agents.UploadInput{Kind: agents.UploadSkill, Name: "esc", FileName: "esc.zip", Body: zipOf(t, map[string]string{"../evil": "x"})}, "leaves the bundle's directory"},
+			{"escaping entry", agents.UploadInput{Kind: agents.UploadSkill, Name: "esc", FileName: "esc.zip", Body: archivetest.Zip(t, map[string]string{"../evil": "x"})}, "leaves the bundle's directory"},
 			{"wrong extension", agents.UploadInput{Kind: agents.UploadSkill, Name: "x", FileName: "x.rar", Body: good}, ".tar.gz, .tgz or .zip"},
 			{"bad bundle name", agents.UploadInput{Kind: agents.UploadSkill, Name: "Git Tools", FileName: "g.tgz", Body: good}, "bundle's name must be"},
 			{"dotdot path", agents.UploadInput{Kind: agents.UploadFile, Name: "a/../../etc/passwd", Body: []byte("x")}, "relative to the workspace"},

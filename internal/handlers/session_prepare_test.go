@@ -1,10 +1,7 @@
 package handlers_test
 
 import (
-	"archive/tar"
-	"archive/zip"
 	"bytes"
-	"compress/gzip"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
@@ -16,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gatehouse/gatehouse/internal/archivetest"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -47,37 +46,6 @@ func startFetchingAgentd(t *testing.T, fetch *http.Client) *countingAgentd {
 		a.ts.Close()
 	})
 	return a
-}
-
-func tarGzOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	gz := gzip.NewWriter(&buf)
-	tw := tar.NewWriter(gz)
-	for name, body := range files {
-		if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o644, Size: int64(len(body)), Typeflag: tar.TypeReg}); err != nil {
-			t.Fatal(err)
-		}
-		_, _ = tw.Write([]byte(body))
-	}
-	_ = tw.Close()
-	_ = gz.Close()
-	return buf.Bytes()
-}
-
-func zipBytes(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for name, body := range files {
-		w, err := zw.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = w.Write([]byte(body))
-	}
-	_ = zw.Close()
-	return buf.Bytes()
 }
 
 func sha256Hex(b []byte) string {
@@ -112,7 +80,7 @@ func TestSessionPreparation(t *testing.T) {
 		// Every use looks at the session again rather than at a cached
 		// answer, as it does once the refresh interval passed.
 		f.e.c.SessionsRT.RefreshEvery = time.Nanosecond
-		fmtBundle := tarGzOf(t, map[string]string{"fmt/SKILL.md": "# fmt skill\n", "fmt/run.sh": "echo fmt\n"})
+		fmtBundle := archivetest.TarGz(t, map[string]string{"fmt/SKILL.md": "# fmt skill\n", "fmt/run.sh": "echo fmt\n"})
 		skills := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			switch r.URL.Path {
 			case "/skills/fmt.tar.gz":
@@ -133,7 +101,7 @@ func TestSessionPreparation(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(shared, "lint.sh"), []byte("echo lint\n"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		docs := zipBytes(t, map[string]string{"DOCS.md": "# docs skill\n"})
+		docs := archivetest.Zip(t, map[string]string{"DOCS.md": "# docs skill\n"})
 		brief := []byte("the brief of the task\n")
 		agentPath := fmt.Sprintf("/api/v1/orgs/acme/agents/%d", agentID)
 		owner := f.tokens["owner"]

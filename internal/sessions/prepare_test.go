@@ -1,8 +1,6 @@
 package sessions_test
 
 import (
-	"archive/zip"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/archivetest"
+
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/envs"
@@ -23,21 +23,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
-
-func zipOf(t *testing.T, files map[string]string) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	zw := zip.NewWriter(&buf)
-	for name, body := range files {
-		f, err := zw.Create(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, _ = f.Write([]byte(body))
-	}
-	_ = zw.Close()
-	return buf.Bytes()
-}
 
 func hexSum(b []byte) string {
 	s := sha256.Sum256(b)
@@ -69,7 +54,7 @@ func TestSandboxPreparation(t *testing.T) {
 		w := newWorld(t, d, e2bfake.Config{CubeSandbox: true, HostMountPrefix: prefix})
 		w.envs.MountPrefix = prefix
 		ctx := context.Background()
-		docs := zipOf(t, map[string]string{"DOCS.md": "# docs\n"})
+		docs := archivetest.Zip(t, map[string]string{"DOCS.md": "# docs\n"})
 		if _, _, err := w.ags.PutUpload(ctx, sys(), w.agent.ID, agents.UploadInput{Kind: agents.UploadSkill, Name: "docs", FileName: "docs.zip", Body: docs, By: "t"}); err != nil {
 			t.Fatal(err)
 		}
