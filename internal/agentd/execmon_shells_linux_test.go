@@ -24,7 +24,10 @@ func TestExecRecordsShellWithOptionValue(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := c.WriteStdin(ctx, resp.SessionID, []byte("/bin/echo typed-into-bash\n"), true); err != nil {
+	// A program that lives a moment: one that exits at once can be gone
+	// before agentd reads its argv on a loaded machine (it is then
+	// recorded as argv_unavailable, which this test is not about).
+	if err := c.WriteStdin(ctx, resp.SessionID, []byte("/bin/sleep 0.5\n"), true); err != nil {
 		t.Fatal(err)
 	}
 	var recs []agentd.ExecRecord
@@ -48,7 +51,7 @@ func TestExecRecordsShellWithOptionValue(t *testing.T) {
 	if !ok {
 		t.Fatalf("no record of bash -o emacs; records: %+v", recs)
 	}
-	echo, ok := findExec(recs, "/bin/echo", "typed-into-bash")
+	echo, ok := findExec(recs, "/bin/sleep", "0.5")
 	if !ok {
 		t.Fatalf("no record of the program typed into bash; records: %+v", recs)
 	}

@@ -135,9 +135,19 @@ func (r *chaosRun) checkRecording(ctx context.Context, c *cmdRecord, checks map[
 	if c.unknownCommit {
 		// Never sent to agentd: nothing recorded; running until agentd's
 		// two minutes to acknowledge it are over, then lost.
-		checks["a command never started records nothing"]++
-		if len(rec.Events) != 0 || rec.Command.State != "running" && rec.Command.State != "lost" {
-			r.violate("%s, answered 503 at its exec: %d chunks recorded, state %s", name, len(rec.Events), rec.Command.State)
+		// What was typed into it before the driver gave up is recorded
+		// (durable before forwarded) even though agentd never took it:
+		// input, never output.
+		checks["a command never started records no output"]++
+		output := 0
+		for _, ev := range rec.Events {
+			if ev.Stream != recordings.StreamStdin && ev.Stream != recordings.StreamTypist && ev.Stream != recordings.StreamEOF {
+				output++
+			}
+		}
+		if output != 0 || rec.Command.State != "running" && rec.Command.State != "lost" {
+			r.violate("%s, never started (503 at its exec, or its replica died before agentd heard of it): %d output chunks recorded, state %s",
+				name, output, rec.Command.State)
 		}
 		return
 	}
