@@ -87,14 +87,19 @@ type sdkRun struct {
 func TestE2BSDK(t *testing.T) {
 	t.Parallel()
 	installSDK(t)
+	// One run per database, each on one kind of environment (the SDK's
+	// requests are the same on both; what differs is below the gateway,
+	// which the data plane's own tests cover on both databases): four
+	// raced consoles with node beside them were the slowest part of CI.
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
-		t.Run("on a host's agentd", func(t *testing.T) {
-			t.Parallel()
-			f := newTerminalFixture(t, d)
-			runSDK(t, f, f.agentID)
-		})
+		if d == store.SQLite {
+			t.Run("on a host's agentd", func(t *testing.T) {
+				f := newTerminalFixture(t, d)
+				runSDK(t, f, f.agentID)
+			})
+			return
+		}
 		t.Run("on the E2B fake's sandboxes", func(t *testing.T) {
-			t.Parallel()
 			// Sandboxes of a backend, each a real agentd process: no envd
 			// anywhere, the console's data plane is envd.
 			f := newTerminalFixture(t, d)
