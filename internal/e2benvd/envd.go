@@ -19,6 +19,7 @@ import (
 	"sync"
 
 	"connectrpc.com/connect"
+	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -277,18 +278,14 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 	})
 }
 
+// sourceIP reads the caller's address as the console's router does
+// (handlers.New's IPExtractor): behind a proxy, the rightmost untrusted
+// X-Forwarded-For entry, never the leftmost one the caller wrote itself.
 func (s *Server) sourceIP(r *http.Request) string {
 	if s.TrustProxy {
-		if f := r.Header.Get("X-Forwarded-For"); f != "" {
-			first, _, _ := strings.Cut(f, ",")
-			return strings.TrimSpace(first)
-		}
+		return echo.ExtractIPFromXFFHeader()(r)
 	}
-	host, _, err := net.SplitHostPort(r.RemoteAddr)
-	if err != nil {
-		return r.RemoteAddr
-	}
-	return host
+	return echo.ExtractIPDirect()(r)
 }
 
 // flushDenials records the refusals of each call (a casbin deny, the

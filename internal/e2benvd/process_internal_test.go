@@ -58,3 +58,32 @@ func TestKeepalive(t *testing.T) {
 		}
 	}
 }
+
+// The audit log's source address: behind a trusted proxy, a caller cannot
+// name its own address by writing X-Forwarded-For before the proxy appends
+// the real one.
+func TestSourceIP(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name  string
+		trust bool
+		xff   string
+		want  string
+	}{
+		{"direct ignores the header", false, "6.6.6.6", "10.0.0.2"},
+		{"proxied takes the proxy's entry", true, "6.6.6.6, 198.51.100.4", "198.51.100.4"},
+		{"proxied without header is the peer", true, "", "10.0.0.2"},
+	} {
+		r, err := http.NewRequest(http.MethodGet, "http://x/health", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r.RemoteAddr = "10.0.0.2:5555" // the proxy, on a private network
+		if c.xff != "" {
+			r.Header.Set("X-Forwarded-For", c.xff)
+		}
+		if got := (&Server{TrustProxy: c.trust}).sourceIP(r); got != c.want {
+			t.Errorf("%s: sourceIP = %q, want %q", c.name, got, c.want)
+		}
+	}
+}
