@@ -183,6 +183,25 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 			r = e.json(http.MethodGet, "/api/v1/orgs/acme/api-keys", f.tokens["member"], nil)
 			mustContain(t, "among the API keys", string(r.body), `"kind":"e2b"`, key.Item.Masked)
+			var all struct {
+				Items []struct {
+					ID   int64  `json:"id"`
+					Kind string `json:"kind"`
+				} `json:"items"`
+			}
+			r.decode(t, &all)
+			plain := int64(0)
+			for _, k := range all.Items {
+				if k.Kind != "e2b" {
+					plain = k.ID
+				}
+			}
+			if plain == 0 {
+				t.Fatalf("member has no ordinary key to try: %s", r.body)
+			}
+			wantStatus(t, "revoke an ordinary key as an e2b key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(plain), f.tokens["member"], nil),
+				http.StatusNotFound)
+			wantStatus(t, "the ordinary key still works", e.json(http.MethodGet, "/api/v1/orgs/acme/me", f.keys["member-key"], nil), http.StatusOK)
 			r = e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-keys", f.tokens["plain"], nil)
 			r.decode(t, &list)
 			if len(list.Items) != 0 {

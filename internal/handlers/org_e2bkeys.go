@@ -127,18 +127,24 @@ func (s *Server) apiCreateE2BKey(c echo.Context) error {
 // apiRevokeE2BKey revokes an e2b key like any other key (its owner, or a
 // key manager); an ordinary key's id answers 404 here.
 func (s *Server) apiRevokeE2BKey(c echo.Context) error {
-	id, err := idParam(c, "id")
-	if err != nil {
-		return err
-	}
-	k, err := tenantOf(c).Dir.GetKey(c.Request().Context(), id)
-	if err == nil && !k.IsE2B() {
-		return notFoundErr()
-	}
-	if _, err := s.revokeKey(c, id); err != nil {
+	if _, err := s.revokeE2BKey(c); err != nil {
 		return err
 	}
 	return c.NoContent(http.StatusNoContent)
+}
+
+// revokeE2BKey revokes the e2b key :id through revokeKey; an ordinary
+// key's id is not found on the e2b routes.
+func (s *Server) revokeE2BKey(c echo.Context) (directory.APIKey, error) {
+	id, err := idParam(c, "id")
+	if err != nil {
+		return directory.APIKey{}, err
+	}
+	k, err := tenantOf(c).Dir.GetKey(c.Request().Context(), id)
+	if err == nil && !k.IsE2B() {
+		return directory.APIKey{}, notFoundErr()
+	}
+	return s.revokeKey(c, id)
 }
 
 // e2bEndpoint is the request's org's E2B endpoint.
@@ -225,15 +231,8 @@ func (s *Server) pageMintE2BKey(c echo.Context) error {
 }
 
 func (s *Server) pageRevokeE2BKey(c echo.Context) error {
-	id, err := idParam(c, "id")
+	k, err := s.revokeE2BKey(c)
 	if err != nil {
-		return err
-	}
-	k, err := tenantOf(c).Dir.GetKey(c.Request().Context(), id)
-	if err == nil && !k.IsE2B() {
-		return notFoundErr()
-	}
-	if k, err = s.revokeKey(c, id); err != nil {
 		return err
 	}
 	s.setFlash(c, "The e2b key "+k.Name+" was revoked.")
