@@ -103,10 +103,6 @@ func (s *Server) e2bError(c echo.Context, status int, message string) {
 	_ = c.JSON(status, map[string]any{"code": status, "message": message})
 }
 
-// e2bEnvdVersion is the envd version the control plane answers (see
-// e2bapi.EnvdVersion).
-const e2bEnvdVersion = e2bapi.EnvdVersion
-
 // e2bSandboxJSON is E2B's Sandbox (create and connect answers).
 type e2bSandboxJSON struct {
 	SandboxID          string  `json:"sandboxID"`
@@ -158,7 +154,7 @@ func (s *Server) e2bSandbox(c echo.Context, x e2bapi.Sandbox) (e2bSandboxJSON, e
 	if err != nil {
 		return e2bSandboxJSON{}, err
 	}
-	return e2bSandboxJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, EnvdVersion: e2bEnvdVersion,
+	return e2bSandboxJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, EnvdVersion: e2bapi.EnvdVersion,
 		EnvdAccessToken: tok, Domain: s.e2bDomain()}, nil
 }
 
@@ -179,7 +175,7 @@ func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTempl
 		end = *x.EndAt
 	}
 	return e2bListedJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, StartedAt: started.UTC(), EndAt: end.UTC(),
-		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bState(sess), EnvdVersion: e2bEnvdVersion, Metadata: x.MetadataMap()}
+		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bState(sess), EnvdVersion: e2bapi.EnvdVersion, Metadata: x.MetadataMap()}
 }
 
 // e2bTemplateSize is what E2B's answers say of a sandbox's size: its
@@ -626,7 +622,7 @@ func (s *Server) e2bTemplates(c echo.Context) error {
 		}
 		size := s.e2bSize(c, ag.ID)
 		out = append(out, e2bTemplateJSON{TemplateID: tpl.Name, BuildID: itoa(tpl.ID), CPUCount: size.cpu, MemoryMB: size.memory, DiskSizeMB: size.disk,
-			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2bEnvdVersion})
+			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2bapi.EnvdVersion})
 	}
 	return c.JSON(http.StatusOK, out)
 }
