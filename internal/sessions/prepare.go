@@ -503,8 +503,14 @@ func (s *Service) recordPreparation(ctx context.Context, a *authz.Actor, t Targe
 	if _, err := s.transition(dctx, sess, []string{StateRunning}, StatePending, msg, a.AuditActor(), "session.prepare", updates, details); err != nil {
 		return err
 	}
+	return notPrepared(sess.ID, reason)
+}
+
+// notPrepared is the refusal of a session whose workspace could not be
+// prepared, whether this caller prepared it or waited for another.
+func notPrepared(sessionID int64, reason string) error {
 	return apperr.New(apperr.ErrConflict, "session_not_prepared",
-		"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sess.ID, reason)
+		"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sessionID, reason)
 }
 
 // claimPreparation takes the session's preparation claim (creating its
@@ -561,8 +567,7 @@ func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string
 		case row.Status == PrepPrepared && row.Workspace == key:
 			return nil
 		case row.Status == PrepFailed:
-			return apperr.New(apperr.ErrConflict, "session_not_prepared",
-				"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sess.ID, row.Reason)
+			return notPrepared(sess.ID, row.Reason)
 		}
 		// Released without an outcome (the preparer's caller left): the
 		// next use prepares.
