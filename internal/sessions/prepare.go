@@ -257,7 +257,7 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 		// A new sandbox over a persistent workspace prepared before: its
 		// files are still there unless someone removed them.
 		if kept, err := s.stillThere(ctx, c, row); err == nil && kept {
-			return s.recordKept(ctx, sess, row)
+			return s.recordKept(ctx, sess)
 		}
 	}
 	for i := range items {
@@ -448,7 +448,7 @@ func (s *Service) stillThere(ctx context.Context, c *agentd.Client, row prepRow)
 
 // recordKept notes that a persistent workspace was found intact in the
 // session's new sandbox: nothing was written, so nothing is audited.
-func (s *Service) recordKept(ctx context.Context, sess Session, row prepRow) error {
+func (s *Service) recordKept(ctx context.Context, sess Session) error {
 	now := s.now()
 	return s.DB.WithContext(ctx).Table("session_preparations").Where("session_id = ?", sess.ID).
 		Updates(map[string]any{"sandbox_id": sess.SandboxID, "reason": "persistent workspace kept: every item found in sandbox " + sess.SandboxID, "updated_at": now}).Error
