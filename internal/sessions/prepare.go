@@ -89,6 +89,12 @@ func (r prepRow) preparation() Preparation {
 	return p
 }
 
+// preparedFor reports a preparation that succeeded in this workspace and
+// sandbox: one recorded for another is stale.
+func (r prepRow) preparedFor(key, sandboxID string) bool {
+	return r.Status == PrepPrepared && r.Workspace == key && r.SandboxID == sandboxID
+}
+
 // Preparation returns the preparation of a session a may see (nil when
 // nothing was ever prepared in it).
 func (s *Service) Preparation(ctx context.Context, a *authz.Actor, sessionID int64) (*Preparation, error) {
@@ -215,7 +221,7 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	}
 	c := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(s.Envs.HTTPClient, t.Environment))
 	recheck := false
-	if ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
+	if ok && row.preparedFor(key, sess.SandboxID) {
 		if sess.SandboxMode == agents.SandboxPerSession {
 			return nil
 		}
@@ -250,7 +256,7 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	if row, ok, err = s.prepRow(ctx, sess.ID); err != nil {
 		return err
 	}
-	if !recheck && ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
+	if !recheck && ok && row.preparedFor(key, sess.SandboxID) {
 		return nil
 	}
 	if ok && row.Status == PrepPrepared && row.Workspace == key && sess.WorkspaceMount != "" {
