@@ -190,7 +190,11 @@ func (s *Service) Uploads(ctx context.Context, actor *authz.Actor, agentID int64
 	if _, err := s.visible(ctx, actor, agentID, false); err != nil {
 		return nil, err
 	}
-	return s.uploads(ctx, agentID, false)
+	var out []Upload
+	if err := s.DB.WithContext(ctx).Omit("content").Where("agent_id = ?", agentID).Order("kind, name").Find(&out).Error; err != nil {
+		return nil, fmt.Errorf("read agent uploads: %w", err)
+	}
+	return out, nil
 }
 
 // UploadContent returns one bundle or file of an agent with its bytes,
@@ -210,18 +214,6 @@ func (s *Service) UploadContent(ctx context.Context, actor *authz.Actor, agentID
 		return Upload{}, apperr.New(apperr.ErrNotFound, "upload_not_found", "The agent has no %s named %q.", kind, name)
 	}
 	return out[0], nil
-}
-
-func (s *Service) uploads(ctx context.Context, agentID int64, content bool) ([]Upload, error) {
-	q := s.DB.WithContext(ctx).Where("agent_id = ?", agentID).Order("kind, name")
-	if !content {
-		q = q.Omit("content")
-	}
-	var out []Upload
-	if err := q.Find(&out).Error; err != nil {
-		return nil, fmt.Errorf("read agent uploads: %w", err)
-	}
-	return out, nil
 }
 
 // PutUpload stores (or replaces) a bundle or file of an agent actor may

@@ -89,6 +89,12 @@ func (r prepRow) preparation() Preparation {
 	return p
 }
 
+// preparedFor reports a preparation that succeeded in this workspace and
+// sandbox: one recorded for another is stale.
+func (r prepRow) preparedFor(key, sandboxID string) bool {
+	return r.Status == PrepPrepared && r.Workspace == key && r.SandboxID == sandboxID
+}
+
 // Preparation returns the preparation of a session a may see (nil when
 // nothing was ever prepared in it).
 func (s *Service) Preparation(ctx context.Context, a *authz.Actor, sessionID int64) (*Preparation, error) {
@@ -215,7 +221,7 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	}
 	c := agentd.NewClient(t.AgentdURL, t.AgentdToken, envs.ClientFor(s.Envs.HTTPClient, t.Environment))
 	recheck := false
-	if ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
+	if ok && row.preparedFor(key, sess.SandboxID) {
 		if sess.SandboxMode == agents.SandboxPerSession {
 			return nil
 		}
@@ -250,14 +256,14 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	if row, ok, err = s.prepRow(ctx, sess.ID); err != nil {
 		return err
 	}
-	if !recheck && ok && row.Status == PrepPrepared && row.Workspace == key && row.SandboxID == sess.SandboxID {
+	if !recheck && ok && row.preparedFor(key, sess.SandboxID) {
 		return nil
 	}
 	if ok && row.Status == PrepPrepared && row.Workspace == key && sess.WorkspaceMount != "" {
 		// A new sandbox over a persistent workspace prepared before: its
 		// files are still there unless someone removed them.
 		if kept, err := s.stillThere(ctx, c, row); err == nil && kept {
-			return s.recordKept(ctx, sess, row)
+			return s.recordKept(ctx, sess)
 		}
 	}
 	for i := range items {
@@ -448,7 +454,7 @@ func (s *Service) stillThere(ctx context.Context, c *agentd.Client, row prepRow)
 
 // recordKept notes that a persistent workspace was found intact in the
 // session's new sandbox: nothing was written, so nothing is audited.
-func (s *Service) recordKept(ctx context.Context, sess Session, row prepRow) error {
+func (s *Service) recordKept(ctx context.Context, sess Session) error {
 	now := s.now()
 	return s.DB.WithContext(ctx).Table("session_preparations").Where("session_id = ?", sess.ID).
 		Updates(map[string]any{"sandbox_id": sess.SandboxID, "reason": "persistent workspace kept: every item found in sandbox " + sess.SandboxID, "updated_at": now}).Error
@@ -503,8 +509,14 @@ func (s *Service) recordPreparation(ctx context.Context, a *authz.Actor, t Targe
 	if _, err := s.transition(dctx, sess, []string{StateRunning}, StatePending, msg, a.AuditActor(), "session.prepare", updates, details); err != nil {
 		return err
 	}
+	return notPrepared(sess.ID, reason)
+}
+
+// notPrepared is the refusal of a session whose workspace could not be
+// prepared, whether this caller prepared it or waited for another.
+func notPrepared(sessionID int64, reason string) error {
 	return apperr.New(apperr.ErrConflict, "session_not_prepared",
-		"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sess.ID, reason)
+		"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sessionID, reason)
 }
 
 // claimPreparation takes the session's preparation claim (creating its
@@ -561,8 +573,7 @@ func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string
 		case row.Status == PrepPrepared && row.Workspace == key:
 			return nil
 		case row.Status == PrepFailed:
-			return apperr.New(apperr.ErrConflict, "session_not_prepared",
-				"Session %d's workspace could not be prepared, so nothing ran in it: %s. Fix the agent's skills or files (or what they point to) and retry the preparation.", sess.ID, row.Reason)
+			return notPrepared(sess.ID, row.Reason)
 		}
 		// Released without an outcome (the preparer's caller left): the
 		// next use prepares.
