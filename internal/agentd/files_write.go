@@ -325,13 +325,20 @@ func (t *treeWriter) entryError(name string, err error) error {
 		return e
 	case errors.Is(err, fs.ErrExist):
 		return newError(CodeBadRequest, "The entry %q appears twice.", name)
-	case strings.Contains(err.Error(), "escapes") || strings.Contains(err.Error(), "too many levels of symbolic links"):
+	case leavesRoot(err):
 		return newError(CodePathOutsideRoot, "The entry %q leads outside its directory.", name)
 	case isNotDir(err):
 		return newError(CodeBadRequest, "The entry %q lies below something that is not a directory.", name)
 	default:
 		return fmt.Errorf("agentd: write entry %s: %w", name, err)
 	}
+}
+
+// leavesRoot reports an os.Root refusing a path because following it
+// leaves the root (or loops); os.Root has no sentinel error for either.
+func leavesRoot(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "escapes") || strings.Contains(msg, "too many levels of symbolic links")
 }
 
 func (t *treeWriter) dir(name string, mode fs.FileMode) error {
@@ -465,7 +472,7 @@ func (t *treeWriter) checkLinks() error {
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if msg := err.Error(); strings.Contains(msg, "escapes") || strings.Contains(msg, "too many levels of symbolic links") {
+		if leavesRoot(err) {
 			return newError(CodePathOutsideRoot, "The symbolic link %q leads outside its directory.", name)
 		}
 	}
