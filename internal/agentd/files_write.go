@@ -293,16 +293,17 @@ func newTreeWriter(dst *os.Root, lim writeLimits) *treeWriter {
 
 func (t *treeWriter) count(name string) error {
 	t.files++
-	if t.files+t.tops > t.lim.unpackFiles {
-		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
-	}
-	return nil
+	return t.checkEntries(name)
 }
 
 // top counts an entry naming the tree's top directory (nothing to
 // create, not among the files answered) toward the entry limit.
 func (t *treeWriter) top(name string) error {
 	t.tops++
+	return t.checkEntries(name)
+}
+
+func (t *treeWriter) checkEntries(name string) error {
 	if t.files+t.tops > t.lim.unpackFiles {
 		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
 	}
@@ -356,16 +357,16 @@ func (t *treeWriter) dir(name string, mode fs.FileMode) error {
 	return nil
 }
 
-func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) (string, error) {
+func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) error {
 	if err := t.count(name); err != nil {
-		return "", err
+		return err
 	}
 	if err := t.parent(name); err != nil {
-		return "", err
+		return err
 	}
 	w, err := t.dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", t.entryError(name, err)
+		return t.entryError(name, err)
 	}
 	room := t.lim.unpackBytes - t.bytes
 	n, sum, over, copyErr := hashingCopy(w, r, room)
@@ -379,18 +380,18 @@ func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) (string, e
 	closeErr := w.Close()
 	switch {
 	case over:
-		return "", newError(CodeTooLarge, "The tree holds more than %d bytes (at %q).", t.lim.unpackBytes, name)
+		return newError(CodeTooLarge, "The tree holds more than %d bytes (at %q).", t.lim.unpackBytes, name)
 	case copyErr != nil:
 		var e *Error
 		if errors.As(copyErr, &e) {
-			return "", e
+			return e
 		}
-		return "", newError(CodeBadRequest, "The entry %q could not be read: %s.", name, strings.TrimSuffix(copyErr.Error(), "."))
+		return newError(CodeBadRequest, "The entry %q could not be read: %s.", name, strings.TrimSuffix(copyErr.Error(), "."))
 	case closeErr != nil:
-		return "", fmt.Errorf("agentd: close entry %s: %w", name, closeErr)
+		return fmt.Errorf("agentd: close entry %s: %w", name, closeErr)
 	}
 	t.note(name, "file", sum)
-	return sum, nil
+	return nil
 }
 
 func (t *treeWriter) symlink(name, target string) error {
