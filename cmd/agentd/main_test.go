@@ -39,7 +39,7 @@ func TestAgentdBinary(t *testing.T) {
 		t.Fatal(err)
 	}
 	addrFile := filepath.Join(dir, "addr")
-	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--root", root, "--kill-grace", "200ms")
+	cmd := exec.Command(bin, "--listen", "127.0.0.1:0", "--addr-file", addrFile, "--root", root, "--kill-grace", "200ms", "--write-max-bytes", "16")
 	cmd.Env = append(os.Environ(), "AGENTD_TOKEN=s3cret-token-0123456789")
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
@@ -72,6 +72,13 @@ func TestAgentdBinary(t *testing.T) {
 	}
 	if _, err := agentd.NewClient("http://"+addr, "wrong", nil).Stat(ctx, "x"); !errors.Is(err, agentd.ErrUnauthorized) {
 		t.Fatalf("wrong token: %v", err)
+	}
+	// --write-max-bytes reaches the server: 16 bytes are taken, 17 refused.
+	if _, err := c.WriteFile(ctx, "fits", 0, strings.NewReader(strings.Repeat("x", 16)), 16); err != nil {
+		t.Fatalf("16-byte write under --write-max-bytes 16: %v", err)
+	}
+	if _, err := c.WriteFile(ctx, "over", 0, strings.NewReader(strings.Repeat("x", 17)), 17); !errors.Is(err, agentd.ErrTooLarge) {
+		t.Fatalf("17-byte write under --write-max-bytes 16: %v; want ErrTooLarge", err)
 	}
 	res, err := c.Run(ctx, agentd.CreateSessionRequest{Command: "echo ${AGENTD_TOKEN:-unset}; pwd", WaitMS: 5000})
 	if err != nil {

@@ -100,7 +100,7 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 		case tar.TypeDir:
 			err = t.dir(name, mode)
 		case tar.TypeReg: // the reader turns the legacy TypeRegA into TypeReg (or TypeDir)
-			_, err = t.file(name, mode, tr)
+			err = t.file(name, mode, tr)
 		case tar.TypeSymlink:
 			err = t.symlink(name, h.Linkname)
 		case tar.TypeLink:
@@ -153,7 +153,7 @@ func unpackZip(t *treeWriter, file *os.File, size int64) error {
 			if rc, err = zf.Open(); err != nil {
 				return newError(CodeBadRequest, "The archive entry %q cannot be read: %s.", zf.Name, err)
 			}
-			_, err = t.file(name, mode, rc)
+			err = t.file(name, mode, rc)
 			rc.Close()
 		default:
 			err = newError(CodeBadRequest, "The archive entry %q is a device, pipe or socket; those are refused.", zf.Name)

@@ -312,7 +312,7 @@ func (f *fileSystem) copyEntry(t *treeWriter, sr *os.Root, from, name string, d 
 		if err != nil || !fi.Mode().IsRegular() {
 			return newError(CodeBadRequest, "The source entry %q is not a regular file.", full)
 		}
-		_, err = t.file(local, fi.Mode(), in)
+		err = t.file(local, fi.Mode(), in)
 		return err
 	default:
 		return newError(CodeBadRequest, "The source entry %q is a device, pipe or socket; those are refused.", full)

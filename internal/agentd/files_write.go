@@ -293,16 +293,17 @@ func newTreeWriter(dst *os.Root, lim writeLimits) *treeWriter {
 
 func (t *treeWriter) count(name string) error {
 	t.files++
-	if t.files+t.tops > t.lim.unpackFiles {
-		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
-	}
-	return nil
+	return t.checkEntries(name)
 }
 
 // top counts an entry naming the tree's top directory (nothing to
 // create, not among the files answered) toward the entry limit.
 func (t *treeWriter) top(name string) error {
 	t.tops++
+	return t.checkEntries(name)
+}
+
+func (t *treeWriter) checkEntries(name string) error {
 	if t.files+t.tops > t.lim.unpackFiles {
 		return newError(CodeTooLarge, "The tree has more than %d entries (at %q).", t.lim.unpackFiles, name)
 	}
@@ -325,13 +326,20 @@ func (t *treeWriter) entryError(name string, err error) error {
 		return e
 	case errors.Is(err, fs.ErrExist):
 		return newError(CodeBadRequest, "The entry %q appears twice.", name)
-	case strings.Contains(err.Error(), "escapes") || strings.Contains(err.Error(), "too many levels of symbolic links"):
+	case leavesRoot(err):
 		return newError(CodePathOutsideRoot, "The entry %q leads outside its directory.", name)
 	case isNotDir(err):
 		return newError(CodeBadRequest, "The entry %q lies below something that is not a directory.", name)
 	default:
 		return fmt.Errorf("agentd: write entry %s: %w", name, err)
 	}
+}
+
+// leavesRoot reports an os.Root refusing a path because following it
+// leaves the root (or loops); os.Root has no sentinel error for either.
+func leavesRoot(err error) bool {
+	msg := err.Error()
+	return strings.Contains(msg, "escapes") || strings.Contains(msg, "too many levels of symbolic links")
 }
 
 func (t *treeWriter) dir(name string, mode fs.FileMode) error {
@@ -349,16 +357,16 @@ func (t *treeWriter) dir(name string, mode fs.FileMode) error {
 	return nil
 }
 
-func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) (string, error) {
+func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) error {
 	if err := t.count(name); err != nil {
-		return "", err
+		return err
 	}
 	if err := t.parent(name); err != nil {
-		return "", err
+		return err
 	}
 	w, err := t.dst.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return "", t.entryError(name, err)
+		return t.entryError(name, err)
 	}
 	room := t.lim.unpackBytes - t.bytes
 	n, sum, over, copyErr := hashingCopy(w, r, room)
@@ -372,18 +380,18 @@ func (t *treeWriter) file(name string, mode fs.FileMode, r io.Reader) (string, e
 	closeErr := w.Close()
 	switch {
 	case over:
-		return "", newError(CodeTooLarge, "The tree holds more than %d bytes (at %q).", t.lim.unpackBytes, name)
+		return newError(CodeTooLarge, "The tree holds more than %d bytes (at %q).", t.lim.unpackBytes, name)
 	case copyErr != nil:
 		var e *Error
 		if errors.As(copyErr, &e) {
-			return "", e
+			return e
 		}
-		return "", newError(CodeBadRequest, "The entry %q could not be read: %s.", name, strings.TrimSuffix(copyErr.Error(), "."))
+		return newError(CodeBadRequest, "The entry %q could not be read: %s.", name, strings.TrimSuffix(copyErr.Error(), "."))
 	case closeErr != nil:
-		return "", fmt.Errorf("agentd: close entry %s: %w", name, closeErr)
+		return fmt.Errorf("agentd: close entry %s: %w", name, closeErr)
 	}
 	t.note(name, "file", sum)
-	return sum, nil
+	return nil
 }
 
 func (t *treeWriter) symlink(name, target string) error {
@@ -465,7 +473,7 @@ func (t *treeWriter) checkLinks() error {
 		if err == nil || errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if msg := err.Error(); strings.Contains(msg, "escapes") || strings.Contains(msg, "too many levels of symbolic links") {
+		if leavesRoot(err) {
 			return newError(CodePathOutsideRoot, "The symbolic link %q leads outside its directory.", name)
 		}
 	}
