@@ -116,8 +116,8 @@ func New(d Deps) *Server {
 	e.Use(s.recoverer)
 	e.Use(s.accessLog)
 	e.Use(securityHeaders)
-	e.Use(limitBody(maxBodyBytes, map[route]int64{
-		{http.MethodPut, "/api/v1/orgs/:org/sessions/:id/files"}: proxy.MaxWriteBytes,
+	e.Use(limitBody(maxBodyBytes, map[string]int64{
+		http.MethodPut + " /api/v1/orgs/:org/sessions/:id/files": proxy.MaxWriteBytes,
 	}))
 	e.Use(s.csrf)
 
