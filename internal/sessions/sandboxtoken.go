@@ -83,7 +83,10 @@ func (s *Service) rekey(ctx context.Context, env envs.Environment, sess Session,
 	wait := 100 * time.Millisecond
 	for {
 		err = c.Rekey(rctx, token)
+		// Only agentd's own answer (not a proxy's in front of it) says
+		// the sandbox was rekeyed before; err need not be an *agentd.Error.
 		var ae *agentd.Error
+		answered := errors.As(err, &ae) && !ae.Foreign
 		switch {
 		case err == nil:
 			st, serr := s.Envs.Box.Seal([]byte(token), s.sandboxTokenAD(sess.ID, sb.ID))
@@ -93,11 +96,15 @@ func (s *Service) rekey(ctx context.Context, env envs.Environment, sess Session,
 			return rekeyed{sealed: st, kind: TokenPerSandbox}, nil
 		case errors.As(err, &ae) && ae.Unknown():
 			return rekeyed{kind: TokenTemplate}, nil
-		case errors.Is(err, agentd.ErrUnauthorized) && !ae.Foreign, errors.Is(err, agentd.ErrAlreadyRekeyed):
+		case answered && errors.Is(err, agentd.ErrUnauthorized), errors.Is(err, agentd.ErrAlreadyRekeyed):
 			return rekeyed{}, errTokenLost
 		case !agentd.Unanswered(err):
+			code := "no answer it could read"
+			if ae != nil {
+				code = ae.Code
+			}
 			return rekeyed{}, apperr.New(apperr.ErrUpstream, "sandbox_rekey_failed",
-				"The new sandbox's agentd refused to take a token of its own (%s); the sandbox was not used.", ae.Code)
+				"The new sandbox's agentd refused to take a token of its own (%s); the sandbox was not used.", code)
 		}
 		// No answer yet: agentd may still be starting.
 		select {
