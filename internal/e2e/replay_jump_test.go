@@ -81,7 +81,7 @@ func TestReplayJumpList(t *testing.T) {
 	var login struct{ Token string }
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "", map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
 	acme := newRecOrg(t, srv, login.Token, "acme", agentdURL, agentdToken)
-	typed := []string{"cd /tmp", "sleep 1", "/bin/echo jump-marker"}
+	typed := []string{"cd /tmp", "sleep 1", "/bin/sleep 0.3"} // a program that lives a moment, so agentd reads its arguments
 	cid := acme.typeIntoShell(t, typed...)
 
 	ctx := newBrowser(t)
@@ -94,7 +94,7 @@ func TestReplayJumpList(t *testing.T) {
 		t.Fatalf("the jump list shows %q; want %q", lines, append(typed, "exit"))
 	}
 	programs := text(t, ctx, testid("replay-programs"))
-	mustContain(t, "programs started", programs, "$ sleep 1", "$ /bin/echo jump-marker")
+	mustContain(t, "programs started", programs, "$ sleep 1", "$ /bin/sleep 0.3")
 
 	// Jump to the third line: the player moves to its moment.
 	want := get(t, ctx, "the line's moment", chromedp.Evaluate[float64](`Number(document.querySelectorAll('[data-testid="jump-line"]')[2].dataset.t)`))

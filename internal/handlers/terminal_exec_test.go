@@ -204,11 +204,11 @@ func TestTerminalCommandsAudited(t *testing.T) {
 		typed := []string{
 			"cd /tmp",
 			"echo first-marker",
-			"/bin/echo second-marker",
-			"unset PROMPT_COMMAND; trap - DEBUG; /bin/echo third-marker",
-			"bash -c '/bin/echo fourth-marker'",
+			"/bin/sleep 0.22", // programs that live a moment: one gone at once may be gone before agentd reads its arguments
+			"unset PROMPT_COMMAND; trap - DEBUG; /bin/sleep 0.23",
+			"bash -c '/bin/sleep 0.24'",
 			"/bin/true exec-only-$((6*7))",
-			"@owner /bin/echo owner-typed",
+			"@owner /bin/sleep 0.25",
 		}
 		sh.typeLines(t, typed...)
 		cid := fmt.Sprint(sh.id)
@@ -229,9 +229,9 @@ func TestTerminalCommandsAudited(t *testing.T) {
 		}
 		t.Run("programs are audited", func(t *testing.T) {
 			for _, argv := range [][]string{
-				{"/bin/echo", "second-marker"},
-				{"/bin/echo", "third-marker"}, // after the shell's hooks were switched off
-				{"bash", "-c", "/bin/echo fourth-marker"},
+				{"/bin/sleep", "0.22"},
+				{"/bin/sleep", "0.23"}, // after the shell's hooks were switched off
+				{"bash", "-c", "/bin/sleep 0.24"},
 				{"/bin/true", "exec-only-42"},
 			} {
 				got := find(argv...)
@@ -251,7 +251,7 @@ func TestTerminalCommandsAudited(t *testing.T) {
 		t.Run("a program is attributed to who typed it", func(t *testing.T) {
 			// The owner attached (by typing into the member's shell): the
 			// program its line started is the owner's, not the opener's.
-			got := find("/bin/echo", "owner-typed")
+			got := find("/bin/sleep", "0.25")
 			if len(got) != 1 {
 				t.Fatalf("%d terminal.command events for the owner's line, want 1", len(got))
 			}
@@ -262,14 +262,14 @@ func TestTerminalCommandsAudited(t *testing.T) {
 		t.Run("builtins and grandchildren are not", func(t *testing.T) {
 			for _, e := range events {
 				line := strings.Join(e.Details.Argv, " ")
-				if strings.Contains(line, "first-marker") || slices.Equal(e.Details.Argv, []string{"/bin/echo", "fourth-marker"}) {
+				if strings.Contains(line, "first-marker") || slices.Equal(e.Details.Argv, []string{"/bin/sleep", "0.24"}) {
 					t.Errorf("unexpected terminal.command %q", line)
 				}
 			}
 		})
 		t.Run("the recording has every program", func(t *testing.T) {
 			recs := f.recordedExec(t, sh.id)
-			for _, want := range [][]string{{"/bin/echo", "fourth-marker"}, {"/bin/echo", "second-marker"}} {
+			for _, want := range [][]string{{"/bin/sleep", "0.24"}, {"/bin/sleep", "0.22"}} {
 				found := false
 				for _, r := range recs {
 					found = found || (r.Type == agentd.ExecRecordExec && slices.Equal(r.Argv, want))
@@ -289,7 +289,7 @@ func TestTerminalCommandsAudited(t *testing.T) {
 			if slices.Contains(lines, typed[4]) {
 				t.Errorf("jump list %q has a line typed after the marks were switched off", lines)
 			}
-			if !slices.Contains(programs, "$ /bin/echo second-marker") || !slices.Contains(programs, "$ bash -c '/bin/echo fourth-marker'") {
+			if !slices.Contains(programs, "$ /bin/sleep 0.22") || !slices.Contains(programs, "$ bash -c '/bin/sleep 0.24'") {
 				t.Errorf("programs list %q", programs)
 			}
 		})
@@ -421,19 +421,19 @@ func TestTerminalCommandsInAForkedShell(t *testing.T) {
 		var o outputJSON
 		r.decode(t, &o)
 		sh := &interactiveShell{f: f, who: "member", id: o.CommandID, prompt: []byte("ready> ")}
-		sh.typeLines(t, "/bin/echo forked-marker", "bash -c '/bin/echo inner-marker; /bin/true'")
+		sh.typeLines(t, "/bin/sleep 0.26", "bash -c '/bin/echo inner-marker; /bin/sleep 0.27'")
 		events := f.exportAudit(t, fmt.Sprintf("action:terminal.command target:%d", sh.id))
 		var lines []string
 		for _, e := range events {
 			lines = append(lines, strings.Join(e.Details.Argv, " "))
 		}
-		for _, want := range []string{"bash --norc --noprofile -i", "/bin/echo forked-marker", "bash -c /bin/echo inner-marker; /bin/true"} {
+		for _, want := range []string{"bash --norc --noprofile -i", "/bin/sleep 0.26", "bash -c /bin/echo inner-marker; /bin/sleep 0.27"} {
 			if !slices.Contains(lines, want) {
 				t.Errorf("no terminal.command %q among %q", want, lines)
 			}
 		}
 		for _, l := range lines {
-			if l == "/bin/echo inner-marker" || l == "/bin/true" {
+			if l == "/bin/echo inner-marker" || l == "/bin/sleep 0.27" {
 				t.Errorf("a program of a non-interactive bash -c is audited: %q", l)
 			}
 		}

@@ -61,7 +61,7 @@ func TestTerminalZshIntegration(t *testing.T) {
 		typed := []string{
 			"cd /tmp",
 			"echo first-marker",
-			"/bin/echo second-marker",
+			"/bin/sleep 0.22", // a program that lives a moment, so agentd reads its arguments
 			"greet",
 			"false",
 			"echo $GH_TEST_ZLOGIN-$ZSH_NAME",
@@ -79,7 +79,7 @@ func TestTerminalZshIntegration(t *testing.T) {
 			for _, m := range jumpLineExit.FindAllStringSubmatch(string(rp.body), -1) {
 				got = append(got, html.UnescapeString(m[1])+" => "+m[2])
 			}
-			want := []string{"cd /tmp => 0", "echo first-marker => 0", "/bin/echo second-marker => 0", "greet => 0", "false => 1",
+			want := []string{"cd /tmp => 0", "echo first-marker => 0", "/bin/sleep 0.22 => 0", "greet => 0", "false => 1",
 				"echo $GH_TEST_ZLOGIN-$ZSH_NAME => 0", "exit => "}
 			if !slices.Equal(got, want) {
 				t.Errorf("jump list %q, want %q", got, want)
@@ -87,20 +87,20 @@ func TestTerminalZshIntegration(t *testing.T) {
 		})
 		t.Run("programs are the shell's direct children", func(t *testing.T) {
 			_, programs := f.replayLists(t, sh.id)
-			if !slices.Contains(programs, "$ /bin/echo second-marker") {
-				t.Errorf("programs list %q has no /bin/echo second-marker", programs)
+			if !slices.Contains(programs, "$ /bin/sleep 0.22") {
+				t.Errorf("programs list %q has no /bin/sleep 0.22", programs)
 			}
 			events := f.exportAudit(t, fmt.Sprintf("action:terminal.command target:%d", sh.id))
 			var lines []string
 			for _, e := range events {
 				lines = append(lines, strings.Join(e.Details.Argv, " ")+" in "+e.Details.Cwd)
 			}
-			if !slices.Contains(lines, "/bin/echo second-marker in /tmp") {
-				t.Errorf("terminal.command events %q, want /bin/echo second-marker in /tmp", lines)
+			if !slices.Contains(lines, "/bin/sleep 0.22 in /tmp") {
+				t.Errorf("terminal.command events %q, want /bin/sleep 0.22 in /tmp", lines)
 			}
 			// The integration runs builtins only: nothing of it is a program.
 			for _, l := range lines {
-				if !strings.HasPrefix(l, "/bin/echo second-marker") {
+				if !strings.HasPrefix(l, "/bin/sleep 0.22") {
 					t.Errorf("unexpected terminal.command %q", l)
 				}
 			}
