@@ -16,11 +16,21 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
-// argon2id parameters (RFC 9106 second recommendation, lighter memory so a
-// 2-core box can take a login burst).
+// PasswordCost is argon2id's time (passes) and memory for new hashes. A
+// hash records its own parameters, so a stored hash verifies whatever the
+// cost is now. The zero value is DefaultPasswordCost; nothing in the
+// console's flags changes it (tests lower it: thousands of accounts at the
+// production cost take minutes under the race detector).
+type PasswordCost struct {
+	Time      uint32
+	MemoryKiB uint32
+}
+
+// DefaultPasswordCost: RFC 9106's second recommendation with lighter
+// memory, so a 2-core box can take a login burst.
+var DefaultPasswordCost = PasswordCost{Time: 2, MemoryKiB: 19 * 1024}
+
 const (
-	argonTime    = 2
-	argonMemory  = 19 * 1024
 	argonThreads = 1
 	argonKeyLen  = 32
 )
@@ -31,28 +41,45 @@ const MinPasswordLength = 12
 // ErrWeakPassword explains the password rule.
 var ErrWeakPassword = fmt.Errorf("password must be at least %d characters", MinPasswordLength)
 
-// HashPassword returns an encoded argon2id hash.
-func HashPassword(pw string) (string, error) {
+func (c PasswordCost) orDefault() PasswordCost {
+	if c.Time == 0 || c.MemoryKiB == 0 {
+		return DefaultPasswordCost
+	}
+	return c
+}
+
+// HashPassword returns an encoded argon2id hash at the default cost.
+func HashPassword(pw string) (string, error) { return PasswordCost{}.Hash(pw) }
+
+// Hash returns an encoded argon2id hash of pw at cost c.
+func (c PasswordCost) Hash(pw string) (string, error) {
+	c = c.orDefault()
 	salt := make([]byte, 16)
 	if _, err := rand.Read(salt); err != nil {
 		return "", err
 	}
-	key := argon2.IDKey([]byte(pw), salt, argonTime, argonMemory, argonThreads, argonKeyLen)
-	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, argonMemory, argonTime, argonThreads,
+	key := argon2.IDKey([]byte(pw), salt, c.Time, c.MemoryKiB, argonThreads, argonKeyLen)
+	return fmt.Sprintf("$argon2id$v=%d$m=%d,t=%d,p=%d$%s$%s", argon2.Version, c.MemoryKiB, c.Time, argonThreads,
 		base64.RawStdEncoding.EncodeToString(salt), base64.RawStdEncoding.EncodeToString(key)), nil
 }
 
 // dummyHash is verified against when an account does not exist, so the
-// response time does not reveal whether the email is known.
-const dummyHash = "$argon2id$v=19$m=19456,t=2,p=1$c29tZXNhbHRzb21lc2FsdA$0t6oB3OYGqV5zq9o0Jx3c3KtXQ4bM2f6q3pGZK5lH6A"
+// answer's time does not reveal whether the e-mail is known: it costs what
+// a hash made at c costs (its key matches nothing).
+func (c PasswordCost) dummyHash() string {
+	c = c.orDefault()
+	return fmt.Sprintf("$argon2id$v=19$m=%d,t=%d,p=%d$c29tZXNhbHRzb21lc2FsdA$0t6oB3OYGqV5zq9o0Jx3c3KtXQ4bM2f6q3pGZK5lH6A", c.MemoryKiB, c.Time, argonThreads)
+}
 
-// CheckPassword reports whether pw matches encoded. An empty encoded hash
-// (unknown account) still costs one hash computation.
-func CheckPassword(encoded, pw string) bool {
+// CheckPassword reports whether pw matches encoded; an unknown account
+// (empty encoded) costs a hash at the default cost.
+func CheckPassword(encoded, pw string) bool { return PasswordCost{}.Check(encoded, pw) }
+
+// Check reports whether pw matches encoded. An empty encoded hash (unknown
+// account) still costs one hash computation at cost c, and is false.
+func (c PasswordCost) Check(encoded, pw string) bool {
 	if encoded == "" {
-		encoded = dummyHash
-		ok, _ := verifyArgon(encoded, pw)
-		_ = ok
+		_, _ = verifyArgon(c.dummyHash(), pw)
 		return false
 	}
 	ok, err := verifyArgon(encoded, pw)
@@ -87,8 +114,13 @@ func verifyArgon(encoded, pw string) (bool, error) {
 // returns the new hash, or a validation error naming the fields "current"
 // and "new". Platform admins and org users share this rule.
 func NewPasswordHash(currentHash, current, next string) (string, error) {
+	return PasswordCost{}.NewHash(currentHash, current, next)
+}
+
+// NewHash is NewPasswordHash with the new hash made at cost c.
+func (c PasswordCost) NewHash(currentHash, current, next string) (string, error) {
 	v := apperr.Validation()
-	if !CheckPassword(currentHash, current) {
+	if !c.Check(currentHash, current) {
 		v.Add("current", "The current password is incorrect.")
 	}
 	if len(next) < MinPasswordLength {
@@ -99,7 +131,7 @@ func NewPasswordHash(currentHash, current, next string) (string, error) {
 	if err := v.Err(); err != nil {
 		return "", err
 	}
-	return HashPassword(next)
+	return c.Hash(next)
 }
 
 // RandomPassword returns a one-time password that is easy to type and

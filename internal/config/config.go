@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/gatehouse/gatehouse/internal/auth"
 )
 
 // Config is the console's configuration.
@@ -36,6 +38,11 @@ type Config struct {
 	OrgDBPrefix string
 	// TokenTTL is how long a sign-in lasts.
 	TokenTTL time.Duration
+	// PasswordCost is the argon2id cost of the password hashes the
+	// console makes; zero is auth.DefaultPasswordCost. No flag or
+	// variable sets it: only tests lower it, so that the thousands of
+	// accounts they create do not take minutes under the race detector.
+	PasswordCost auth.PasswordCost
 	// HealthInterval is how often every environment is probed.
 	HealthInterval time.Duration
 	// ReclaimInterval is how often the sandbox reclaim round runs.

@@ -161,6 +161,9 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Signer:   auth.NewSigner(kid, key, "platform", cfg.TokenTTL, nil),
 		Throttle: auth.NewThrottle(nil),
 		Sleep:    sleepCtx,
+		// Passwords: the config's cost (zero, the default, unless a test
+		// lowers it).
+		Passwords: cfg.PasswordCost,
 	}
 	orgCfg := orgs.Config{Catalog: cat, Box: box, Audit: c.Audit, DataDir: cfg.DataDir, DBPrefix: cfg.OrgDBPrefix, Logger: logger}
 	if cfg.DatabaseURL != "" {
@@ -178,7 +181,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		c.Close()
 		return nil, err
 	}
-	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL, AuditObserver: c.Metrics.AuditAppended}
+	c.Tenants = &tenant.Registry{Orgs: c.Orgs, Box: box, TokenTTL: cfg.TokenTTL, AuditObserver: c.Metrics.AuditAppended, Passwords: cfg.PasswordCost}
 	c.Health = &envs.Checker{
 		ListOrgs: c.activeOrgs,
 		OpenOrg: func(ctx context.Context, slug string) (envs.OrgDeps, error) {
@@ -251,7 +254,7 @@ func (c *Console) bootstrapAdmin(ctx context.Context) error {
 		if err := store.XactLock(tx, "gatehouse-bootstrap-admin"); err != nil {
 			return err
 		}
-		created, otp, err := (&platform.Service{DB: tx, Now: c.Platform.Now}).Bootstrap(ctx, c.Config.AdminEmail, c.Config.AdminPassword)
+		created, otp, err := (&platform.Service{DB: tx, Now: c.Platform.Now, Passwords: c.Platform.Passwords}).Bootstrap(ctx, c.Config.AdminEmail, c.Config.AdminPassword)
 		if err != nil || !created {
 			return err
 		}

@@ -26,6 +26,16 @@ const (
 type Directory struct {
 	DB  *gorm.DB
 	Now func() time.Time
+	// Passwords is the cost of the password hashes it makes (zero: the
+	// default).
+	Passwords auth.PasswordCost
+}
+
+// In is d working inside tx.
+func (d *Directory) In(tx *gorm.DB) *Directory {
+	c := *d
+	c.DB = tx
+	return &c
 }
 
 func (d *Directory) now() time.Time {
@@ -67,7 +77,7 @@ func (d *Directory) CreateUser(ctx context.Context, email, name string) (User, s
 		return User{}, "", err
 	}
 	otp := auth.RandomPassword()
-	h, err := auth.HashPassword(otp)
+	h, err := d.Passwords.Hash(otp)
 	if err != nil {
 		return User{}, "", err
 	}
@@ -161,7 +171,7 @@ func (d *Directory) ResetPassword(ctx context.Context, id int64) (string, error)
 		return "", err
 	}
 	otp := auth.RandomPassword()
-	h, err := auth.HashPassword(otp)
+	h, err := d.Passwords.Hash(otp)
 	if err != nil {
 		return "", err
 	}
@@ -189,7 +199,7 @@ func (d *Directory) ChangePassword(ctx context.Context, id int64, current, next 
 	if err != nil {
 		return err
 	}
-	h, err := auth.NewPasswordHash(u.PasswordHash, current, next)
+	h, err := d.Passwords.NewHash(u.PasswordHash, current, next)
 	if err != nil {
 		return err
 	}
@@ -206,7 +216,7 @@ func (d *Directory) CheckLogin(ctx context.Context, email, password string) (Use
 	if res.Error != nil {
 		return u, false, fmt.Errorf("read user: %w", res.Error)
 	}
-	ok := auth.CheckPassword(u.PasswordHash, password) && u.Status == StatusActive
+	ok := d.Passwords.Check(u.PasswordHash, password) && u.Status == StatusActive
 	return u, ok, nil
 }
 

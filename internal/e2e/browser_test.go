@@ -16,6 +16,7 @@ import (
 
 	"github.com/chromedp/chromedp"
 
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/console"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -99,7 +100,10 @@ func newServer(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *ser
 func newServerLog(t *testing.T, d store.Dialect, logw io.Writer, opts ...func(*config.Config)) *server {
 	t.Helper()
 	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword,
-		TokenTTL: time.Hour, OrgDBPrefix: storetest.NewName("gh_test_org_") + "_"}
+		TokenTTL: time.Hour, OrgDBPrefix: storetest.NewName("gh_test_org_") + "_",
+		// Cheap password hashes: the production cost makes every account
+		// and sign-in take 60 ms under the race detector.
+		PasswordCost: auth.PasswordCost{Time: 1, MemoryKiB: 64}}
 	for _, o := range opts {
 		o(&cfg)
 	}

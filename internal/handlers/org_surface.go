@@ -433,7 +433,7 @@ func (m *orgTx) auditAs(actor audit.Actor, action string, target audit.Target, d
 // writes go through their own adapter connection and stay outside fn.
 func (s *Server) mutate(c echo.Context, fn func(m *orgTx) error) error {
 	return tenantOf(c).DB.WithContext(c.Request().Context()).Transaction(func(tx *gorm.DB) error {
-		return fn(&orgTx{s: s, c: c, tx: tx, Dir: &directory.Directory{DB: tx}})
+		return fn(&orgTx{s: s, c: c, tx: tx, Dir: tenantOf(c).Dir.In(tx)})
 	})
 }
 

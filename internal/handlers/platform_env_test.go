@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/console"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -61,7 +62,8 @@ func (b *lockedBuffer) String() string {
 // with adminPassword unless an option changes the config.
 func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEnv {
 	t.Helper()
-	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword, TokenTTL: time.Hour}
+	cfg := config.Config{DataDir: t.TempDir(), AdminEmail: adminEmail, AdminPassword: adminPassword, TokenTTL: time.Hour,
+		PasswordCost: testPasswordCost}
 	cfg.OrgDBPrefix = storetest.NewName("gh_test_org_") + "_"
 	if d == store.Postgres {
 		cfg.DatabaseURL = storetest.DSN(t, store.Postgres)
@@ -87,6 +89,11 @@ func newEnv(t *testing.T, d store.Dialect, opts ...func(*config.Config)) *testEn
 	})
 	return &testEnv{t: t, c: c, srv: srv, cfg: cfg, logs: logs}
 }
+
+// testPasswordCost makes the tests' thousands of password hashes cheap
+// (the production cost is 19 MiB and two passes each, a minute in all
+// under the race detector); auth's tests hold the default.
+var testPasswordCost = auth.PasswordCost{Time: 1, MemoryKiB: 64}
 
 func randomHex(n int) string {
 	b := make([]byte, n)

@@ -48,6 +48,9 @@ type Service struct {
 	Now      func() time.Time
 	// Sleep is how failed attempts are slowed; tests replace it.
 	Sleep func(context.Context, time.Duration)
+	// Passwords is the cost of the password hashes it makes (zero: the
+	// default).
+	Passwords auth.PasswordCost
 }
 
 func (s *Service) now() time.Time {
@@ -77,7 +80,7 @@ func (s *Service) CreateAdmin(ctx context.Context, email, name, password string,
 	if err := v.Err(); err != nil {
 		return Admin{}, err
 	}
-	h, err := auth.HashPassword(password)
+	h, err := s.Passwords.Hash(password)
 	if err != nil {
 		return Admin{}, err
 	}
@@ -112,7 +115,7 @@ func (s *Service) Login(ctx context.Context, email, password, ip string) (Login,
 		if res.Error != nil {
 			return false, fmt.Errorf("read admin: %w", res.Error)
 		}
-		return auth.CheckPassword(a.PasswordHash, password), nil
+		return s.Passwords.Check(a.PasswordHash, password), nil
 	})
 	if err != nil {
 		return Login{}, LoginError(err)
@@ -226,7 +229,7 @@ func (s *Service) ChangePassword(ctx context.Context, adminID, current, next str
 		return fmt.Errorf("read admin: %w", res.Error)
 	}
 	// An unknown admin has an empty hash, which never matches.
-	h, err := auth.NewPasswordHash(a.PasswordHash, current, next)
+	h, err := s.Passwords.NewHash(a.PasswordHash, current, next)
 	if err != nil {
 		return err
 	}

@@ -54,7 +54,7 @@ func (s *Service) CreateWithOneTimePassword(ctx context.Context, email string, l
 func (s *Service) ResetPassword(ctx context.Context, email string, log *audit.Log, actor audit.Actor) (Admin, string, error) {
 	email = auth.NormalizeEmail(email)
 	otp := auth.RandomPassword()
-	h, err := auth.HashPassword(otp)
+	h, err := s.Passwords.Hash(otp)
 	if err != nil {
 		return Admin{}, "", err
 	}

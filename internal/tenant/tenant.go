@@ -49,6 +49,9 @@ type Registry struct {
 	TokenTTL time.Duration
 	// AuditObserver, when set, hears of every org audit append (metrics).
 	AuditObserver audit.Observer
+	// Passwords is the cost of the org password hashes made (zero: the
+	// default).
+	Passwords auth.PasswordCost
 
 	mu    sync.Mutex
 	cache map[string]*runtime
@@ -131,7 +134,7 @@ func (r *Registry) runtime(ctx context.Context, h *orgs.Handle) (*runtime, error
 	}
 	rt := &runtime{
 		db:       h.DB,
-		dir:      &directory.Directory{DB: h.DB},
+		dir:      &directory.Directory{DB: h.DB, Passwords: r.Passwords},
 		auth:     ac,
 		enforcer: en,
 		log:      audit.NewLog(h.DB, audit.OrgTable, nil).Observe(r.AuditObserver),
