@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -197,18 +198,156 @@ func NotFound(sandboxID string) error {
 	return apperr.New(apperr.ErrNotFound, "sandbox_not_found", "Sandbox %q was not found.", sandboxID)
 }
 
-// ForKey lists the sandboxes an e2b key created for its agent whose
-// sessions are live (not closed or lost), newest first.
-func ForKey(ctx context.Context, db *gorm.DB, keyID, agentID int64, limit int) ([]Sandbox, error) {
-	var out []Sandbox
-	err := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
-		Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
-		Where("e2b_sandboxes.key_id = ? AND e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", keyID, agentID, []string{sessions.StateClosed, sessions.StateLost}).
-		Order("e2b_sandboxes.id DESC").Limit(limit).Find(&out).Error
-	if err != nil {
-		return nil, fmt.Errorf("list e2b sandboxes: %w", err)
+// The states E2B lists a sandbox in.
+const (
+	StateRunning = "running"
+	StatePaused  = "paused"
+)
+
+// StateOf is the E2B state of a live session: paused, or running for
+// every other live state (a pending session is started by create).
+func StateOf(sess sessions.Session) string {
+	if sess.State == sessions.StatePaused {
+		return StatePaused
 	}
-	return out, nil
+	return StateRunning
+}
+
+// MaxListLimit is the largest page E2B's list answers (and the default).
+const MaxListLimit = 100
+
+// ListQuery selects one page of the sandboxes a key created.
+type ListQuery struct {
+	KeyID, AgentID int64
+	// States holds StateRunning and/or StatePaused; empty means both.
+	States []string
+	// Metadata must all be present, with these values, in a sandbox's.
+	Metadata map[string]string
+	// Limit is the page size, 1 to MaxListLimit (0: MaxListLimit).
+	Limit int
+	// NextToken is the previous page's NextToken ("" for the first page).
+	NextToken string
+}
+
+// Entry is a listed sandbox with its session.
+type Entry struct {
+	Sandbox Sandbox
+	Session sessions.Session
+}
+
+// Page is one page of a key's sandboxes, newest first; NextToken is ""
+// on the last page.
+type Page struct {
+	Items     []Entry
+	NextToken string
+}
+
+// parseNextToken reads a page cursor: the row id of the last sandbox a
+// previous page answered (sandboxes after it have smaller ids).
+func parseNextToken(tok string) (int64, error) {
+	if tok == "" {
+		return 0, nil
+	}
+	id, err := strconv.ParseInt(tok, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, &apperr.ValidationError{Fields: map[string]string{"nextToken": "nextToken must be the x-next-token header of an earlier list answer; list again without it to start over."}}
+	}
+	return id, nil
+}
+
+// List answers one page of the live sandboxes key q.KeyID created for its
+// agent whose sessions a (the key's actor) may still see, newest first,
+// filtered by state and metadata. It walks the key's e2b_sandboxes rows
+// with a keyset cursor (never a window of the agent's sessions, which
+// other keys and the console also fill) and loads exactly the sessions
+// those rows name, so every sandbox is reachable and none repeats across
+// pages.
+func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Actor, q ListQuery) (Page, error) {
+	cursor, err := parseNextToken(q.NextToken)
+	if err != nil {
+		return Page{}, err
+	}
+	limit := q.Limit
+	if limit <= 0 || limit > MaxListLimit {
+		limit = MaxListLimit
+	}
+	want := map[string]bool{}
+	for _, st := range q.States {
+		want[st] = true
+	}
+	if len(want) == 0 {
+		want = map[string]bool{StateRunning: true, StatePaused: true}
+	}
+	// The state is also filtered in the query, so rows of the other state
+	// are not read page after page; it is checked again on the session
+	// read afterwards, which is what the answer reports.
+	excluded := []string{sessions.StateClosed, sessions.StateLost}
+	if !want[StatePaused] {
+		excluded = append(excluded, sessions.StatePaused)
+	}
+	var out []Entry
+	// One more than the page is looked for, so the last page says so
+	// (no token) instead of leading to an empty one.
+	for len(out) <= limit {
+		var rows []Sandbox
+		qq := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
+			Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
+			Where("e2b_sandboxes.key_id = ? AND e2b_sandboxes.agent_id = ? AND sessions.state NOT IN ?", q.KeyID, q.AgentID, excluded)
+		if !want[StateRunning] {
+			qq = qq.Where("sessions.state = ?", sessions.StatePaused)
+		}
+		if cursor > 0 {
+			qq = qq.Where("e2b_sandboxes.id < ?", cursor)
+		}
+		batch := limit + 1
+		if err := qq.Order("e2b_sandboxes.id DESC").Limit(batch).Find(&rows).Error; err != nil {
+			return Page{}, fmt.Errorf("list e2b sandboxes: %w", err)
+		}
+		if len(rows) == 0 {
+			break
+		}
+		cursor = rows[len(rows)-1].ID
+		ids := make([]int64, 0, len(rows))
+		for _, x := range rows {
+			ids = append(ids, x.SessionID)
+		}
+		seen, err := svc.List(ctx, a, sessions.ListFilter{IDs: ids, Limit: len(ids)})
+		if err != nil {
+			return Page{}, fmt.Errorf("read sessions of e2b sandboxes: %w", err)
+		}
+		visible := make(map[int64]sessions.Session, len(seen.Items))
+		for _, sess := range seen.Items {
+			visible[sess.ID] = sess
+		}
+		for _, x := range rows {
+			sess, ok := visible[x.SessionID]
+			if !ok || sess.Final() || !want[StateOf(sess)] || !metadataMatches(x.MetadataMap(), q.Metadata) {
+				continue
+			}
+			out = append(out, Entry{Sandbox: x, Session: sess})
+			if len(out) > limit {
+				break
+			}
+		}
+		if len(rows) < batch {
+			break
+		}
+	}
+	p := Page{Items: out}
+	if len(out) > limit {
+		p.Items = out[:limit]
+		p.NextToken = strconv.FormatInt(out[limit-1].Sandbox.ID, 10)
+	}
+	return p, nil
+}
+
+func metadataMatches(have, want map[string]string) bool {
+	for k, v := range want {
+		if have[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 // SetTimeout records a new timeout from now.

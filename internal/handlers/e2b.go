@@ -158,13 +158,6 @@ func (s *Server) e2bSandbox(c echo.Context, x e2bapi.Sandbox) (e2bSandboxJSON, e
 		EnvdAccessToken: tok, Domain: s.e2bDomain()}, nil
 }
 
-func e2bState(sess sessions.Session) string {
-	if sess.State == sessions.StatePaused {
-		return "paused"
-	}
-	return "running"
-}
-
 func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTemplateSize) e2bListedJSON {
 	started := sess.CreatedAt
 	if sess.StartedAt != nil {
@@ -175,7 +168,7 @@ func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTempl
 		end = *x.EndAt
 	}
 	return e2bListedJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, StartedAt: started.UTC(), EndAt: end.UTC(),
-		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bState(sess), EnvdVersion: e2bapi.EnvdVersion, Metadata: x.MetadataMap()}
+		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bapi.StateOf(sess), EnvdVersion: e2bapi.EnvdVersion, Metadata: x.MetadataMap()}
 }
 
 // e2bTemplateSize is what E2B's answers say of a sandbox's size: its
@@ -381,57 +374,42 @@ func (s *Server) e2bGet(c echo.Context) error {
 		Domain: s.e2bDomain(), Lifecycle: e2bLifecycleJSON{OnTimeout: "kill"}})
 }
 
-// e2bList answers the live sandboxes this key created that its owner may
-// still see, newest first, filtered by state and metadata as E2B does.
+// e2bList answers one page of the live sandboxes this key created that
+// its owner may still see, newest first, filtered by state and metadata
+// as E2B does; X-Next-Token names the next page when there is one.
 func (s *Server) e2bList(c echo.Context) error {
 	ctx, k := c.Request().Context(), e2bKeyOf(c)
-	states := map[string]bool{"running": true, "paused": true}
+	q := e2bapi.ListQuery{KeyID: k.ID, AgentID: *k.AgentID, NextToken: c.QueryParam("nextToken")}
 	if raw := c.QueryParam("state"); raw != "" {
-		states = map[string]bool{}
 		for _, st := range strings.Split(raw, ",") {
-			if st != "running" && st != "paused" {
+			if st != e2bapi.StateRunning && st != e2bapi.StatePaused {
 				return &apperr.ValidationError{Fields: map[string]string{"state": "state must be running, paused or both (comma-separated)."}}
 			}
-			states[st] = true
+			q.States = append(q.States, st)
 		}
 	}
-	want, err := e2bMetadataFilter(c.QueryParam("metadata"))
-	if err != nil {
+	var err error
+	if q.Metadata, err = e2bMetadataFilter(c.QueryParam("metadata")); err != nil {
 		return err
 	}
-	limit := 100
 	if raw := c.QueryParam("limit"); raw != "" {
 		n, err := parseID(raw)
-		if err != nil || n > 100 {
+		if err != nil || n > e2bapi.MaxListLimit {
 			return &apperr.ValidationError{Fields: map[string]string{"limit": "limit must be from 1 to 100."}}
 		}
-		limit = int(n)
+		q.Limit = int(n)
 	}
-	page, err := s.sessionService(c).List(ctx, actorOf(c), sessions.ListFilter{AgentID: *k.AgentID, Limit: 200})
-	if err != nil {
-		return err
-	}
-	visible := map[int64]sessions.Session{}
-	for _, sess := range page.Items {
-		if !sess.Final() {
-			visible[sess.ID] = sess
-		}
-	}
-	xs, err := e2bapi.ForKey(ctx, tenantOf(c).DB, k.ID, *k.AgentID, 200)
+	page, err := e2bapi.List(ctx, tenantOf(c).DB, s.sessionService(c), actorOf(c), q)
 	if err != nil {
 		return err
 	}
 	size := s.e2bSize(c, *k.AgentID)
-	out := []e2bListedJSON{}
-	for _, x := range xs {
-		sess, ok := visible[x.SessionID]
-		if !ok || !states[e2bState(sess)] || !metadataMatches(x.MetadataMap(), want) {
-			continue
-		}
-		if len(out) == limit {
-			break
-		}
-		out = append(out, s.e2bListed(x, sess, size))
+	out := make([]e2bListedJSON, 0, len(page.Items))
+	for _, e := range page.Items {
+		out = append(out, s.e2bListed(e.Sandbox, e.Session, size))
+	}
+	if page.NextToken != "" {
+		c.Response().Header().Set("X-Next-Token", page.NextToken)
 	}
 	return c.JSON(http.StatusOK, out)
 }
@@ -462,15 +440,6 @@ func e2bMetadataFilter(raw string) (map[string]string, error) {
 		out[dk] = dv
 	}
 	return out, nil
-}
-
-func metadataMatches(have, want map[string]string) bool {
-	for k, v := range want {
-		if have[k] != v {
-			return false
-		}
-	}
-	return true
 }
 
 // e2bTimeoutBody is the body of connect, resume and timeout.

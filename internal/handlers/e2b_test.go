@@ -362,6 +362,22 @@ func TestE2BControlPlane(t *testing.T) {
 			if len(l) != 2 || l[0].SandboxID != second.SandboxID || l[1].SandboxID != sb.SandboxID {
 				t.Fatalf("list, newest first: %+v", l)
 			}
+			// Paged: the next page's token in X-Next-Token, none on the last.
+			r := sdk(http.MethodGet, api+"/v2/sandboxes?limit=1", key.Key, nil)
+			r.decode(t, &l)
+			next := r.header.Get("X-Next-Token")
+			if len(l) != 1 || l[0].SandboxID != second.SandboxID || next == "" {
+				t.Fatalf("first page %+v, next token %q", l, next)
+			}
+			r = sdk(http.MethodGet, api+"/v2/sandboxes?limit=1&nextToken="+url.QueryEscape(next), key.Key, nil)
+			r.decode(t, &l)
+			if len(l) != 1 || l[0].SandboxID != sb.SandboxID || r.header.Get("X-Next-Token") != "" {
+				t.Fatalf("last page %+v, next token %q", l, r.header.Get("X-Next-Token"))
+			}
+			r = sdk(http.MethodGet, api+"/v2/sandboxes?nextToken=not-a-token", key.Key, nil)
+			wantStatus(t, "a bad nextToken", r, http.StatusBadRequest)
+			_, msg := e2bError(t, r)
+			mustContain(t, "bad nextToken", msg, "nextToken")
 			wantStatus(t, "kill", sdk(http.MethodDelete, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNoContent)
 			wantStatus(t, "get after kill", sdk(http.MethodGet, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNotFound)
 			wantStatus(t, "kill again", sdk(http.MethodDelete, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNotFound)

@@ -181,6 +181,12 @@ func (s *Service) List(ctx context.Context, a *authz.Actor, f ListFilter) (Page,
 	if f.AgentID != 0 {
 		q = q.Where("sessions.agent_id = ?", f.AgentID)
 	}
+	if f.IDs != nil {
+		if len(f.IDs) == 0 {
+			return Page{}, nil
+		}
+		q = q.Where("sessions.id IN ?", f.IDs)
+	}
 	if f.UserID != 0 {
 		q = q.Where("sessions.user_id = ?", f.UserID)
 	}

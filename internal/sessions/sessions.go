@@ -536,6 +536,10 @@ type ListFilter struct {
 	// Before is the paging cursor: sessions with a smaller id (newest
 	// first).
 	Before int64
+	// IDs, when not nil, keeps only these sessions (none when empty):
+	// for callers that know which sessions they want, like the E2B list,
+	// and still need them filtered by who may see them.
+	IDs []int64
 	// Limit is the page size (default 50, at most 200).
 	Limit int
 }
