@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 )
 
 // Kinds of failure. Wrap them with New or match them with errors.Is.
@@ -30,12 +31,24 @@ type Error struct {
 	Kind    error
 	Code    string
 	Message string
+	// RetryAfter, when set, is how soon trying again may succeed: the
+	// failure is a passing shortage (a busy replica), not a fault.
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
 
 // Unwrap lets errors.Is match the kind.
 func (e *Error) Unwrap() error { return e.Kind }
+
+// RetryAfterSeconds is RetryAfter in whole seconds, rounded up so that a
+// hint under a second does not read as "at once"; 0 when not set.
+func (e *Error) RetryAfterSeconds() int {
+	if e.RetryAfter <= 0 {
+		return 0
+	}
+	return int((e.RetryAfter + time.Second - 1) / time.Second)
+}
 
 // New returns an Error of kind with a stable machine code and a full-sentence
 // message for people.

@@ -7,6 +7,7 @@ import (
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -147,4 +148,15 @@ func RandomToken(n int) string {
 		panic(fmt.Sprintf("crypto/rand failed: %v", err))
 	}
 	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+// RandomHex returns n random bytes as 2n lowercase hex digits, for secrets
+// and names whose readers accept hex only (E2B keys and tokens, database
+// names).
+func RandomHex(n int) string {
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		panic(fmt.Sprintf("crypto/rand failed: %v", err))
+	}
+	return hex.EncodeToString(b)
 }

@@ -44,3 +44,18 @@ func TestPasswordCost(t *testing.T) {
 		t.Error("an unknown account's check passed")
 	}
 }
+
+// TestRandomHex: n bytes are 2n lowercase hex digits (what E2B keys and
+// tokens must be), and two draws differ.
+func TestRandomHex(t *testing.T) {
+	t.Parallel()
+	for _, n := range []int{0, 1, 32} {
+		s := auth.RandomHex(n)
+		if len(s) != 2*n || strings.Trim(s, "0123456789abcdef") != "" {
+			t.Fatalf("RandomHex(%d) = %q, want %d lowercase hex digits", n, s, 2*n)
+		}
+	}
+	if a, b := auth.RandomHex(16), auth.RandomHex(16); a == b {
+		t.Fatalf("two draws of 16 bytes were both %s", a)
+	}
+}

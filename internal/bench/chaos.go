@@ -17,6 +17,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/netfault"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -306,11 +307,11 @@ func (r *chaosRun) up(ctx context.Context) error {
 	if r.dir, err = os.MkdirTemp("", "gatehouse-chaos-"); err != nil {
 		return err
 	}
-	r.prefix = "gh_chaos_" + randomHex(4) + "_org_"
+	r.prefix = "gh_chaos_" + auth.RandomHex(4) + "_org_"
 	if r.admin, err = store.Open(ctx, r.o.PostgresDSN, store.Options{MaxOpenConns: 4}); err != nil {
 		return fmt.Errorf("chaos: postgres: %w", err)
 	}
-	r.catalog = "gh_chaos_" + randomHex(6)
+	r.catalog = "gh_chaos_" + auth.RandomHex(6)
 	if err := r.admin.WithContext(ctx).Exec("CREATE DATABASE " + store.QuoteIdent(r.catalog)).Error; err != nil {
 		return fmt.Errorf("chaos: create the catalog database: %w", err)
 	}
@@ -324,7 +325,7 @@ func (r *chaosRun) up(ctx context.Context) error {
 	}
 	r.dbFwd = fwd
 
-	token := "chaos-agentd-" + randomHex(12)
+	token := "chaos-agentd-" + auth.RandomHex(12)
 	for _, name := range []string{"host-a", "host-b"} {
 		h, err := startHost(ctx, name, r.o.AgentdBin, token, filepath.Join(r.dir, name))
 		if err != nil {
@@ -337,7 +338,7 @@ func (r *chaosRun) up(ctx context.Context) error {
 		return fmt.Errorf("chaos: start the E2B fake: %w", err)
 	}
 
-	env := []string{"DATABASE_URL=" + viaFwd, "GATEHOUSE_MASTER_KEY=" + randomHex(32), "GATEHOUSE_ORG_DB_PREFIX=" + r.prefix,
+	env := []string{"DATABASE_URL=" + viaFwd, "GATEHOUSE_MASTER_KEY=" + auth.RandomHex(32), "GATEHOUSE_ORG_DB_PREFIX=" + r.prefix,
 		"GATEHOUSE_ADMIN_EMAIL=" + chaosAdmin, "GATEHOUSE_ADMIN_PASSWORD=" + chaosPasswd,
 		"GATEHOUSE_FOLLOWER_LEASE=" + chaosLease.String(), "GATEHOUSE_FOLLOWER_SWEEP_INTERVAL=" + chaosSweep.String(),
 		"GATEHOUSE_RECLAIM_INTERVAL=5s", "GATEHOUSE_HEALTH_INTERVAL=5s",

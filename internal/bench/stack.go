@@ -10,8 +10,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +24,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/console"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -45,7 +44,7 @@ func StartAgentd(root string) (*Agentd, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen for agentd: %w", err)
 	}
-	token := randomHex(16)
+	token := auth.RandomHex(16)
 	srv, err := agentd.NewServer(agentd.Config{Token: token, Root: root, MaxSessions: 4096})
 	if err != nil {
 		_ = ln.Close()
@@ -106,8 +105,8 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	}
-	cfg := config.Config{DataDir: o.DataDir, AdminEmail: "bench-admin@example.com", AdminPassword: "bench-admin-password-" + randomHex(8),
-		TokenTTL: time.Hour, HealthInterval: time.Hour, ReclaimInterval: time.Hour, OrgDBPrefix: "gh_bench_" + randomHex(4) + "_org_",
+	cfg := config.Config{DataDir: o.DataDir, AdminEmail: "bench-admin@example.com", AdminPassword: "bench-admin-password-" + auth.RandomHex(8),
+		TokenTTL: time.Hour, HealthInterval: time.Hour, ReclaimInterval: time.Hour, OrgDBPrefix: "gh_bench_" + auth.RandomHex(4) + "_org_",
 		// The caps are counted in every exec's commit, as in production,
 		// and set high enough for the followed-commands run.
 		MaxRunningCommandsPerUser: 10000, MaxRunningCommandsPerAgent: 10000}
@@ -119,7 +118,7 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 			return nil, err
 		}
 		s.dropDBs = drop
-		cfg.DatabaseURL, cfg.MasterKey = dsn, randomHex(32)
+		cfg.DatabaseURL, cfg.MasterKey = dsn, auth.RandomHex(32)
 	}
 	c, err := console.New(ctx, cfg, logger)
 	if err != nil {
@@ -163,7 +162,7 @@ func throwawayPostgres(ctx context.Context, dsn, orgPrefix string) (string, func
 	if err != nil {
 		return "", nil, fmt.Errorf("postgres: %w", err)
 	}
-	name := "gh_bench_" + randomHex(6)
+	name := "gh_bench_" + auth.RandomHex(6)
 	if err := admin.WithContext(ctx).Exec("CREATE DATABASE " + store.QuoteIdent(name)).Error; err != nil {
 		_ = store.Close(admin)
 		return "", nil, fmt.Errorf("create benchmark database: %w", err)
@@ -358,9 +357,3 @@ func (e *StatusError) Error() string {
 }
 
 var errNotExited = errors.New("command did not exit within its wait")
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
-}

@@ -2,7 +2,6 @@ package directory
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
@@ -144,7 +143,7 @@ func (d *Directory) CreateKey(ctx context.Context, in NewKey) (APIKey, string, e
 		if in.Agent != nil {
 			// Hex only (the SDKs' check): 12 digits name the row (never
 			// equal to an ordinary key's 8-character prefix), 52 are secret.
-			all := randomHex(32)
+			all := auth.RandomHex(32)
 			prefix, secret = all[:e2bPrefixLen], all[e2bPrefixLen:]
 			token = func() string { return E2BPrefix + prefix + secret }
 		}
@@ -159,14 +158,6 @@ func (d *Directory) CreateKey(ctx context.Context, in NewKey) (APIKey, string, e
 		}
 	}
 	return APIKey{}, "", fmt.Errorf("create api key: prefix collisions")
-}
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	return hex.EncodeToString(b)
 }
 
 // ListKeys lists keys, all or those owned by one user.

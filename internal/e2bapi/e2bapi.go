@@ -8,9 +8,7 @@ package e2bapi
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/subtle"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,6 +22,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/proxy"
@@ -71,7 +70,7 @@ var idRE = regexp.MustCompile(`^([a-z0-9](?:[a-z0-9-]*[a-z0-9])?)-([0-9a-f]{16})
 // NewSandboxID mints a sandbox id for org slug: <slug>-<16 hex digits>.
 // The data plane serves every org on one listener, so the id names its org
 // (everything else about the sandbox is in that org's database).
-func NewSandboxID(slug string) string { return slug + "-" + randomHex(idSuffixLen/2) }
+func NewSandboxID(slug string) string { return slug + "-" + auth.RandomHex(idSuffixLen/2) }
 
 // OrgOf returns the org slug a sandbox id names; ok is false for anything
 // not shaped like one.
@@ -125,15 +124,7 @@ func EndpointFor(consoleURL, sandboxURL, domain, slug string) Endpoint {
 }
 
 // MintAccessToken returns a new envd access token: 32 random bytes, hex.
-func MintAccessToken() string { return randomHex(32) }
-
-func randomHex(n int) string {
-	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		panic(fmt.Sprintf("crypto/rand: %v", err))
-	}
-	return hex.EncodeToString(b)
-}
+func MintAccessToken() string { return auth.RandomHex(32) }
 
 // tokenAD binds a sealed token to its org and sandbox: copied to another
 // row or database, it does not open.

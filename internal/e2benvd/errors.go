@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"strconv"
 
 	"connectrpc.com/connect"
 
@@ -97,6 +98,10 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // handlers: in Connect's error format for RPCs, in envd's REST error
 // shape ({"code": <status>, "message"}) for /files.
 func writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apperr.Error
+	if errors.As(err, &ae) && ae.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds()))
+	}
 	cerr := toConnect(err)
 	if connectErrors.IsSupported(r) {
 		_ = connectErrors.Write(w, r, cerr)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -26,6 +27,9 @@ type errorDetail struct {
 	Code    string            `json:"code"`
 	Message string            `json:"message"`
 	Fields  map[string]string `json:"fields,omitempty"`
+	// retryAfter (seconds) is sent as the Retry-After header, not in the
+	// body.
+	retryAfter int
 }
 
 // classify maps any error to status and a message safe to show. This is the
@@ -38,7 +42,7 @@ func classify(err error) (int, errorDetail) {
 	case errors.As(err, &ve):
 		return http.StatusBadRequest, errorDetail{Code: "validation_failed", Message: "Some fields are invalid: " + joinFields(ve.Fields), Fields: ve.Fields}
 	case errors.As(err, &ae):
-		return statusOf(ae.Kind), errorDetail{Code: ae.Code, Message: ae.Message}
+		return statusOf(ae.Kind), errorDetail{Code: ae.Code, Message: ae.Message, retryAfter: ae.RetryAfterSeconds()}
 	case errors.Is(err, auth.ErrInvalidToken):
 		return http.StatusUnauthorized, errorDetail{Code: "unauthenticated", Message: "Sign in again: the credentials are invalid or have expired."}
 	case errors.As(err, &he):
@@ -132,6 +136,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	status, body := classify(err)
 	if status >= 500 {
 		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c), "error", err)
+	}
+	if body.retryAfter > 0 {
+		c.Response().Header().Set("Retry-After", strconv.Itoa(body.retryAfter))
 	}
 	if strings.HasPrefix(c.Request().URL.Path, "/e2b/") {
 		// The E2B SDKs read {"code": <status>, "message"}.

@@ -19,6 +19,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sync/semaphore"
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -80,6 +81,16 @@ type Gateway struct {
 	// Limits caps the commands running at once per user and per agent
 	// (zero values: no cap).
 	Limits CommandLimits
+	// WriteSlots is how many file writes may be spooled at once on this
+	// replica, each reserving MaxWriteBytes of temporary disk (0:
+	// DefaultWriteSlots), so concurrent uploads cannot fill its disk.
+	WriteSlots int
+	// WriteSlotWait is how long a write waits for a free slot before it
+	// is refused as busy (0: DefaultWriteSlotWait).
+	WriteSlotWait time.Duration
+	// spooling reserves the bytes of writes being spooled (write.go).
+	spooling     *semaphore.Weighted
+	spoolingOnce sync.Once
 	// resizes holds back the window changes of each command that come
 	// within a second of its last recorded one (resize.go).
 	resizes resizeWindows

@@ -9,6 +9,8 @@ import (
 	"os"
 	"time"
 
+	"golang.org/x/sync/semaphore"
+
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
@@ -21,6 +23,15 @@ const (
 	MaxWriteBytes = agentd.DefaultWriteMaxBytes
 	// fileWriteTimeout bounds passing a spooled file on to agentd.
 	fileWriteTimeout = 11 * time.Minute
+	// DefaultWriteSlots is how many writes a replica spools at once unless
+	// configured: 8 × 64 MiB = 512 MiB of temporary disk at most.
+	DefaultWriteSlots = 8
+	// DefaultWriteSlotWait is how long a write waits for a slot: long
+	// enough to ride out a burst, short enough that a client is told to
+	// come back rather than left hanging behind other uploads.
+	DefaultWriteSlotWait = 2 * time.Second
+	// writeBusyRetry is the Retry-After of a write refused as busy.
+	writeBusyRetry = 5 * time.Second
 )
 
 // WriteRequest is a file to write into a session's environment.
@@ -35,7 +46,9 @@ type WriteRequest struct {
 // agentd hears of the write, and it must carry the hash, so the body is
 // first spooled to a temporary file (at most MaxWriteBytes) while being
 // hashed, then audited, then passed on from that file. Authorization comes
-// before the spooling: a refused caller's body is not read.
+// before the spooling: a refused caller's body is not read. The spool
+// holds one of the replica's write slots until the file is gone; a write
+// that gets none in time is refused as busy, unread and unaudited.
 func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID int64, req WriteRequest) (*agentd.WriteResponse, error) {
 	v := apperr.Validation()
 	if req.Path == "" {
@@ -51,6 +64,13 @@ func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta
 	if err != nil {
 		return nil, err
 	}
+	release, err := g.writeSlot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	// Deferred first, so it runs last: the slot is free once the spool
+	// file is removed, not before.
+	defer release()
 	spool, size, sum, err := spoolBody(req.Body)
 	if err != nil {
 		return nil, err
@@ -78,6 +98,33 @@ func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta
 			"The environment stored %d bytes with SHA-256 %s; %d bytes with SHA-256 %s were sent.", res.Size, res.SHA256, size, sum)
 	}
 	return res, nil
+}
+
+// writeSlot reserves room for spooling one write (MaxWriteBytes of the
+// replica's WriteSlots × MaxWriteBytes), waiting at most WriteSlotWait and
+// no longer than ctx. release gives the room back.
+func (g *Gateway) writeSlot(ctx context.Context) (release func(), err error) {
+	slots := g.WriteSlots
+	if slots <= 0 {
+		slots = DefaultWriteSlots
+	}
+	g.spoolingOnce.Do(func() { g.spooling = semaphore.NewWeighted(int64(slots) * MaxWriteBytes) })
+	wait := g.WriteSlotWait
+	if wait <= 0 {
+		wait = DefaultWriteSlotWait
+	}
+	wctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	if err := g.spooling.Acquire(wctx, MaxWriteBytes); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("proxy: wait for a write slot: %w", ctx.Err())
+		}
+		e := apperr.New(apperr.ErrUnavailable, "replica_busy",
+			"This console server is busy with other file uploads (it takes %d at a time); try again in a few seconds.", slots)
+		e.RetryAfter = writeBusyRetry
+		return nil, e
+	}
+	return func() { g.spooling.Release(MaxWriteBytes) }, nil
 }
 
 // spoolBody copies body to a temporary file, hashing it, and rewinds the
