@@ -12,6 +12,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -73,7 +74,7 @@ type entryJSON struct {
 // SHA-256 (never its bytes) before it reaches the sandbox.
 func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	c := callOf(r.Context())
-	entries, err := s.writeFiles(r, c)
+	entries, err := s.writeFiles(r, c, http.NewResponseController(w).SetReadDeadline)
 	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
 		err = proxy.Unrecorded(ferr)
 	}
@@ -85,7 +86,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(entries)
 }
 
-func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
+func (s *Server) writeFiles(r *http.Request, c call, deadline func(time.Time) error) ([]entryJSON, error) {
 	body := io.Reader(r.Body)
 	if strings.EqualFold(r.Header.Get("Content-Encoding"), "gzip") {
 		gz, err := gzip.NewReader(r.Body)
@@ -101,7 +102,7 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		if p == "" {
 			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of the file to write."}}
 		}
-		if err := s.writeOne(r.Context(), c, p, body); err != nil {
+		if err := s.writeOne(r.Context(), c, p, body, deadline); err != nil {
 			return nil, err
 		}
 		return []entryJSON{entry(p)}, nil
@@ -132,7 +133,7 @@ func (s *Server) writeFiles(r *http.Request, c call) ([]entryJSON, error) {
 		if target == "" {
 			return nil, &apperr.ValidationError{Fields: map[string]string{"path": "Give the path of each file to write."}}
 		}
-		if err := s.writeOne(r.Context(), c, target, part); err != nil {
+		if err := s.writeOne(r.Context(), c, target, part, deadline); err != nil {
 			return nil, err
 		}
 		out = append(out, entry(target))
@@ -160,8 +161,9 @@ func entry(p string) entryJSON { return entryJSON{Path: p, Name: path.Base(p), T
 // writeOne writes one file through the gateway's audited write: the
 // file.write record (path, size, SHA-256) is durable before agentd hears
 // of it, and at most proxy.MaxWriteBytes of content (after gzip decoding)
-// is read, so a small compressed body cannot inflate without bound.
-func (s *Server) writeOne(ctx context.Context, c call, p string, content io.Reader) error {
-	_, err := s.Gateway.WriteFile(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.WriteRequest{Path: p, Body: content})
+// is read, so a small compressed body cannot inflate without bound. A
+// body that stops arriving ends the write (deadline, the connection's).
+func (s *Server) writeOne(ctx context.Context, c call, p string, content io.Reader, deadline func(time.Time) error) error {
+	_, err := s.Gateway.WriteFile(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.WriteRequest{Path: p, Body: content, ReadDeadline: deadline})
 	return err
 }

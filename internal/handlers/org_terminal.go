@@ -308,7 +308,8 @@ func (s *Server) apiWriteFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req := proxy.WriteRequest{Path: c.QueryParam("path"), Body: c.Request().Body}
+	req := proxy.WriteRequest{Path: c.QueryParam("path"), Body: c.Request().Body,
+		ReadDeadline: http.NewResponseController(c.Response()).SetReadDeadline}
 	if m := c.QueryParam("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)
 		if err != nil { // bits past 0777 are refused by the gateway's own check

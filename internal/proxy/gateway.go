@@ -81,16 +81,20 @@ type Gateway struct {
 	// Limits caps the commands running at once per user and per agent
 	// (zero values: no cap).
 	Limits CommandLimits
-	// WriteSlots is how many file writes may be spooled at once on this
-	// replica, each reserving MaxWriteBytes of temporary disk (0:
-	// DefaultWriteSlots), so concurrent uploads cannot fill its disk.
+	// WriteSlots is how many file writes may run at once on this replica,
+	// from spool to agentd, each standing for MaxWriteBytes of temporary
+	// disk (0: DefaultWriteSlots), so concurrent uploads cannot fill its
+	// disk; one org holds at most half of them.
 	WriteSlots int
 	// WriteSlotWait is how long a write waits for a free slot before it
 	// is refused as busy (0: DefaultWriteSlotWait).
 	WriteSlotWait time.Duration
-	// spooling reserves the bytes of writes being spooled (write.go).
+	// spooling counts the writes running (write.go), spoolingOrgs each
+	// org's share of them.
 	spooling     *semaphore.Weighted
 	spoolingOnce sync.Once
+	spoolingMu   sync.Mutex
+	spoolingOrgs map[string]int
 	// resizes holds back the window changes of each command that come
 	// within a second of its last recorded one (resize.go).
 	resizes resizeWindows

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -32,6 +33,10 @@ const (
 	DefaultWriteSlotWait = 2 * time.Second
 	// writeBusyRetry is the Retry-After of a write refused as busy.
 	writeBusyRetry = 5 * time.Second
+	// writeIdleTimeout ends a write whose body stops arriving: a slot held
+	// by an upload that sends a byte a minute would otherwise be held for
+	// as long as the sender likes.
+	writeIdleTimeout = 30 * time.Second
 )
 
 // WriteRequest is a file to write into a session's environment.
@@ -39,6 +44,11 @@ type WriteRequest struct {
 	Path string
 	Mode os.FileMode // 0: agentd's default, 0644
 	Body io.Reader
+	// ReadDeadline, when set, sets the read deadline of the connection
+	// Body arrives on (http.ResponseController's SetReadDeadline): the
+	// spool moves it writeIdleTimeout ahead before every read, so a body
+	// that stalls ends the write and frees its slot.
+	ReadDeadline func(time.Time) error
 }
 
 // WriteFile writes a file into the session's environment. The audit
@@ -64,14 +74,19 @@ func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta
 	if err != nil {
 		return nil, err
 	}
-	release, err := g.writeSlot(ctx)
+	release, err := g.writeSlot(ctx, org.Slug)
 	if err != nil {
 		return nil, err
 	}
 	// Deferred first, so it runs last: the slot is free once the spool
 	// file is removed, not before.
 	defer release()
-	spool, size, sum, err := spoolBody(req.Body)
+	body := req.Body
+	if req.ReadDeadline != nil {
+		body = &idleReader{r: body, set: req.ReadDeadline}
+		defer func() { _ = req.ReadDeadline(time.Time{}) }()
+	}
+	spool, size, sum, err := spoolBody(body)
 	if err != nil {
 		return nil, err
 	}
@@ -100,31 +115,66 @@ func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta
 	return res, nil
 }
 
-// writeSlot reserves room for spooling one write (MaxWriteBytes of the
-// replica's WriteSlots × MaxWriteBytes), waiting at most WriteSlotWait and
-// no longer than ctx. release gives the room back.
-func (g *Gateway) writeSlot(ctx context.Context) (release func(), err error) {
+// writeSlot takes one of the replica's WriteSlots for a write, from its
+// spool until it is passed on (each slot stands for MaxWriteBytes of
+// temporary disk), waiting at most WriteSlotWait and no longer than ctx.
+// One org holds at most half the slots, so another org's uploads always
+// find room however many one org keeps busy. release gives the slot back.
+func (g *Gateway) writeSlot(ctx context.Context, org string) (release func(), err error) {
 	slots := g.WriteSlots
 	if slots <= 0 {
 		slots = DefaultWriteSlots
 	}
-	g.spoolingOnce.Do(func() { g.spooling = semaphore.NewWeighted(int64(slots) * MaxWriteBytes) })
+	perOrg := max(1, slots/2)
+	g.spoolingOnce.Do(func() {
+		g.spooling = semaphore.NewWeighted(int64(slots))
+		g.spoolingOrgs = map[string]int{}
+	})
+	busy := func(msg string, args ...any) error {
+		e := apperr.New(apperr.ErrUnavailable, "replica_busy", msg, args...)
+		e.RetryAfter = writeBusyRetry
+		return e
+	}
+	g.spoolingMu.Lock()
+	if g.spoolingOrgs[org] >= perOrg {
+		g.spoolingMu.Unlock()
+		return nil, busy("This console server is already writing %d files of this organization, as many as one organization may at once; try again in a few seconds.", perOrg)
+	}
+	g.spoolingOrgs[org]++
+	g.spoolingMu.Unlock()
+	leave := func() {
+		g.spoolingMu.Lock()
+		if g.spoolingOrgs[org]--; g.spoolingOrgs[org] <= 0 {
+			delete(g.spoolingOrgs, org)
+		}
+		g.spoolingMu.Unlock()
+	}
 	wait := g.WriteSlotWait
 	if wait <= 0 {
 		wait = DefaultWriteSlotWait
 	}
 	wctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
-	if err := g.spooling.Acquire(wctx, MaxWriteBytes); err != nil {
+	if err := g.spooling.Acquire(wctx, 1); err != nil {
+		leave()
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("proxy: wait for a write slot: %w", ctx.Err())
 		}
-		e := apperr.New(apperr.ErrUnavailable, "replica_busy",
-			"This console server is busy with other file uploads (it takes %d at a time); try again in a few seconds.", slots)
-		e.RetryAfter = writeBusyRetry
-		return nil, e
+		return nil, busy("This console server is busy with other file uploads (it takes %d at a time); try again in a few seconds.", slots)
 	}
-	return func() { g.spooling.Release(MaxWriteBytes) }, nil
+	return func() { g.spooling.Release(1); leave() }, nil
+}
+
+// idleReader moves its connection's read deadline writeIdleTimeout ahead
+// before every read, so a body that stops arriving fails the read.
+type idleReader struct {
+	r   io.Reader
+	set func(time.Time) error
+}
+
+func (i *idleReader) Read(p []byte) (int, error) {
+	_ = i.set(time.Now().Add(writeIdleTimeout)) // a writer without deadlines just never times out
+	return i.r.Read(p)
 }
 
 // spoolBody copies body to a temporary file, hashing it, and rewinds the
@@ -144,6 +194,8 @@ func spoolBody(body io.Reader) (*os.File, int64, string, error) {
 	switch {
 	case n > MaxWriteBytes:
 		return fail(apperr.New(apperr.ErrInvalid, "body_too_large", "The file is larger than the %d MiB write limit.", MaxWriteBytes>>20))
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return fail(apperr.New(apperr.ErrInvalid, "body_stalled", "No more of the request body arrived for %s after %d bytes; nothing was written.", writeIdleTimeout, n))
 	case err != nil:
 		return fail(apperr.New(apperr.ErrInvalid, "body_incomplete", "The request body ended after %d bytes, before it was complete; nothing was written.", n))
 	}

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http/httptest"
 	"os"
@@ -110,7 +111,7 @@ func TestWriteSlots(t *testing.T) {
 
 	t.Run("a caller that hangs up stops waiting", func(t *testing.T) {
 		patient := &Gateway{HTTP: ts.Client(), WriteSlots: 1, WriteSlotWait: time.Hour}
-		release, err := patient.writeSlot(ctx)
+		release, err := patient.writeSlot(ctx, "another-org")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -148,7 +149,58 @@ func TestWriteSlots(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("one org holds at most half the slots", func(t *testing.T) {
+		shared := &Gateway{HTTP: ts.Client(), WriteSlots: 4, WriteSlotWait: time.Hour}
+		var held []func()
+		for range 2 {
+			release, err := shared.writeSlot(ctx, "acme")
+			if err != nil {
+				t.Fatal(err)
+			}
+			held = append(held, release)
+		}
+		// Refused at once, though slots are free and the wait is long.
+		if _, err := shared.writeSlot(ctx, "acme"); !isBusy(err) || !strings.Contains(err.Error(), "of this organization") {
+			t.Fatalf("acme's third write = %v, want replica_busy naming the organization's share", err)
+		}
+		other, err := shared.writeSlot(ctx, "globex")
+		if err != nil {
+			t.Fatalf("another org's write while acme holds its half: %v", err)
+		}
+		other()
+		held[0]()
+		release, err := shared.writeSlot(ctx, "acme")
+		if err != nil {
+			t.Fatalf("acme's write after one of its own ended: %v", err)
+		}
+		release()
+		held[1]()
+	})
+
+	t.Run("a body that stalls ends the write and frees the slot", func(t *testing.T) {
+		var deadlines []time.Time
+		set := func(d time.Time) error { deadlines = append(deadlines, d); return nil }
+		// What a connection whose read deadline passed answers.
+		stalled := io.MultiReader(strings.NewReader("some"), errReader{fmt.Errorf("read tcp: %w", os.ErrDeadlineExceeded)})
+		_, err := g.WriteFile(ctx, org, authz.System("test"), Meta{}, 1, WriteRequest{Path: "stalled.txt", Body: stalled, ReadDeadline: set})
+		var ae *apperr.Error
+		if !errors.As(err, &ae) || ae.Code != "body_stalled" || audited("stalled.txt") != 0 {
+			t.Fatalf("a stalled body = %v (%d audited), want body_stalled and nothing audited", err, audited("stalled.txt"))
+		}
+		if len(deadlines) < 2 || deadlines[0].IsZero() || !deadlines[len(deadlines)-1].IsZero() {
+			t.Fatalf("read deadlines set %v: want one ahead before the reads and the zero time (none) after", deadlines)
+		}
+		if err := write(ctx, org, "after-stall.txt", strings.NewReader("after")); err != nil {
+			t.Fatalf("a write after a stalled one: %v (the slot was kept)", err)
+		}
+	})
 }
+
+// errReader fails every read with err.
+type errReader struct{ err error }
+
+func (e errReader) Read([]byte) (int, error) { return 0, e.err }
 
 // countingReader counts the bytes read from r.
 type countingReader struct {
