@@ -39,7 +39,9 @@ type Config struct {
 	// TokenTTL is how long a sign-in lasts.
 	TokenTTL time.Duration
 	// PasswordCost is the argon2id cost of the password hashes the
-	// console makes; zero is auth.DefaultPasswordCost. No flag or
+	// console makes for accounts and sign-ins (an account created by SSO
+	// keeps the default for its unused one-time password); zero is
+	// auth.DefaultPasswordCost. No flag or
 	// variable sets it: only tests lower it, so that the thousands of
 	// accounts they create do not take minutes under the race detector.
 	PasswordCost auth.PasswordCost

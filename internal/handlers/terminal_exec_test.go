@@ -206,8 +206,9 @@ func TestTerminalCommandsAudited(t *testing.T) {
 			"echo first-marker",
 			"/bin/sleep 0.22", // programs that live a moment: one gone at once may be gone before agentd reads its arguments
 			"unset PROMPT_COMMAND; trap - DEBUG; /bin/sleep 0.23",
-			"bash -c '/bin/sleep 0.24'",
-			"/bin/true exec-only-$((6*7))",
+			"bash -c '/bin/sleep 0.24; :'", // "; :" keeps bash from running sleep in its own place
+
+			"bash -c 'sleep 0.2; :' exec-only-$((6*7))",
 			"@owner /bin/sleep 0.25",
 		}
 		sh.typeLines(t, typed...)
@@ -231,8 +232,8 @@ func TestTerminalCommandsAudited(t *testing.T) {
 			for _, argv := range [][]string{
 				{"/bin/sleep", "0.22"},
 				{"/bin/sleep", "0.23"}, // after the shell's hooks were switched off
-				{"bash", "-c", "/bin/sleep 0.24"},
-				{"/bin/true", "exec-only-42"},
+				{"bash", "-c", "/bin/sleep 0.24; :"},
+				{"bash", "-c", "sleep 0.2; :", "exec-only-42"},
 			} {
 				got := find(argv...)
 				if len(got) != 1 {
@@ -289,7 +290,7 @@ func TestTerminalCommandsAudited(t *testing.T) {
 			if slices.Contains(lines, typed[4]) {
 				t.Errorf("jump list %q has a line typed after the marks were switched off", lines)
 			}
-			if !slices.Contains(programs, "$ /bin/sleep 0.22") || !slices.Contains(programs, "$ bash -c '/bin/sleep 0.24'") {
+			if !slices.Contains(programs, "$ /bin/sleep 0.22") || !slices.Contains(programs, "$ bash -c '/bin/sleep 0.24; :'") {
 				t.Errorf("programs list %q", programs)
 			}
 		})
@@ -421,13 +422,13 @@ func TestTerminalCommandsInAForkedShell(t *testing.T) {
 		var o outputJSON
 		r.decode(t, &o)
 		sh := &interactiveShell{f: f, who: "member", id: o.CommandID, prompt: []byte("ready> ")}
-		sh.typeLines(t, "/bin/sleep 0.26", "bash -c '/bin/echo inner-marker; /bin/sleep 0.27'")
+		sh.typeLines(t, "/bin/sleep 0.26", "bash -c '/bin/echo inner-marker; /bin/sleep 0.27; :'")
 		events := f.exportAudit(t, fmt.Sprintf("action:terminal.command target:%d", sh.id))
 		var lines []string
 		for _, e := range events {
 			lines = append(lines, strings.Join(e.Details.Argv, " "))
 		}
-		for _, want := range []string{"bash --norc --noprofile -i", "/bin/sleep 0.26", "bash -c /bin/echo inner-marker; /bin/sleep 0.27"} {
+		for _, want := range []string{"bash --norc --noprofile -i", "/bin/sleep 0.26", "bash -c /bin/echo inner-marker; /bin/sleep 0.27; :"} {
 			if !slices.Contains(lines, want) {
 				t.Errorf("no terminal.command %q among %q", want, lines)
 			}
