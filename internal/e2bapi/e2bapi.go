@@ -253,6 +253,9 @@ func parseNextToken(tok string) (int64, error) {
 // other keys and the console also fill) and loads exactly the sessions
 // those rows name, so every sandbox is reachable and none repeats across
 // pages.
+// listPasses bounds the batches of rows one list answer reads.
+const listPasses = 10
+
 func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Actor, q ListQuery) (Page, error) {
 	cursor, err := parseNextToken(q.NextToken)
 	if err != nil {
@@ -278,8 +281,17 @@ func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Acto
 	}
 	var out []Entry
 	// One more than the page is looked for, so the last page says so
-	// (no token) instead of leading to an empty one.
-	for len(out) <= limit {
+	// (no token) instead of leading to an empty one. Rows are read a full
+	// page at a time whatever the limit (limit=1 with a metadata filter
+	// matching nothing must not cost a query per sandbox), and at most
+	// listPasses batches per answer: past that the page is answered short,
+	// with a token that continues after the last row read.
+	scannedTo := int64(0)
+	for pass := 0; len(out) <= limit; pass++ {
+		if pass == listPasses {
+			scannedTo = cursor
+			break
+		}
 		var rows []Sandbox
 		qq := db.WithContext(ctx).Table("e2b_sandboxes").Select("e2b_sandboxes.*").
 			Joins("JOIN sessions ON sessions.id = e2b_sandboxes.session_id").
@@ -290,7 +302,7 @@ func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Acto
 		if cursor > 0 {
 			qq = qq.Where("e2b_sandboxes.id < ?", cursor)
 		}
-		batch := limit + 1
+		batch := MaxListLimit + 1
 		if err := qq.Order("e2b_sandboxes.id DESC").Limit(batch).Find(&rows).Error; err != nil {
 			return Page{}, fmt.Errorf("list e2b sandboxes: %w", err)
 		}
@@ -325,9 +337,12 @@ func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Acto
 		}
 	}
 	p := Page{Items: out}
-	if len(out) > limit {
+	switch {
+	case len(out) > limit:
 		p.Items = out[:limit]
 		p.NextToken = strconv.FormatInt(out[limit-1].Sandbox.ID, 10)
+	case scannedTo > 0:
+		p.NextToken = strconv.FormatInt(scannedTo, 10)
 	}
 	return p, nil
 }

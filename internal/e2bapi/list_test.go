@@ -267,3 +267,60 @@ func TestListRefusesABadNextToken(t *testing.T) {
 		}
 	}
 }
+
+// TestListReadsInPageSizedBatches: a filter that matches almost nothing
+// costs a query per page of rows, not per sandbox, and one answer reads a
+// bounded number of rows: past that it answers short, with a token that
+// goes on from the last row read, so walking still finds every match.
+func TestListReadsInPageSizedBatches(t *testing.T) {
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		w := newListWorld(t, d)
+		match := w.sandbox(t, w.key, w.owner, sessions.StateRunning, `{"pick":"me"}`)
+		const n = 1100 // more than ten batches of MaxListLimit+1 rows
+		ids := w.sessions(t, n, w.owner, sessions.StateRunning)
+		rows := make([]e2bapi.Sandbox, n)
+		for i, sid := range ids {
+			rows[i] = e2bapi.Sandbox{SessionID: sid, SandboxID: e2bapi.NewSandboxID("acme"), KeyID: w.key.ID, AgentID: w.agent,
+				TemplateID: "base", Metadata: `{"pick":"not-me"}`, TokenSealed: "sealed", CreatedAt: time.Now().UTC()}
+		}
+		if err := w.db.CreateInBatches(&rows, 200).Error; err != nil {
+			t.Fatal(err)
+		}
+		var reads int
+		if err := w.db.Callback().Query().After("gorm:query").Register("count_e2b_reads", func(tx *gorm.DB) {
+			if tx.Statement.Table == "e2b_sandboxes" {
+				reads++
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		q := e2bapi.ListQuery{KeyID: w.key.ID, AgentID: w.agent, Metadata: map[string]string{"pick": "me"}, Limit: 1}
+		first, err := e2bapi.List(context.Background(), w.db, w.svc, w.actor, q)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if reads == 0 || reads > 10 || len(first.Items) != 0 || first.NextToken == "" {
+			t.Fatalf("first answer: %d row reads, %d items, token %q; want at most 10 reads, a short page and a token to go on",
+				reads, len(first.Items), first.NextToken)
+		}
+		var found []string
+		for p, pages := first, 1; ; pages++ {
+			for _, e := range p.Items {
+				found = append(found, e.Sandbox.SandboxID)
+			}
+			if p.NextToken == "" {
+				break
+			}
+			if pages > 5 {
+				t.Fatalf("still listing after %d answers", pages)
+			}
+			q.NextToken = p.NextToken
+			if p, err = e2bapi.List(context.Background(), w.db, w.svc, w.actor, q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !slices.Equal(found, []string{match.SandboxID}) {
+			t.Fatalf("walking the pages found %v, want only %s", found, match.SandboxID)
+		}
+	})
+}
