@@ -125,6 +125,9 @@ func wantsJSON(c echo.Context) bool {
 	return strings.HasPrefix(r.URL.Path, "/api/") || strings.Contains(r.Header.Get(echo.HeaderAccept), "application/json") && !strings.Contains(r.Header.Get(echo.HeaderAccept), "text/html")
 }
 
+// statusCallerLeft answers a request whose caller hung up before it ended.
+const statusCallerLeft = 499
+
 func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
@@ -133,8 +136,21 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.answerOutage(c, database, err)
 		return
 	}
+	if errors.Is(err, context.Canceled) && c.Request().Context().Err() != nil {
+		// The caller hung up: nobody reads the answer and the server is
+		// not at fault, so no error is logged (499, as nginx says it).
+		s.Logger.Debug("caller left", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c))
+		c.Response().WriteHeader(statusCallerLeft)
+		return
+	}
 	status, body := classify(err)
-	if status >= 500 {
+	switch {
+	case status == http.StatusServiceUnavailable && body.retryAfter > 0:
+		// A refusal that tells the caller when to come back (a busy
+		// replica) is the server working as meant; a flood of them must
+		// not read as a flood of failures.
+		s.Logger.Warn("request refused as busy", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c), "code", body.Code)
+	case status >= 500:
 		s.Logger.Error("request failed", "method", c.Request().Method, "path", c.Path(), "request_id", requestID(c), "error", err)
 	}
 	if body.retryAfter > 0 {

@@ -1,11 +1,14 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -41,6 +44,50 @@ func TestErrorRetryAfter(t *testing.T) {
 			}
 			if got := rec.Header().Get("Retry-After"); got != tc.retryAfter {
 				t.Fatalf("Retry-After %q, want %q", got, tc.retryAfter)
+			}
+		})
+	}
+}
+
+// TestErrorLogLevels: a caller that hung up is answered 499 with no error
+// logged, a busy refusal is a warning, and a real failure is an error.
+func TestErrorLogLevels(t *testing.T) {
+	busy := apperr.New(apperr.ErrUnavailable, "replica_busy", "The replica is busy.")
+	busy.RetryAfter = time.Second
+	for _, tc := range []struct {
+		name   string
+		err    error
+		gone   bool
+		status int
+		level  string // the level logged, "" for nothing above debug
+	}{
+		{"caller left", fmt.Errorf("wait for a write slot: %w", context.Canceled), true, statusCallerLeft, ""},
+		{"cancelled with the caller still there", fmt.Errorf("inner: %w", context.Canceled), false, http.StatusInternalServerError, "ERROR"},
+		{"busy", busy, false, http.StatusServiceUnavailable, "WARN"},
+		{"failure", errors.New("disk on fire"), false, http.StatusInternalServerError, "ERROR"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var logs strings.Builder
+			s := &Server{Deps: Deps{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelInfo}))}}
+			req := httptest.NewRequest(http.MethodPut, "/api/v1/orgs/acme/sessions/1/files", nil)
+			if tc.gone {
+				ctx, cancel := context.WithCancel(req.Context())
+				cancel()
+				req = req.WithContext(ctx)
+			}
+			rec := httptest.NewRecorder()
+			s.handleError(tc.err, echo.New().NewContext(req, rec))
+			if rec.Code != tc.status {
+				t.Fatalf("answered %d, want %d", rec.Code, tc.status)
+			}
+			got := ""
+			for _, l := range []string{"ERROR", "WARN"} {
+				if strings.Contains(logs.String(), "level="+l) {
+					got = l
+				}
+			}
+			if got != tc.level {
+				t.Fatalf("logged %q at level %q, want %q", logs.String(), got, tc.level)
 			}
 		})
 	}
