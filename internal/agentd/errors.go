@@ -19,6 +19,7 @@ const (
 	CodeNotATTY          = "not_a_tty"          // 409: resize on a non-TTY session
 	CodeIsDirectory      = "is_directory"       // 409: a file operation hit a directory
 	CodeIDInUse          = "id_in_use"          // 409: a session with the requested id exists
+	CodeKilledFirst      = "killed_first"       // 409: a kill named the requested id before its create arrived
 	CodeAlreadyRekeyed   = "already_rekeyed"    // 409: POST /v1/token was already accepted once
 	CodeUsedBeforeRekey  = "used_before_rekey"  // 409: POST /v1/token after another request took the template's token
 	CodeChecksumMismatch = "checksum_mismatch"  // 422: a download's SHA-256 differs from the pin
@@ -48,6 +49,7 @@ var (
 	ErrNotATTY          = errors.New("agentd: session has no tty")
 	ErrIsDirectory      = errors.New("agentd: is a directory")
 	ErrIDInUse          = errors.New("agentd: session id in use")
+	ErrKilledFirst      = errors.New("agentd: session killed before it started")
 	ErrAlreadyRekeyed   = errors.New("agentd: already rekeyed")
 	ErrUsedBeforeRekey  = errors.New("agentd: used before rekey")
 	ErrChecksumMismatch = errors.New("agentd: checksum mismatch")
@@ -87,6 +89,8 @@ func codeInfo(code string) (int, error) {
 		return http.StatusConflict, ErrIsDirectory
 	case CodeIDInUse:
 		return http.StatusConflict, ErrIDInUse
+	case CodeKilledFirst:
+		return http.StatusConflict, ErrKilledFirst
 	case CodeAlreadyRekeyed:
 		return http.StatusConflict, ErrAlreadyRekeyed
 	case CodeUsedBeforeRekey:

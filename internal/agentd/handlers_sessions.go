@@ -131,6 +131,9 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	} else if _, taken := s.sessions[id]; taken || s.starting[id] {
 		s.mu.Unlock()
 		return nil, newError(CodeIDInUse, "A session with id %q exists.", id)
+	} else if at, killed := s.killedFirst[id]; killed && time.Since(at) < killedFirstTTL {
+		s.mu.Unlock()
+		return nil, newError(CodeKilledFirst, "Session %q was killed before its create arrived; it does not start.", id)
 	}
 	if s.starting == nil {
 		s.starting = map[string]bool{}
@@ -177,14 +180,15 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	}
 
 	s.mu.Lock()
-	closed := s.closed
+	at, killedFirst := s.killedFirst[id]
+	closed := s.closed || killedFirst && time.Since(at) < killedFirstTTL
 	s.sessions[sess.id] = sess
 	if len(s.sessions)-s.running > s.cfg.MaxEndedSessions {
 		s.reclaimOldestEnded()
 	}
 	s.mu.Unlock()
 	sess.start(time.Duration(req.TimeoutMS) * time.Millisecond)
-	if closed { // Close ran while we were starting: it did not see us.
+	if closed { // Close, or a kill of this id, ran while we were starting: it did not see us.
 		sess.kill(StateKilled)
 	}
 	return sess, nil
@@ -194,6 +198,42 @@ func (s *Server) sessionEnded(*session) {
 	s.mu.Lock()
 	s.running--
 	s.mu.Unlock()
+}
+
+// killedFirstTTL is how long a kill of an unknown id keeps its create
+// from starting: far longer than any create is on its way.
+const killedFirstTTL = 15 * time.Minute
+
+// maxKilledFirst bounds the ids remembered (a flood of kills of made-up
+// ids must not grow memory): past it the oldest are dropped.
+const maxKilledFirst = 10000
+
+// killBeforeStart remembers that a kill named id before a session of that
+// id existed (see Server.killedFirst).
+func (s *Server) killBeforeStart(id string) {
+	if id == "" {
+		return
+	}
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.killedFirst == nil {
+		s.killedFirst = map[string]time.Time{}
+	}
+	if len(s.killedFirst) >= maxKilledFirst {
+		oldest, at := "", now
+		for k, t := range s.killedFirst {
+			if now.Sub(t) > killedFirstTTL {
+				delete(s.killedFirst, k)
+			} else if t.Before(at) {
+				oldest, at = k, t
+			}
+		}
+		if len(s.killedFirst) >= maxKilledFirst {
+			delete(s.killedFirst, oldest)
+		}
+	}
+	s.killedFirst[id] = now
 }
 
 func (s *Server) session(id string) (*session, error) {
@@ -274,6 +314,9 @@ func queryUint(v, name string) (uint64, error) {
 func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) error {
 	sess, err := s.session(r.PathValue("id"))
 	if err != nil {
+		// Its create may be on its way, or starting: it must not run.
+		// The answer stays "no such session".
+		s.killBeforeStart(r.PathValue("id"))
 		return err
 	}
 	sess.kill(StateKilled)

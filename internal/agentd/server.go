@@ -228,8 +228,14 @@ type Server struct {
 	// starting holds ids of sessions being started, so two requests for
 	// one client-chosen id cannot both start.
 	starting map[string]bool
-	running  int
-	closed   bool
+	// killedFirst holds client-chosen ids a kill named before their
+	// create arrived (the console closing a session while an exec's
+	// create is on its way): that create is refused, and one already
+	// starting is killed as it registers, so a kill is never lost to the
+	// order two requests arrive in. Entries expire (killedFirstTTL).
+	killedFirst map[string]time.Time
+	running     int
+	closed      bool
 
 	closing     chan struct{} // closed by Close; wakes long-polls
 	janitorDone chan struct{}

@@ -64,3 +64,27 @@ func TestClientChosenSessionID(t *testing.T) {
 		}
 	}
 }
+
+// TestKillBeforeCreate: a kill that names an id before its create arrived
+// (a session's close racing an exec on its way) is answered "no such
+// session", and the create that arrives afterwards does not start: a kill
+// is never lost to the order two requests arrive in. Other ids start.
+func TestKillBeforeCreate(t *testing.T) {
+	t.Parallel()
+	c := newClient(t)
+	ctx := testCtx(t)
+	if _, err := c.Kill(ctx, "gh-late-create"); !errors.Is(err, agentd.ErrNotFound) {
+		t.Fatalf("kill of an id not yet created = %v, want not_found", err)
+	}
+	_, err := c.CreateSession(ctx, agentd.CreateSessionRequest{ID: "gh-late-create", Command: "sleep 60"})
+	var ae *agentd.Error
+	if !errors.Is(err, agentd.ErrKilledFirst) || !errors.As(err, &ae) || ae.Status != 409 {
+		t.Fatalf("create after its kill = %v, want 409 killed_first", err)
+	}
+	if _, err := c.Poll(ctx, "gh-late-create", 0, 0); !errors.Is(err, agentd.ErrNotFound) {
+		t.Fatalf("the refused create left a session: poll = %v", err)
+	}
+	if _, err := c.CreateSession(ctx, agentd.CreateSessionRequest{ID: "gh-never-killed", Command: "true", WaitMS: 5000}); err != nil {
+		t.Fatalf("another id: %v", err)
+	}
+}
