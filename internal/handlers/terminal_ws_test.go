@@ -220,13 +220,16 @@ func TestTerminalPollOfDeletedOrg(t *testing.T) {
 	go func() {
 		answered <- f.call(http.MethodGet, f.sessionPath("/commands/%d/output?cursor=%d&wait_ms=30000", o.CommandID, o.NextCursor), "member", nil)
 	}()
-	// Wait until the poll reached agentd: it holds the org then.
+	// Wait until the poll waits: on the follower's window of the output
+	// (a followed command's polls never reach agentd), or at agentd when
+	// the command is not followed here. It holds the org then.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		if slices.ContainsFunc(f.agentd.callsSince(before), func(c string) bool { return strings.HasPrefix(c, "GET ") }) {
+		if f.e.c.Gateway.Followers.LiveWaiting("acme", o.CommandID) > 0 ||
+			slices.ContainsFunc(f.agentd.callsSince(before), func(c string) bool { return strings.HasPrefix(c, "GET ") }) {
 			break
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("the long-poll never reached agentd")
+			t.Fatal("the long-poll never began waiting")
 		}
 	}
 	time.Sleep(200 * time.Millisecond)

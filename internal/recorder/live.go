@@ -42,6 +42,8 @@ type liveCmd struct {
 	bytes  int
 	base   uint64
 	next   uint64
+	// waiting counts the client polls waiting on the window for output.
+	waiting int
 	// last is agentd's last answer, without its chunks.
 	state    string
 	exitCode *int
@@ -184,19 +186,38 @@ func (f *Followers) ReadLive(ctx context.Context, org string, db *gorm.DB, id in
 			return resp, LiveAnswered, nil
 		}
 		changed := c.changed
+		c.waiting++
 		f.live.mu.Unlock()
 		if timer == nil {
 			timer = time.NewTimer(wait)
 			defer timer.Stop()
 		}
+		var err error
 		select {
 		case <-ctx.Done():
-			return nil, LiveAnswered, ctx.Err()
+			err = ctx.Err()
 		case <-timer.C:
 			wait = 0 // answer what there is, nothing new
 		case <-changed:
 		}
+		f.live.mu.Lock()
+		c.waiting--
+		f.live.mu.Unlock()
+		if err != nil {
+			return nil, LiveAnswered, err
+		}
 	}
+}
+
+// LiveWaiting is how many client polls of command id of org wait on this
+// process's window of its output: polls that agentd does not see.
+func (f *Followers) LiveWaiting(org string, id int64) int {
+	f.live.mu.Lock()
+	defer f.live.mu.Unlock()
+	if c := f.live.cmds[liveKey{org, id}]; c != nil {
+		return c.waiting
+	}
+	return 0
 }
 
 // answer is what the window says after cursor (in the window), or nil
