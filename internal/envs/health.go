@@ -107,6 +107,10 @@ func (s *Service) check(ctx context.Context, e Environment, hc *http.Client, tim
 		// cheapest authenticated call, or every command would fail later.
 		if _, err := c.Stat(ctx, "."); errors.Is(err, agentd.ErrUnauthorized) {
 			h.Status, h.Error = HealthDegraded, "agentd refuses the stored token: replace the agentd token"
+		} else if err != nil && agentd.Unanswered(err) {
+			// It went away between the two calls: as unreachable as if
+			// /healthz had gone unanswered.
+			return Health{Status: HealthUnreachable, Error: explain(err), Latency: time.Since(start)}
 		} else if err != nil && !isFileError(err) {
 			h.Status, h.Error = HealthDegraded, "agentd answered /healthz but not an authenticated call: "+scrub(err.Error())
 		}

@@ -39,8 +39,11 @@ func startAgentd(t *testing.T) (baseURL, tok string, stop func()) {
 	var once sync.Once
 	stop = func() {
 		once.Do(func() {
-			srv.Close()
+			// The network first, as when its host goes away: closing the
+			// server first would answer probes "shutting down" (degraded)
+			// for a moment, a transition a test may or may not see.
 			ts.Close()
+			srv.Close()
 		})
 	}
 	t.Cleanup(stop)
@@ -349,8 +352,8 @@ func TestCheckerRunMarksUnreachable(t *testing.T) {
 		if seen != envs.HealthUnreachable {
 			t.Errorf("status after two full rounds since the stop = %q, want unreachable", seen)
 		}
-		if n := len(healthEvents(t, log)); n != 2 {
-			t.Errorf("%d events, want 2 (unknown->healthy, healthy->unreachable)", n)
+		if evs := healthEvents(t, log); len(evs) != 2 {
+			t.Errorf("%d events %+v, want 2 (unknown->healthy, healthy->unreachable)", len(evs), evs)
 		}
 	})
 }
