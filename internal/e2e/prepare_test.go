@@ -3,6 +3,7 @@ package e2e_test
 import (
 	"archive/zip"
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
@@ -82,15 +83,30 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		if regexp.MustCompile(`/o/acme/sessions/\d+$`).FindString(get(t, ctx, "location", chromedp.Location())) == "" {
 			t.Fatal("creating a session did not land on its page")
 		}
-		do(t, ctx, "start it", chromedp.Click(testid("session-start")), chromedp.WaitVisible(testid("prep-table")))
+		// Clicked in the page, in one step: the session's page refreshes its
+		// live parts, and a node found first may be replaced before a
+		// separate click reaches it.
+		clickNow(t, ctx, "start it", "session-start")
+		do(t, ctx, "wait for the preparation", chromedp.WaitVisible(testid("prep-table")))
 		mustContain(t, "status", text(t, ctx, testid("prep-status")), "Prepared and verified")
 		mustContain(t, "skill", text(t, ctx, testid("prep-skill-triage")), "verified", bundleSum, ".skills/triage")
 		mustContain(t, "file", text(t, ctx, testid("prep-file-notes/brief.md")), "verified", "24 bytes")
-		do(t, ctx, "prepare again", chromedp.Click(testid("session-prepare")), waitContains(testid("flash"), "is running"))
+		clickNow(t, ctx, "prepare again", "session-prepare")
+		do(t, ctx, "wait for the retry", waitContains(testid("flash"), "is running"))
 		mustContain(t, "status after the retry", text(t, ctx, testid("prep-status")), "Prepared and verified")
 		if *updateScreenshots {
 			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1280, 1100))
 			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "session.png")
 		}
 	})
+}
+
+// clickNow clicks the element with data-testid id inside the page, in one
+// step, failing when there is none.
+func clickNow(t *testing.T, ctx context.Context, what, id string) {
+	t.Helper()
+	if !evalJS[bool](t, ctx, what, `(() => { const el = document.querySelector('[data-testid="`+id+`"]');
+		if (!el) return false; el.click(); return true; })()`) {
+		t.Fatalf("%s: no %s on the page", what, id)
+	}
 }
