@@ -57,7 +57,7 @@ func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.Star
 	}
 	chk.Judge = func(st recordings.SessionState, counts [2]int64) error {
 		if st.Closing || st.State == sessions.StateClosed || st.State == sessions.StateLost {
-			return apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", s.ID)
+			return errSessionClosing(s.ID)
 		}
 		if !capped {
 			return nil
@@ -90,4 +90,10 @@ func (g *Gateway) judgeRunning(a *authz.Actor, t sessions.Target, owned, agent i
 				"one of them must end before another starts"))
 	}
 	return nil
+}
+
+// errSessionClosing refuses a command in a session whose close began (or
+// that ended).
+func errSessionClosing(id int64) error {
+	return apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", id)
 }

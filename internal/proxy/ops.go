@@ -177,7 +177,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 		g.Followers.FinishRefused(ctx, org.rec(), cmd, ae)
 		if ae.Code == agentd.CodeKilledFirst {
 			// The session's close killed it before its create arrived.
-			return Output{}, apperr.New(apperr.ErrConflict, "session_closing", "Session %d is being closed (or ended): no command starts in it.", sessionID)
+			return Output{}, errSessionClosing(sessionID)
 		}
 		return Output{}, fromAgentd(ae)
 	}
