@@ -84,7 +84,7 @@ func Open(ctx context.Context, dsn string, opt Options) (*gorm.DB, error) {
 		return nil, fmt.Errorf("database handle: %w", err)
 	}
 	if DialectOf(dsn) == SQLite {
-		cp := countingPool{sqlDB}
+		cp := countingPool{DB: sqlDB, w: newWriters()}
 		db.ConnPool, db.Statement.ConnPool = cp, cp
 	}
 	maxOpen, maxIdle := opt.MaxOpenConns, opt.MaxIdleConns

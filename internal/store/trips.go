@@ -96,13 +96,29 @@ func (pgTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)
 // contexts that carry a Trips (SQLite runs in-process, so these are calls
 // rather than network round trips, but each still costs a trip through
 // database/sql and the driver).
+//
+// It also queues this process's writers itself (writers): SQLite takes
+// one writer at a time, and a writer that finds the file locked sleeps in
+// SQLite's busy handler (1, 2, 5, 10 ms and on) before it looks again, so
+// an exec meeting a follower's commit waited milliseconds for a lock freed
+// in microseconds. Queued here, the next writer starts the moment the
+// last one ends. Other processes on the same file (a CLI command) still
+// meet the busy handler.
 type countingPool struct {
 	*sql.DB
+	w writers
 }
 
 func (c countingPool) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if t := tripsOf(ctx); t != nil {
 		t.add(query)
+	}
+	if writes(query) {
+		release, err := c.w.acquire(ctx)
+		if err != nil {
+			return nil, err
+		}
+		defer release()
 	}
 	return c.DB.ExecContext(ctx, query, args...)
 }
@@ -121,17 +137,26 @@ func (c countingPool) QueryRowContext(ctx context.Context, query string, args ..
 	return c.DB.QueryRowContext(ctx, query, args...)
 }
 
-// BeginTx implements gorm.ConnPoolBeginner.
+// BeginTx implements gorm.ConnPoolBeginner. Every transaction but a
+// read-only one is a writer (the pool begins them IMMEDIATE).
 func (c countingPool) BeginTx(ctx context.Context, opts *sql.TxOptions) (gorm.ConnPool, error) {
 	t := tripsOf(ctx)
 	if t != nil {
 		t.add("BEGIN")
 	}
+	release := func() {}
+	if opts == nil || !opts.ReadOnly {
+		var err error
+		if release, err = c.w.acquire(ctx); err != nil {
+			return nil, err
+		}
+	}
 	tx, err := c.DB.BeginTx(ctx, opts)
 	if err != nil {
+		release()
 		return nil, err
 	}
-	return &countingTx{Tx: tx, t: t}, nil
+	return &countingTx{Tx: tx, t: t, release: release}, nil
 }
 
 // GetDBConn implements gorm.GetDBConnector, so db.DB() still works.
@@ -139,8 +164,13 @@ func (c countingPool) GetDBConn() (*sql.DB, error) { return c.DB, nil }
 
 type countingTx struct {
 	*sql.Tx
-	t *Trips
+	t       *Trips
+	release func()
+	once    sync.Once
 }
+
+// done lets the next writer in, once, however the transaction ended.
+func (c *countingTx) done() { c.once.Do(c.release) }
 
 func (c *countingTx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
 	if c.t != nil {
@@ -168,5 +198,12 @@ func (c *countingTx) Commit() error {
 	if c.t != nil {
 		c.t.add("COMMIT")
 	}
+	defer c.done()
 	return c.Tx.Commit()
+}
+
+// Rollback implements gorm.TxCommitter.
+func (c *countingTx) Rollback() error {
+	defer c.done()
+	return c.Tx.Rollback()
 }
