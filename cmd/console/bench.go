@@ -46,7 +46,7 @@ func benchCmd(ctx context.Context, args []string, getenv func(string) string, st
 	pg := fs.String("postgres", getenv("DATABASE_URL"), "Postgres server DSN: a throwaway database is created on it and dropped after (default DATABASE_URL; empty: SQLite only)")
 	sqlite := fs.Bool("sqlite", true, "also run on SQLite")
 	heap := fs.String("heap-profile", "", "write a heap profile of the console while the long-polls wait to this file (the database name is appended)")
-	cpu := fs.String("cpu-profile", "", "write CPU profiles of the gateway's timed execs to this file, of its output runs to FILE.output-<kind> and of the execs among the followed commands to FILE.followed (the database name is appended)")
+	cpu := fs.String("cpu-profile", "", "write CPU profiles of the gateway's timed execs to this file, of its keystrokes to FILE.keystroke, of its output runs to FILE.output-<kind> and of the execs among the followed commands to FILE.followed (the database name is appended)")
 	inProcess := fs.Bool("agentd-in-process", false, "serve agentd inside this process instead of a child (its memory then counts in the RSS figure)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

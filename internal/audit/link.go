@@ -34,13 +34,22 @@ func (l *Log) Link(e Event, head Head) (Event, error) {
 	if err != nil {
 		return Event{}, err
 	}
+	return l.link(e, head), nil
+}
+
+// link links a prepared event to head. Its time is taken under the chain
+// lock and never earlier than the event before, so occurred_at does not
+// decrease along the chain even across replicas with skewed clocks: Query
+// relies on it to turn a time range into a seq range. Postgres keeps
+// microseconds; the hash covers what the database will give back.
+func (l *Log) link(e Event, head Head) Event {
 	e.Time = l.now().UTC().Truncate(time.Microsecond)
 	if head.Found && e.Time.Before(head.At) {
 		e.Time = head.At.UTC()
 	}
 	e.Seq, e.PrevHash = head.Seq+1, head.Hash
 	e.Hash = Hash(e)
-	return e, nil
+	return e
 }
 
 // InsertSQL is the Postgres statement ($n placeholders) storing a linked

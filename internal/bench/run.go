@@ -125,8 +125,13 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 		_ = tyD.Close(ctx)
 		return r, err
 	}
+	stopCPU, err = s.cpuProfile(".keystroke")
+	if err != nil {
+		return r, err
+	}
 	r.KeyDirect, r.KeyGW, err = timePairs(ctx, cfg.Runs, func() (time.Duration, error) { return tyD.Key(ctx) },
 		func() (time.Duration, error) { return tyG.Key(ctx) })
+	stopCPU()
 	_ = tyD.Close(ctx)
 	_ = tyG.Close(ctx)
 	if err != nil {

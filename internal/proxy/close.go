@@ -3,11 +3,8 @@ package proxy
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"time"
-
-	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/authz"
@@ -118,15 +115,8 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 // markClosing records that the session's close began, with who closed it,
 // in one commit: from then on an exec in it is refused (see startable).
 func markClosing(ctx context.Context, org Org, a *authz.Actor, s sessions.Session) error {
-	err := org.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Table("sessions").Where("id = ? AND closing_at IS NULL", s.ID).Update("closing_at", time.Now().UTC()).Error; err != nil {
-			return fmt.Errorf("mark session %d closing: %w", s.ID, err)
-		}
-		_, err := org.Audit.AppendTx(ctx, tx, event(a, Meta{}, "session.closing", sessions.AuditTarget(s),
-			map[string]any{"session_id": s.ID}))
-		return err
-	})
-	return durable(err)
+	return durable(sessions.MarkClosing(ctx, org.DB, org.Audit, s.ID,
+		event(a, Meta{}, "session.closing", sessions.AuditTarget(s), map[string]any{"session_id": s.ID})))
 }
 
 // runningCommands lists every running command of a session.

@@ -2,6 +2,8 @@ package recordings
 
 import (
 	"context"
+	"database/sql"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -126,27 +128,34 @@ func AppendFollowed(ctx context.Context, db *gorm.DB, c Command, owner string, o
 
 // appendPostgres is AppendFollowed's single statement.
 func appendPostgres(db *gorm.DB, c Command, owner string, f *frame, next Command) (bool, error) {
-	insert := ""
 	args := []any{c.ID, owner, c.LastChunk, c.OutHash}
+	q := appendOutputSQL
 	if f != nil {
-		insert = `, f AS (INSERT INTO recording_frames (command_id, kind, first_seq, last_seq, started_at, raw_bytes, body, prev_hash, hash)
-			SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM cur)`
-		args = append(args, f.Kind, f.FirstSeq, f.LastSeq, f.StartedAt, f.RawBytes, f.Body, f.PrevHash, f.Hash)
+		q = appendOutputFrameSQL
+		args = append(args, frameArgs(*f)...)
 	}
 	args = append(args, next.OutHash, next.LastChunk, next.OutBytes, next.DroppedBytes, next.Truncated)
-	rows, err := db.Raw(`WITH cur AS (SELECT id FROM commands WHERE id = ? AND lease_owner = ? AND state = 'running'
-			AND last_chunk = ? AND out_hash = ? FOR UPDATE)`+insert+`
-		UPDATE commands SET agentd_acked = TRUE, out_hash = ?, last_chunk = ?, out_bytes = ?, dropped_bytes = ?, truncated = ?
-		WHERE id IN (SELECT id FROM cur) RETURNING id`, args...).Rows()
+	// A plain statement, as a keystroke's (inputColumns says why).
+	var id int64
+	err := db.Statement.ConnPool.QueryRowContext(db.Statement.Context, q, args...).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		return false, nil
+	}
 	if err != nil {
 		return false, fmt.Errorf("store output of command %d: %w", c.ID, err)
 	}
-	defer rows.Close()
-	applied := rows.Next()
-	if err := rows.Err(); err != nil {
-		return false, fmt.Errorf("store output of command %d: %w", c.ID, err)
-	}
-	return applied, rows.Close()
+	return true, nil
+}
+
+// appendOutputSQL and appendOutputFrameSQL are appendPostgres's statement
+// without and with a frame to store.
+var appendOutputSQL, appendOutputFrameSQL = appendOutput(""), appendOutput(`, f AS (` + inputFrame + ` SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM cur)`)
+
+func appendOutput(insert string) string {
+	return dollars(`WITH cur AS (SELECT id FROM commands WHERE id = ? AND lease_owner = ? AND state = 'running'
+			AND last_chunk = ? AND out_hash = ? FOR UPDATE)` + insert + `
+		UPDATE commands SET agentd_acked = TRUE, out_hash = ?, last_chunk = ?, out_bytes = ?, dropped_bytes = ?, truncated = ?
+		WHERE id IN (SELECT id FROM cur) RETURNING id`)
 }
 
 // appendSQLite is AppendFollowed's short transaction: the conditional
@@ -163,7 +172,7 @@ func appendSQLite(db *gorm.DB, c Command, owner string, f *frame, updates map[st
 		if f == nil {
 			return nil
 		}
-		if err := tx.Create(f).Error; err != nil {
+		if err := insertFrame(tx, f); err != nil {
 			return fmt.Errorf("store output frame: %w", err)
 		}
 		return nil

@@ -2,6 +2,7 @@ package recordings
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"strconv"
@@ -49,30 +50,34 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 	c.StartedAt = c.StartedAt.UTC()
 	if store.DialectOfDB(db) != store.Postgres {
 		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+			// Plain statements, as on Postgres: the exec's commit is on
+			// every command's path, and gorm's builder and reflection cost
+			// more CPU here than SQLite's own work.
+			conn := tx.Statement.ConnPool
 			var s SessionState
-			var row struct {
-				State     string
-				ClosingAt *time.Time
+			var closing any
+			err := conn.QueryRowContext(ctx, "SELECT state, closing_at FROM sessions WHERE id = ?", chk.SessionID).Scan(&s.State, &closing)
+			if errors.Is(err, sql.ErrNoRows) {
+				err = gorm.ErrRecordNotFound
 			}
-			if err := tx.Table("sessions").Select("state, closing_at").Where("id = ?", chk.SessionID).Take(&row).Error; err != nil {
+			if err != nil {
 				return fmt.Errorf("read session %d: %w", chk.SessionID, err)
 			}
-			s = SessionState{State: row.State, Closing: row.ClosingAt != nil}
+			s.Closing = closing != nil
 			var counts [2]int64
 			if chk.CountSQL != "" {
-				var n struct{ A, B int64 }
-				if err := tx.Raw(chk.CountSQL, chk.CountArgs...).Row().Scan(&n.A, &n.B); err != nil {
+				if err := conn.QueryRowContext(ctx, chk.CountSQL, chk.CountArgs...).Scan(&counts[0], &counts[1]); err != nil {
 					return fmt.Errorf("count running commands: %w", err)
 				}
-				counts = [2]int64{n.A, n.B}
 			}
 			if err := chk.Judge(s, counts); err != nil {
 				return err
 			}
-			if err := tx.Create(c).Error; err != nil {
+			if err := conn.QueryRowContext(ctx, insertCommand+" RETURNING id", commandArgs(c, false)...).Scan(&c.ID); err != nil {
+				c.ID = 0
 				return fmt.Errorf("record command: %w", err)
 			}
-			_, err := log.AppendTx(ctx, tx, ev(c.ID))
+			_, err = log.AppendTx(ctx, tx, ev(c.ID))
 			return err
 		})
 	}
@@ -122,12 +127,7 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 		action = e.Action
 		insert, args := log.InsertSQL(e)
 		b = &pgx.Batch{}
-		// Every column gorm's create would write: agentd_acked's default
-		// is TRUE (for rows older than it), and a new command is not.
-		b.Queue(`INSERT INTO commands (id, session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, actor_via, started_at,
-			state, stdin_content, lease_owner, lease_until, agentd_acked) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)`,
-			c.ID, c.SessionID, c.AgentdID, c.Command, c.Cwd, c.TTY, c.ActorType, c.ActorID, c.ActorName, c.ActorVia, c.StartedAt,
-			c.State, c.StdinContent, c.LeaseOwner, utcPtr(c.LeaseUntil), c.Acked)
+		b.Queue(dollars(insertCommandWithID), commandArgs(c, true)...)
 		b.Queue(insert, args...)
 		b.Queue("COMMIT")
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -142,6 +142,24 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 		c.ID = 0
 	}
 	return err
+}
+
+// insertCommand writes every column gorm's create would: agentd_acked's
+// default is TRUE (for rows older than it), and a new command is not.
+const (
+	newCommandColumns   = "session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, actor_via, started_at, state, stdin_content, lease_owner, lease_until, agentd_acked"
+	insertCommand       = "INSERT INTO commands (" + newCommandColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	insertCommandWithID = "INSERT INTO commands (id, " + newCommandColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+// commandArgs are insertCommand's arguments (withID: insertCommandWithID's).
+func commandArgs(c *Command, withID bool) []any {
+	args := []any{c.SessionID, c.AgentdID, c.Command, c.Cwd, c.TTY, c.ActorType, c.ActorID, c.ActorName, c.ActorVia, c.StartedAt,
+		c.State, c.StdinContent, c.LeaseOwner, utcPtr(c.LeaseUntil), c.Acked}
+	if withID {
+		return append([]any{c.ID}, args...)
+	}
+	return args
 }
 
 // rollback ends the transaction a failed batch left open (a failed

@@ -44,6 +44,14 @@ func TestStdinRoundTrips(t *testing.T) {
 		}
 		head = recordings.HeadOf(stored)
 		wantIn := int64(1)
+		if stored.Acked {
+			t.Fatal("a command agentd never answered for came back acknowledged")
+		}
+		// agentd answered from here on: the gateway tells an "unknown"
+		// from agentd apart by it (ended lost, not "not started yet").
+		if err := db.Exec("UPDATE commands SET agentd_acked = ? WHERE id = ?", true, c.ID).Error; err != nil {
+			t.Fatal(err)
+		}
 
 		cases := []struct {
 			name   string
@@ -76,6 +84,10 @@ func TestStdinRoundTrips(t *testing.T) {
 				row, err := recordings.Get(context.Background(), db, c.ID)
 				if err != nil || recordings.HeadOf(row) != recordings.HeadOf(got) || row.InBytes != wantIn {
 					t.Fatalf("stored %+v (%v), returned %+v", row, err, got)
+				}
+				// Every field the gateway goes on with is the row's.
+				if got.ID != row.ID || got.State != row.State || got.Acked != row.Acked || !got.Acked {
+					t.Fatalf("returned %+v, stored %+v", got, row)
 				}
 				head = recordings.HeadOf(got)
 			})

@@ -255,7 +255,7 @@ func appendOutputTx(tx *gorm.DB, c *Command, out Output, updates map[string]any)
 		return err
 	}
 	if f != nil {
-		if err := tx.Create(f).Error; err != nil {
+		if err := insertFrame(tx, f); err != nil {
 			return fmt.Errorf("store output frame: %w", err)
 		}
 		// Stored once with the chunks they come from: a batch read twice

@@ -3,9 +3,14 @@ package sessions
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
+
+	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 )
 
@@ -99,4 +104,18 @@ func IsFinal(err error) bool {
 	var ae *apperr.Error
 	return errors.As(err, &ae) && (ae.Code == "session_"+StateClosed || ae.Code == "session_"+StateLost ||
 		ae.Code == CodeEnvironmentGone)
+}
+
+// MarkClosing records that session id's close began, with its audit event
+// ev, in one commit of db: from then on an exec in the session is refused
+// (an exec's commit reads closing_at under the session's share lock). A
+// session already marked keeps its first mark; ev is written either way.
+func MarkClosing(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, ev audit.Event) error {
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Table("sessions").Where("id = ? AND closing_at IS NULL", id).Update("closing_at", time.Now().UTC()).Error; err != nil {
+			return fmt.Errorf("mark session %d closing: %w", id, err)
+		}
+		_, err := log.AppendTx(ctx, tx, ev)
+		return err
+	})
 }
