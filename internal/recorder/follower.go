@@ -61,7 +61,11 @@ type Followers struct {
 	// Lease is how long a follower's claim lasts without a write.
 	Lease time.Duration
 	// Wait is the long-poll wait of each read from agentd.
-	Wait   time.Duration
+	Wait time.Duration
+	// Gather is how long a small batch of a running command waits for
+	// the output after it before both are stored in one commit (0:
+	// gatherWindow).
+	Gather time.Duration
 	Logger *slog.Logger
 	Now    func() time.Time
 
@@ -268,7 +272,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		// The starter holds the lease already and has agentd's first
 		// answer: record it as it is.
 		f.live.publish(lk, org.DB, 0, known.first)
-		done, err := f.record(ctx, org, known.cmd, known.first)
+		done, err := f.record(ctx, org, known.cmd, known.first, nil)
 		if err == nil {
 			f.live.storedTo(lk, uint64(done.cmd.LastChunk))
 		}
@@ -409,7 +413,7 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 		switch {
 		case err == nil:
 			f.CreateDone(org, c.ID)
-			stored, err := f.record(ctx, org, c, resp)
+			stored, err := f.record(ctx, org, c, resp, nil)
 			return stored, nil, err
 		case errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign:
 			f.CreateDone(org, c.ID) // it did arrive: read it next
@@ -482,15 +486,96 @@ func (a *aheadRead) drop() {
 // readAhead starts reading the batch after cursor without waiting for
 // output: a long wait here could hold the follower while agentd, its
 // buffer full of output not yet acknowledged, waits for the follower.
-func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64) *aheadRead {
+func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64, publish func(*agentd.SessionResponse)) *aheadRead {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	a := &aheadRead{cursor: cursor, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, 0)
+		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, aheadWait)
+		if a.err == nil && a.resp != nil && (len(a.resp.Chunks) > 0 || a.resp.State != agentd.StateRunning || a.resp.More) {
+			// Readers get it now, not once the batch before it is
+			// stored: a terminal's next echo arrives while the last is
+			// being stored, and would otherwise wait for that commit.
+			publish(a.resp)
+		}
 	}()
 	return a
 }
+
+// A small batch of a running command waits up to gatherWindow for the
+// output that follows it, up to gatherBytes, and is stored with it in one
+// commit: a terminal's echoes while someone types (or a program writing a
+// line at a time) cost one commit per window instead of one per write,
+// and the database writes no longer queue behind each other with the
+// keystrokes' own. Readers get each part the moment it arrives, as
+// before; agentd keeps all of it until it is stored (the reads acknowledge
+// only what was stored before), so a console that dies meanwhile loses
+// nothing: its successor reads it again.
+const (
+	gatherWindow = 20 * time.Millisecond // Followers.Gather's default
+	gatherBytes  = 64 << 10
+	gatherChunks = 256
+)
+
+// gathering reports whether resp is a small batch of a running command
+// from an agentd that honours ack_to (an older one would release it).
+func gathering(resp *agentd.SessionResponse) bool {
+	return resp.AckTo && resp.State == agentd.StateRunning && !resp.More && !resp.Truncated &&
+		len(resp.Chunks) > 0 && len(resp.Chunks) < gatherChunks && chunkBytes(resp.Chunks) < gatherBytes
+}
+
+func chunkBytes(chunks []agentd.Chunk) int {
+	n := 0
+	for _, ch := range chunks {
+		n += len(ch.Data)
+	}
+	return n
+}
+
+// gather reads what follows resp for up to gatherWindow and returns resp
+// with it joined, and when each chunk arrived. publish hands each read to
+// the command's readers at once. An answer it cannot join (truncated, or
+// a failed read) is left unread: agentd still holds it for the next read.
+func (f *Followers) gather(ctx context.Context, cl *agentd.Client, c recordings.Command, resp *agentd.SessionResponse, publish func(uint64, *agentd.SessionResponse)) (*agentd.SessionResponse, []time.Time) {
+	first := f.now()
+	stamps := make([]time.Time, len(resp.Chunks))
+	for i := range stamps {
+		stamps[i] = first
+	}
+	joined := *resp
+	joined.Chunks = append([]agentd.Chunk(nil), resp.Chunks...)
+	window := f.Gather
+	if window <= 0 {
+		window = gatherWindow
+	}
+	deadline := time.Now().Add(window)
+	for gathering(&joined) {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		rctx, cancel := context.WithTimeout(ctx, left+10*time.Second)
+		more, err := cl.ReadAhead(rctx, c.AgentdID, joined.NextCursor, uint64(c.LastChunk), left)
+		cancel()
+		if err != nil || more == nil || more.Truncated || !more.AckTo || len(more.Chunks) == 0 && more.State == agentd.StateRunning && !more.More {
+			break
+		}
+		publish(joined.NextCursor, more)
+		at := f.now()
+		for range more.Chunks {
+			stamps = append(stamps, at)
+		}
+		joined.Chunks = append(joined.Chunks, more.Chunks...)
+		joined.NextCursor, joined.State, joined.ExitCode, joined.More, joined.DroppedBytes = more.NextCursor, more.State, more.ExitCode, more.More, more.DroppedBytes
+	}
+	return &joined, stamps
+}
+
+// aheadWait is how long a read ahead waits for more output. Bulk output is
+// there at once; an interactive command's next echo usually comes within
+// it (the next keystroke arrives while the last echo is stored). Past it
+// the follower reads again as it does after any batch.
+const aheadWait = 50 * time.Millisecond
 
 // step reads one batch from agentd (or takes the one read ahead), starts
 // reading the next while it stores this one and, when the command ended
@@ -554,13 +639,20 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
+	var stamps []time.Time
+	if gathering(resp) {
+		resp, stamps = f.gather(ctx, cl, c, resp, func(cursor uint64, r *agentd.SessionResponse) { f.live.publish(lk, org.DB, cursor, r) })
+	}
 	var next *aheadRead
 	// Only an agentd that said it honours ack_to is read ahead of: an
 	// older one would release the batch being stored.
 	if resp.AckTo && len(resp.Chunks) > 0 && (resp.State == agentd.StateRunning || resp.More) {
-		next = f.readAhead(ctx, cl, c.AgentdID, resp.NextCursor, uint64(c.LastChunk))
+		after := resp.NextCursor
+		next = f.readAhead(ctx, cl, c.AgentdID, after, uint64(c.LastChunk), func(r *agentd.SessionResponse) {
+			f.live.publish(lk, org.DB, after, r)
+		})
 	}
-	stored, err := f.record(ctx, org, c, resp)
+	stored, err := f.record(ctx, org, c, resp, stamps)
 	if err != nil {
 		next.drop()
 		next = nil
@@ -572,14 +664,20 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 
 // record stores one answer of agentd: its output, and when the command
 // ended with nothing more buffered, its end too, in the same commit.
-func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, resp *agentd.SessionResponse) (stepResult, error) {
+// stamps, when given, say when each chunk arrived (gather); without them
+// every chunk arrived now.
+func (f *Followers) record(ctx context.Context, org Org, c recordings.Command, resp *agentd.SessionResponse, stamps []time.Time) (stepResult, error) {
 	at := f.now()
 	out := recordings.Output{Dropped: resp.DroppedBytes, NextCursor: resp.NextCursor, Audit: org.Audit}
 	if !resp.Truncated {
 		out.Dropped = 0
 	}
-	for _, ch := range resp.Chunks {
-		out.Chunks = append(out.Chunks, recordings.Chunk{Seq: ch.ID, Stream: ch.Stream, At: at, Data: ch.Data})
+	for i, ch := range resp.Chunks {
+		chAt := at
+		if i < len(stamps) {
+			chAt = stamps[i]
+		}
+		out.Chunks = append(out.Chunks, recordings.Chunk{Seq: ch.ID, Stream: ch.Stream, At: chAt, Data: ch.Data})
 	}
 	if resp.State != agentd.StateRunning && !resp.More {
 		stored, err := recordings.CompleteFollowed(ctx, org.DB, org.Audit, c, f.Owner, out,
