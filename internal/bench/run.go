@@ -127,6 +127,8 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	}
 	stopCPU, err = s.cpuProfile(".keystroke")
 	if err != nil {
+		_ = tyD.Close(ctx)
+		_ = tyG.Close(ctx)
 		return r, err
 	}
 	r.KeyDirect, r.KeyGW, err = timePairs(ctx, cfg.Runs, func() (time.Duration, error) { return tyD.Key(ctx) },

@@ -236,11 +236,14 @@ func (en *Enforcer) readVersion(ctx context.Context) (int64, error) {
 	return v, nil
 }
 
+// bump moves the stored version on and returns the new one, in one
+// statement (read separately, it could include another replica's bump).
 func (en *Enforcer) bump(ctx context.Context) (int64, error) {
-	if err := en.db.WithContext(ctx).Exec("UPDATE policy_version SET version = version + 1 WHERE id = 1").Error; err != nil {
+	var v int64
+	if err := en.db.WithContext(ctx).Raw("UPDATE policy_version SET version = version + 1 WHERE id = 1 RETURNING version").Scan(&v).Error; err != nil {
 		return 0, fmt.Errorf("bump policy version: %w", err)
 	}
-	return en.readVersion(ctx)
+	return v, nil
 }
 
 // SetCheckEvery sets how stale the cached policy may be before the stored
@@ -597,7 +600,11 @@ func (en *Enforcer) Rules() ([]Rule, error) {
 	return out, nil
 }
 
-// changed publishes a local change to other replicas.
+// changed publishes a local change to other replicas. The version the
+// bump returns is taken for what is loaded here only when it is the
+// loaded one plus this change: when another replica changed the policies
+// since they were loaded here, they are loaded again (this change with
+// them), or its change would pass for loaded and never be.
 func (en *Enforcer) changed(ctx context.Context, did bool) error {
 	if !did {
 		return nil
@@ -606,9 +613,21 @@ func (en *Enforcer) changed(ctx context.Context, did bool) error {
 	if err != nil {
 		return err
 	}
-	en.mu.Lock()
-	en.version, en.checkedAt = v, en.now()
-	en.mu.Unlock()
+	en.lock()
+	defer en.mu.Unlock()
+	switch {
+	case v == en.version+1:
+		en.version = v
+	case v > en.version+1:
+		if err := en.e.LoadPolicy(); err != nil {
+			return fmt.Errorf("reload policy: %w", err)
+		}
+		en.version = v
+	default:
+		// A later state is loaded already (a reload that included this
+		// change ran first): keep it.
+	}
+	en.checkedAt = en.now()
 	return nil
 }
 

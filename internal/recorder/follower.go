@@ -483,15 +483,14 @@ func (a *aheadRead) drop() {
 	}
 }
 
-// readAhead starts reading the batch after cursor without waiting for
-// output: a long wait here could hold the follower while agentd, its
-// buffer full of output not yet acknowledged, waits for the follower.
-func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64, publish func(*agentd.SessionResponse)) *aheadRead {
+// readAhead starts reading the batch after cursor, waiting for output up
+// to wait (aheadWaitFor), and hands what it read to publish at once.
+func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64, wait time.Duration, publish func(*agentd.SessionResponse)) *aheadRead {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	a := &aheadRead{cursor: cursor, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
-		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, aheadWait)
+		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, wait)
 		if a.err == nil && a.resp != nil && (len(a.resp.Chunks) > 0 || a.resp.State != agentd.StateRunning || a.resp.More) {
 			// Readers get it now, not once the batch before it is
 			// stored: a terminal's next echo arrives while the last is
@@ -571,11 +570,23 @@ func (f *Followers) gather(ctx context.Context, cl *agentd.Client, c recordings.
 	return &joined, stamps
 }
 
-// aheadWait is how long a read ahead waits for more output. Bulk output is
-// there at once; an interactive command's next echo usually comes within
-// it (the next keystroke arrives while the last echo is stored). Past it
-// the follower reads again as it does after any batch.
+// aheadWait is how long a read ahead after a small batch waits for more
+// output: an interactive command's next echo usually comes within it (the
+// next keystroke arrives while the last echo is stored). Past it the
+// follower reads again as it does after any batch.
 const aheadWait = 50 * time.Millisecond
+
+// aheadWaitFor is the wait of the read ahead of resp: aheadWait after a
+// small batch, none after a large one. What agentd holds unacknowledged
+// is the batch being stored; when that filled its buffer, the command
+// cannot write on until the batch is stored and acknowledged, and a read
+// ahead that waited for its output would only stall the follower.
+func aheadWaitFor(resp *agentd.SessionResponse) time.Duration {
+	if resp.More || chunkBytes(resp.Chunks) >= gatherBytes {
+		return 0
+	}
+	return aheadWait
+}
 
 // step reads one batch from agentd (or takes the one read ahead), starts
 // reading the next while it stores this one and, when the command ended
@@ -648,7 +659,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	// older one would release the batch being stored.
 	if resp.AckTo && len(resp.Chunks) > 0 && (resp.State == agentd.StateRunning || resp.More) {
 		after := resp.NextCursor
-		next = f.readAhead(ctx, cl, c.AgentdID, after, uint64(c.LastChunk), func(r *agentd.SessionResponse) {
+		next = f.readAhead(ctx, cl, c.AgentdID, after, uint64(c.LastChunk), aheadWaitFor(resp), func(r *agentd.SessionResponse) {
 			f.live.publish(lk, org.DB, after, r)
 		})
 	}

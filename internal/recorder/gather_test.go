@@ -122,3 +122,24 @@ func TestGatherJoinsWhatFollows(t *testing.T) {
 		}
 	})
 }
+
+// TestAheadWaitFor: a read ahead waits for output only after a small
+// batch; after a large one (which may be all agentd can hold
+// unacknowledged) it does not, so bulk output never stalls on it.
+func TestAheadWaitFor(t *testing.T) {
+	small := []agentd.Chunk{{ID: 1, Stream: agentd.StreamStdout, Data: []byte("k")}}
+	large := []agentd.Chunk{{ID: 1, Stream: agentd.StreamStdout, Data: make([]byte, gatherBytes)}}
+	for _, tc := range []struct {
+		name string
+		resp agentd.SessionResponse
+		want time.Duration
+	}{
+		{"an echo", agentd.SessionResponse{State: agentd.StateRunning, Chunks: small}, aheadWait},
+		{"a full batch", agentd.SessionResponse{State: agentd.StateRunning, Chunks: large}, 0},
+		{"more buffered", agentd.SessionResponse{State: agentd.StateRunning, Chunks: small, More: true}, 0},
+	} {
+		if got := aheadWaitFor(&tc.resp); got != tc.want {
+			t.Errorf("%s: wait %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -149,7 +149,7 @@ func appendPostgres(db *gorm.DB, c Command, owner string, f *frame, next Command
 
 // appendOutputSQL and appendOutputFrameSQL are appendPostgres's statement
 // without and with a frame to store.
-var appendOutputSQL, appendOutputFrameSQL = appendOutput(""), appendOutput(`, f AS (` + inputFrame + ` SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM cur)`)
+var appendOutputSQL, appendOutputFrameSQL = appendOutput(""), appendOutput(`, f AS (` + frameInsert + ` SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM cur)`)
 
 func appendOutput(insert string) string {
 	return dollars(`WITH cur AS (SELECT id FROM commands WHERE id = ? AND lease_owner = ? AND state = 'running'

@@ -144,8 +144,10 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 	return err
 }
 
-// insertCommand writes every column gorm's create would: agentd_acked's
-// default is TRUE (for rows older than it), and a new command is not.
+// insertCommand writes the columns a command being started has values for;
+// the rest (its end, its output and input so far, its search cursor) take
+// their defaults. agentd_acked is written: its default is TRUE (for rows
+// older than it), and a new command is not acknowledged.
 const (
 	newCommandColumns   = "session_id, agentd_id, command, cwd, tty, actor_type, actor_id, actor_name, actor_via, started_at, state, stdin_content, lease_owner, lease_until, agentd_acked"
 	insertCommand       = "INSERT INTO commands (" + newCommandColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"

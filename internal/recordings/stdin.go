@@ -68,11 +68,10 @@ const inputUpdate = `UPDATE commands SET in_seq = ?, in_hash = ?, in_bytes = in_
 // own work (about 220 µs a keystroke, measured on the bench's profile).
 const inputColumns = "id, session_id, agentd_id, state, in_seq, in_hash, in_bytes, stdin_content, agentd_acked"
 
-// inputFrame inserts a frame (a keystroke's, or a follower's batch of
-// output); on Postgres the statements take the command's id from their
-// update (so it is stored exactly when the update matched), on SQLite
-// from their argument.
-const inputFrame = `INSERT INTO recording_frames (command_id, kind, first_seq, last_seq, started_at, raw_bytes, body, prev_hash, hash)`
+// frameInsert begins the insert of a frame (input or output): insertFrame
+// gives it VALUES; the one-statement Postgres forms take the command's id
+// from their update, so the frame is stored exactly when that matched.
+const frameInsert = `INSERT INTO recording_frames (command_id, kind, first_seq, last_seq, started_at, raw_bytes, body, prev_hash, hash)`
 
 // insertFrame stores f with a plain statement on tx's connection (see
 // inputColumns for why not through gorm).
@@ -86,7 +85,7 @@ func insertFrame(tx *gorm.DB, f *frame) error {
 }
 
 var (
-	frameValuesSQL      = inputFrame + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	frameValuesSQL      = frameInsert + ` VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	frameValuesPostgres = dollars(frameValuesSQL)
 )
 
@@ -119,7 +118,7 @@ func inputPostgres(ctx context.Context, db *gorm.DB, head InputHead, sessionID i
 }
 
 var inputPostgresSQL = dollars(`WITH u AS (` + inputUpdate + `),
-	f AS (` + inputFrame + ` SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM u)
+	f AS (` + frameInsert + ` SELECT id, ?, ?, ?, ?, ?, ?, ?, ? FROM u)
 	SELECT ` + inputColumns + ` FROM u`)
 
 // inputSQLite is AppendInputAfter's short transaction: the conditional

@@ -300,7 +300,7 @@ func AppendInput(ctx context.Context, db *gorm.DB, sessionID, id int64, data []b
 		if err != nil {
 			return err
 		}
-		if err := tx.Create(&f).Error; err != nil {
+		if err := insertFrame(tx, &f); err != nil {
 			return fmt.Errorf("store input frame: %w", err)
 		}
 		res := tx.Model(&Command{}).Where("id = ? AND in_seq = ?", id, c.InSeq).

@@ -108,8 +108,9 @@ func IsFinal(err error) bool {
 
 // MarkClosing records that session id's close began, with its audit event
 // ev, in one commit of db: from then on an exec in the session is refused
-// (an exec's commit reads closing_at under the session's share lock). A
-// session already marked keeps its first mark; ev is written either way.
+// (an exec's commit reads closing_at in its transaction: under the
+// session row's share lock on Postgres, under the write lock on SQLite).
+// A session already marked keeps its first mark; ev is written either way.
 func MarkClosing(ctx context.Context, db *gorm.DB, log *audit.Log, id int64, ev audit.Event) error {
 	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		if err := tx.Table("sessions").Where("id = ? AND closing_at IS NULL", id).Update("closing_at", time.Now().UTC()).Error; err != nil {

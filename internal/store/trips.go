@@ -97,7 +97,7 @@ func (pgTracer) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)
 // rather than network round trips, but each still costs a trip through
 // database/sql and the driver).
 //
-// It also queues this process's writers itself (writers): SQLite takes
+// It also queues the handle's writers itself (writers): SQLite takes
 // one writer at a time, and a writer that finds the file locked sleeps in
 // SQLite's busy handler (1, 2, 5, 10 ms and on) before it looks again, so
 // an exec meeting a follower's commit waited milliseconds for a lock freed

@@ -6,12 +6,15 @@ import (
 	"time"
 )
 
-// writers queues one process's writers of one SQLite file, so each starts
-// as soon as the one before it ends rather than when SQLite's busy handler
-// next wakes. A writer that has waited busyWait goes on without its turn
-// and leaves the rest to SQLite's busy timeout, as before: whatever holds
-// the turn (a transaction left open by mistake) costs a wait, never a
-// deadlock.
+// writers queues the writers of one SQLite handle (one store.Open), so
+// each starts as soon as the one before it ends rather than when SQLite's
+// busy handler next wakes. It queues transactions and single statements
+// sent with ExecContext; a write sent with QueryContext (an INSERT …
+// RETURNING outside a transaction) is not queued and meets the busy
+// handler, as every writer did before. A writer that has waited busyWait
+// goes on without its turn and is left to SQLite's busy timeout: whatever
+// holds the turn (a transaction left open by mistake) costs a longer wait
+// (up to both), never a deadlock.
 type writers struct {
 	turn chan struct{}
 	wait time.Duration
