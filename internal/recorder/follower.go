@@ -186,8 +186,33 @@ func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.Sessi
 	// moment the starter answers (a poll may arrive before the
 	// follower's goroutine runs).
 	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
-	f.start(org.Slug, c.ID, &started{cmd: c, first: first})
+	// The follower starts once the starter's answer is on its way: storing
+	// the first answer (for a command as quick as `true`, its end and
+	// command.end too) would otherwise compete for the CPU with writing
+	// that answer, and the caller would wait for its recording. Nothing
+	// waits on it meanwhile: clients read the window, agentd keeps the
+	// output until it is stored, and a follower started by anything else
+	// first (a poll, a close) makes this start a no-op.
+	f.mu.Lock()
+	if f.ctx == nil {
+		f.ctx, f.stop = context.WithCancel(context.Background())
+	}
+	if f.ctx.Err() != nil {
+		f.mu.Unlock()
+		f.live.forget(liveKey{org.Slug, c.ID})
+		return
+	}
+	// Stop waits for a start still pending.
+	f.wg.Add(1)
+	f.mu.Unlock()
+	time.AfterFunc(answerFirst, func() {
+		defer f.wg.Done()
+		f.start(org.Slug, c.ID, &started{cmd: c, first: first})
+	})
 }
+
+// answerFirst is how long FollowNew lets the starter's answer go first.
+const answerFirst = 2 * time.Millisecond
 
 // started is what the starter of a command knows of it.
 type started struct {
