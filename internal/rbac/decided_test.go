@@ -16,23 +16,8 @@ func TestCachedDecisionsFollowEveryChange(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
-		dsn := storetest.DSN(t, d)
-		db, err := store.Open(ctx, dsn, store.Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = store.Close(db) })
-		if _, err := store.Migrate(ctx, db, store.OrgSet); err != nil {
-			t.Fatal(err)
-		}
-		here, err := rbac.NewEnforcer(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
-		there, err := rbac.NewEnforcer(ctx, db)
-		if err != nil {
-			t.Fatal(err)
-		}
+		rs := replicas(t, d, 2)
+		here, there := rs[0], rs[1]
 		// The other replica reads the stored version on every check, so
 		// a change made here shows there at its next one.
 		there.SetCheckEvery(0)

@@ -22,22 +22,8 @@ func TestLocalChangeAfterAForeignOne(t *testing.T) {
 
 func localChangeAfterAForeignOne(t *testing.T, d store.Dialect) {
 	ctx := context.Background()
-	db, err := store.Open(ctx, storetest.DSN(t, d), store.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = store.Close(db) })
-	if _, err := store.Migrate(ctx, db, store.OrgSet); err != nil {
-		t.Fatal(err)
-	}
-	a, err := rbac.NewEnforcer(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := rbac.NewEnforcer(ctx, db)
-	if err != nil {
-		t.Fatal(err)
-	}
+	rs := replicas(t, d, 2)
+	a, b := rs[0], rs[1]
 	a.SetCheckEvery(time.Hour)
 	member, dept, obj := rbac.UserSubject(7), rbac.DeptDomain(1), "agents/3"
 	if _, err := a.Assign(ctx, rbac.Assignment{Subject: member, Role: rbac.RoleMember, Domain: dept}); err != nil {

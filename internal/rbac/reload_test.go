@@ -24,15 +24,7 @@ func TestEnforcerOpenedDuringAChange(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		ctx := context.Background()
 		dsn := storetest.DSN(t, d)
-		open := func() *gorm.DB {
-			db, err := store.Open(ctx, dsn, store.Options{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = store.Close(db) })
-			return db
-		}
-		db, otherDB := open(), open()
+		db, otherDB := openDB(t, dsn), openDB(t, dsn)
 		if _, err := store.Migrate(ctx, db, store.OrgSet); err != nil {
 			t.Fatal(err)
 		}
