@@ -53,7 +53,7 @@ func (s *Server) streamFile(w http.ResponseWriter, r *http.Request, c call) erro
 		w.Header().Set("Content-Length", strconv.FormatInt(f.Length, 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	if _, err := io.Copy(w, f.Body); err != nil {
+	if _, err := proxy.CopyFile(w, f.Body); err != nil {
 		// The status is sent: the client sees a short body.
 		s.logger().Warn("e2b data plane: file read ended early", "session_id", c.SessionID, "error", err)
 	}

@@ -2,7 +2,6 @@ package handlers
 
 import (
 	"errors"
-	"io"
 	"net/http"
 	"os"
 	"strconv"
@@ -290,7 +289,7 @@ func (s *Server) apiReadFile(c echo.Context) error {
 		h.Set(echo.HeaderContentLength, strconv.FormatInt(f.Length, 10))
 	}
 	c.Response().WriteHeader(http.StatusOK)
-	if n, err := io.Copy(c.Response(), f.Body); err != nil {
+	if n, err := proxy.CopyFile(c.Response(), f.Body); err != nil {
 		// The status is sent: the only way left to say the body is
 		// incomplete is to break the response, so that no client takes
 		// a cut file (sent without a length) for a whole one.

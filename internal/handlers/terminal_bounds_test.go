@@ -317,8 +317,15 @@ func TestTerminalFileReadStreams(t *testing.T) {
 			auditedFirst.Store(err == nil && len(evs) == 1 && strings.Contains(string(evs[0].Details), "big.bin"))
 			w.Header().Set("Content-Length", strconv.Itoa(2*half))
 			w.Header().Set(agentd.FileHeaderSize, strconv.Itoa(3*half))
-			w.Write(bytes.Repeat([]byte("1"), half))
-			w.(http.Flusher).Flush()
+			// In small pieces, as a pipe or a growing log gives them:
+			// each reaches the console as a small read, and what the
+			// console writes on must reach the client without waiting
+			// for more (net/http holds a write's tail otherwise).
+			piece := bytes.Repeat([]byte("1"), 1000)
+			for sent := 0; sent < half; sent += len(piece) {
+				w.Write(piece[:min(len(piece), half-sent)])
+				w.(http.Flusher).Flush()
+			}
 			select {
 			case <-firstHalfArrived:
 				waited.Store(true)

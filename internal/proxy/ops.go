@@ -6,6 +6,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io"
+	"net/http"
 	"sort"
 	"strings"
 	"time"
@@ -544,6 +546,31 @@ func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta,
 	}
 	f.Body = &fileBody{Reader: f.Body, body: f.Body, cancel: cancel}
 	return f, nil
+}
+
+// CopyFile passes a file ReadFile opened on to w as agentd sends it, each
+// read flushed to the client at once: net/http holds the tail of a write
+// (up to its 4 KiB buffer) until the next one, so the last bytes agentd
+// sent so far waited for its next ones, and a file whose writer waits on
+// its reader (a pipe, a growing log) stalled (TestTerminalFileReadStreams
+// failed now and then on it).
+func CopyFile(w http.ResponseWriter, body io.Reader) (int64, error) {
+	return io.Copy(flushEach{w: w, rc: http.NewResponseController(w)}, body)
+}
+
+type flushEach struct {
+	w  io.Writer
+	rc *http.ResponseController
+}
+
+func (f flushEach) Write(p []byte) (int, error) {
+	n, err := f.w.Write(p)
+	if err == nil {
+		if ferr := f.rc.Flush(); ferr != nil && !errors.Is(ferr, http.ErrNotSupported) {
+			err = ferr
+		}
+	}
+	return n, err
 }
 
 // Stat describes paths in the session's environment, audited.
