@@ -246,6 +246,9 @@ func parseNextToken(tok string) (int64, error) {
 	return id, nil
 }
 
+// listPasses bounds the batches of rows one list answer reads.
+const listPasses = 10
+
 // List answers one page of the live sandboxes key q.KeyID created for its
 // agent whose sessions a (the key's actor) may still see, newest first,
 // filtered by state and metadata. It walks the key's e2b_sandboxes rows
@@ -253,9 +256,6 @@ func parseNextToken(tok string) (int64, error) {
 // other keys and the console also fill) and loads exactly the sessions
 // those rows name, so every sandbox is reachable and none repeats across
 // pages.
-// listPasses bounds the batches of rows one list answer reads.
-const listPasses = 10
-
 func List(ctx context.Context, db *gorm.DB, svc *sessions.Service, a *authz.Actor, q ListQuery) (Page, error) {
 	cursor, err := parseNextToken(q.NextToken)
 	if err != nil {
