@@ -186,38 +186,24 @@ func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.Sessi
 	// moment the starter answers (a poll may arrive before the
 	// follower's goroutine runs).
 	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
-	// The follower starts once the starter's answer is on its way: storing
-	// the first answer (for a command as quick as `true`, its end and
-	// command.end too) would otherwise compete for the CPU with writing
-	// that answer, and the caller would wait for its recording. Nothing
-	// waits on it meanwhile: clients read the window, agentd keeps the
-	// output until it is stored, and a follower started by anything else
-	// first (a poll, a close) makes this start a no-op.
-	f.mu.Lock()
-	if f.ctx == nil {
-		f.ctx, f.stop = context.WithCancel(context.Background())
-	}
-	if f.ctx.Err() != nil {
-		f.mu.Unlock()
-		f.live.forget(liveKey{org.Slug, c.ID})
-		return
-	}
-	// Stop waits for a start still pending.
-	f.wg.Add(1)
-	f.mu.Unlock()
-	time.AfterFunc(answerFirst, func() {
-		defer f.wg.Done()
-		f.start(org.Slug, c.ID, &started{cmd: c, first: first})
-	})
+	// The follower starts following once the starter's answer is on its
+	// way: storing the first answer (for a command as quick as `true`, its
+	// end and command.end too) would otherwise compete for the CPU with
+	// writing that answer, and the caller would wait for its recording.
+	// Nothing waits on it meanwhile: clients read the window, and agentd
+	// keeps the output until it is stored.
+	f.start(org.Slug, c.ID, &started{cmd: c, first: first, after: answerFirst})
 }
 
 // answerFirst is how long FollowNew lets the starter's answer go first.
 const answerFirst = 2 * time.Millisecond
 
-// started is what the starter of a command knows of it.
+// started is what the starter of a command knows of it, and how long
+// its follower lets the starter's answer go first.
 type started struct {
 	cmd   recordings.Command
 	first *agentd.SessionResponse
+	after time.Duration
 }
 
 func (f *Followers) start(org string, id int64, known *started) {
@@ -260,6 +246,15 @@ func (f *Followers) start(org string, id int64, known *started) {
 		// Clients of the command ask agentd (or read the recording) once
 		// its follower here is gone.
 		defer f.live.forget(liveKey{org, id})
+		if known != nil && known.after > 0 {
+			pause := time.NewTimer(known.after)
+			select {
+			case <-pause.C:
+			case <-ctx.Done():
+				pause.Stop()
+				return
+			}
+		}
 		if err := f.follow(ctx, org, id, known); err != nil && ctx.Err() == nil {
 			f.logger().Warn("recording follower stopped", "org", org, "command", id, "error", err)
 		}
@@ -510,17 +505,17 @@ func (a *aheadRead) drop() {
 
 // readAhead starts reading the batch after cursor, waiting for output up
 // to wait (aheadWaitFor), and hands what it read to publish at once.
-func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64, wait time.Duration, publish func(*agentd.SessionResponse)) *aheadRead {
+func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID string, cursor, stored uint64, wait time.Duration, publish func(uint64, *agentd.SessionResponse)) *aheadRead {
 	pctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	a := &aheadRead{cursor: cursor, cancel: cancel, done: make(chan struct{})}
 	go func() {
 		defer close(a.done)
 		a.resp, a.err = cl.ReadAhead(pctx, agentdID, cursor, stored, wait)
-		if a.err == nil && a.resp != nil && (len(a.resp.Chunks) > 0 || a.resp.State != agentd.StateRunning || a.resp.More) {
+		if a.err == nil && a.resp != nil && news(a.resp) {
 			// Readers get it now, not once the batch before it is
 			// stored: a terminal's next echo arrives while the last is
 			// being stored, and would otherwise wait for that commit.
-			publish(a.resp)
+			publish(cursor, a.resp)
 		}
 	}()
 	return a
@@ -546,6 +541,12 @@ const (
 func gathering(resp *agentd.SessionResponse) bool {
 	return resp.AckTo && resp.State == agentd.StateRunning && !resp.More && !resp.Truncated &&
 		len(resp.Chunks) > 0 && len(resp.Chunks) < gatherChunks && chunkBytes(resp.Chunks) < gatherBytes
+}
+
+// news reports an answer that tells a reader something: output, an end,
+// or more waiting in agentd.
+func news(resp *agentd.SessionResponse) bool {
+	return len(resp.Chunks) > 0 || resp.State != agentd.StateRunning || resp.More
 }
 
 func chunkBytes(chunks []agentd.Chunk) int {
@@ -581,7 +582,7 @@ func (f *Followers) gather(ctx context.Context, cl *agentd.Client, c recordings.
 		rctx, cancel := context.WithTimeout(ctx, left+10*time.Second)
 		more, err := cl.ReadAhead(rctx, c.AgentdID, joined.NextCursor, uint64(c.LastChunk), left)
 		cancel()
-		if err != nil || more == nil || more.Truncated || !more.AckTo || len(more.Chunks) == 0 && more.State == agentd.StateRunning && !more.More {
+		if err != nil || more == nil || more.Truncated || !more.AckTo || !news(more) {
 			break
 		}
 		publish(joined.NextCursor, more)
@@ -675,18 +676,16 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
+	publish := func(cursor uint64, r *agentd.SessionResponse) { f.live.publish(lk, org.DB, cursor, r) }
 	var stamps []time.Time
 	if gathering(resp) {
-		resp, stamps = f.gather(ctx, cl, c, resp, func(cursor uint64, r *agentd.SessionResponse) { f.live.publish(lk, org.DB, cursor, r) })
+		resp, stamps = f.gather(ctx, cl, c, resp, publish)
 	}
 	var next *aheadRead
 	// Only an agentd that said it honours ack_to is read ahead of: an
 	// older one would release the batch being stored.
 	if resp.AckTo && len(resp.Chunks) > 0 && (resp.State == agentd.StateRunning || resp.More) {
-		after := resp.NextCursor
-		next = f.readAhead(ctx, cl, c.AgentdID, after, uint64(c.LastChunk), aheadWaitFor(resp), func(r *agentd.SessionResponse) {
-			f.live.publish(lk, org.DB, after, r)
-		})
+		next = f.readAhead(ctx, cl, c.AgentdID, resp.NextCursor, uint64(c.LastChunk), aheadWaitFor(resp), publish)
 	}
 	stored, err := f.record(ctx, org, c, resp, stamps)
 	if err != nil {
