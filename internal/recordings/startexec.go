@@ -48,41 +48,57 @@ type SessionState struct {
 func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChecks, c *Command, ev func(id int64) audit.Event) error {
 	c.State = StateRunning
 	c.StartedAt = c.StartedAt.UTC()
-	if store.DialectOfDB(db) != store.Postgres {
-		return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-			// Plain statements, as on Postgres: the exec's commit is on
-			// every command's path, and gorm's builder and reflection cost
-			// more CPU here than SQLite's own work.
-			conn := tx.Statement.ConnPool
-			var s SessionState
-			var closing any
-			err := conn.QueryRowContext(ctx, "SELECT state, closing_at FROM sessions WHERE id = ?", chk.SessionID).Scan(&s.State, &closing)
-			if errors.Is(err, sql.ErrNoRows) {
-				err = gorm.ErrRecordNotFound
-			}
-			if err != nil {
-				return fmt.Errorf("read session %d: %w", chk.SessionID, err)
-			}
-			s.Closing = closing != nil
-			var counts [2]int64
-			if chk.CountSQL != "" {
-				if err := conn.QueryRowContext(ctx, chk.CountSQL, chk.CountArgs...).Scan(&counts[0], &counts[1]); err != nil {
-					return fmt.Errorf("count running commands: %w", err)
-				}
-			}
-			if err := chk.Judge(s, counts); err != nil {
-				return err
-			}
-			if err := conn.QueryRowContext(ctx, insertCommand+" RETURNING id", commandArgs(c, false)...).Scan(&c.ID); err != nil {
-				c.ID = 0
-				return fmt.Errorf("record command: %w", err)
-			}
-			_, err = log.AppendTx(ctx, tx, ev(c.ID))
-			return err
-		})
+	var err error
+	if store.DialectOfDB(db) == store.Postgres {
+		err = startPostgres(ctx, db, log, chk, c, ev)
+	} else {
+		err = startSQLite(ctx, db, log, chk, c, ev)
 	}
+	if err != nil {
+		c.ID = 0
+	}
+	return err
+}
+
+// startSQLite is StartAudited's one short transaction.
+func startSQLite(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChecks, c *Command, ev func(id int64) audit.Event) error {
+	return db.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		// Plain statements, as on Postgres: the exec's commit is on
+		// every command's path, and gorm's builder and reflection cost
+		// more CPU here than SQLite's own work.
+		conn := tx.Statement.ConnPool
+		var s SessionState
+		var closing any
+		err := conn.QueryRowContext(ctx, "SELECT state, closing_at FROM sessions WHERE id = ?", chk.SessionID).Scan(&s.State, &closing)
+		if errors.Is(err, sql.ErrNoRows) {
+			err = gorm.ErrRecordNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("read session %d: %w", chk.SessionID, err)
+		}
+		s.Closing = closing != nil
+		var counts [2]int64
+		if chk.CountSQL != "" {
+			if err := conn.QueryRowContext(ctx, chk.CountSQL, chk.CountArgs...).Scan(&counts[0], &counts[1]); err != nil {
+				return fmt.Errorf("count running commands: %w", err)
+			}
+		}
+		if err := chk.Judge(s, counts); err != nil {
+			return err
+		}
+		if err := conn.QueryRowContext(ctx, insertCommand+" RETURNING id", commandArgs(c, false)...).Scan(&c.ID); err != nil {
+			c.ID = 0
+			return fmt.Errorf("record command: %w", err)
+		}
+		_, err = log.AppendTx(ctx, tx, ev(c.ID))
+		return err
+	})
+}
+
+// startPostgres is StartAudited's two pipelined round trips.
+func startPostgres(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChecks, c *Command, ev func(id int64) audit.Event) error {
 	var action string
-	err := store.OnPgConn(ctx, db, func(conn *pgx.Conn) error {
+	return store.OnPgConn(ctx, db, func(conn *pgx.Conn) error {
 		var s SessionState
 		var counts [2]int64
 		var head audit.Head
@@ -127,7 +143,7 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 		action = e.Action
 		insert, args := log.InsertSQL(e)
 		b = &pgx.Batch{}
-		b.Queue(dollars(insertCommandWithID), commandArgs(c, true)...)
+		b.Queue(insertCommandPostgres, commandArgs(c, true)...)
 		b.Queue(insert, args...)
 		b.Queue("COMMIT")
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -138,10 +154,6 @@ func StartAudited(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChe
 		log.Appended(action, nil)
 		return nil
 	})
-	if err != nil {
-		c.ID = 0
-	}
-	return err
 }
 
 // insertCommand writes the columns a command being started has values for;
@@ -153,6 +165,10 @@ const (
 	insertCommand       = "INSERT INTO commands (" + newCommandColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 	insertCommandWithID = "INSERT INTO commands (id, " + newCommandColumns + ") VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
+
+// insertCommandPostgres is insertCommandWithID as the exec's batch sends
+// it, numbered once rather than on every exec.
+var insertCommandPostgres = dollars(insertCommandWithID)
 
 // commandArgs are insertCommand's arguments (withID: insertCommandWithID's).
 func commandArgs(c *Command, withID bool) []any {
