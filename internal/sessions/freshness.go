@@ -28,17 +28,21 @@ import (
 //     ConfigCheckEvery per org, and an entry of another version is a miss.
 //     Another replica's change therefore applies here within a second.
 //   - A write through this process's own handle makes the Runtime read the
-//     version on every use of that org for localWriteWindow after it, so
-//     the change applies here as soon as it commits, not a second later.
+//     version on every use of that org until it reads the version that
+//     write's bump produced (or for localWriteWindow, if it never commits),
+//     so the change applies here as soon as it commits, not a second
+//     later, and once it is seen uses are back to one read a second.
 
 // DefaultConfigCheckEvery bounds how long another replica's change to an
 // agent or environment takes to reach this process's session cache.
 const DefaultConfigCheckEvery = time.Second
 
-// localWriteWindow is how long after a write through this process's
-// handle the version is read on every use: the write's transaction commits
-// within it (the bump is made before the commit, whose moment no callback
-// sees), and past it the version is read once per ConfigCheckEvery anyway.
+// localWriteWindow bounds how long after a write through this process's
+// handle the version is read on every use while the version its bump
+// produced has not been read: the write's transaction commits or rolls
+// back within it (the bump is made before the commit, whose moment no
+// callback sees), and past it the version is read once per
+// ConfigCheckEvery anyway.
 const localWriteWindow = 5 * time.Second
 
 // configWatchName names the watch among the handle's plugins and its
@@ -46,8 +50,8 @@ const localWriteWindow = 5 * time.Second
 const configWatchName = "gatehouse:sessions:config_version"
 
 // bumpConfigVersion is the write every change of a session's configuration
-// makes with it.
-const bumpConfigVersion = "UPDATE config_version SET version = version + 1 WHERE id = 1"
+// makes with it; it returns the version it wrote.
+const bumpConfigVersion = "UPDATE config_version SET version = version + 1 WHERE id = 1 RETURNING version"
 
 // configTables are the tables a session's Target is built from.
 var configTables = map[string]bool{"agents": true, "agent_environments": true, "environments": true}
@@ -66,6 +70,11 @@ var rawConfigWrite = regexp.MustCompile("(?is)^\\s*(insert\\s+into|update|delete
 // last did.
 type configWatch struct {
 	lastWrite atomic.Int64 // unix nanoseconds; 0: never
+	// produced is the highest version a bump through this handle wrote.
+	// A version read at or above it was read after that bump committed
+	// (a writer holds the version row until it commits, so no other bump
+	// can reach it first), so it vouches for every local write so far.
+	produced atomic.Int64
 }
 
 // WatchConfig installs the config_version bump on an org's pool handle
@@ -136,16 +145,25 @@ func (w *configWatch) afterWrite(db *gorm.DB) {
 // unannounced.
 func (w *configWatch) bump(db *gorm.DB) {
 	w.lastWrite.Store(time.Now().UnixNano())
-	if err := db.Session(&gorm.Session{NewDB: true}).Exec(bumpConfigVersion).Error; err != nil {
+	var v int64
+	if err := db.Session(&gorm.Session{NewDB: true}).Raw(bumpConfigVersion).Scan(&v).Error; err != nil {
 		_ = db.AddError(fmt.Errorf("record a change of agents or environments for the session caches: %w", err))
+		return
+	}
+	for {
+		p := w.produced.Load()
+		if v <= p || w.produced.CompareAndSwap(p, v) {
+			return
+		}
 	}
 }
 
-// recentWrite reports whether this process wrote through the handle within
-// localWriteWindow before now.
-func (w *configWatch) recentWrite(now time.Time) bool {
+// unseenWrite reports whether this process wrote through the handle
+// within localWriteWindow before now and seen, the version last read, may
+// not include that write yet.
+func (w *configWatch) unseenWrite(now time.Time, seen int64) bool {
 	at := w.lastWrite.Load()
-	return at != 0 && now.Sub(time.Unix(0, at)) < localWriteWindow
+	return at != 0 && now.Sub(time.Unix(0, at)) < localWriteWindow && seen < w.produced.Load()
 }
 
 func inTransaction(db *gorm.DB) bool {
@@ -233,16 +251,17 @@ func (r *Runtime) configCheckEvery() time.Duration {
 }
 
 // configVersion is org slug's config_version as this process knows it:
-// read at most once per ConfigCheckEvery, and on every call for
-// localWriteWindow after a write through pool in this process. Freshness
-// is judged on the process's own clock, not Now (which tests move).
+// read at most once per ConfigCheckEvery, and on every call after a write
+// through pool in this process until a read shows that write (see
+// configWatch.produced). Freshness is judged on the process's own clock,
+// not Now (which tests move).
 func (r *Runtime) configVersion(ctx context.Context, pool *gorm.DB, slug string) (int64, error) {
 	ov := r.config.of(pool, slug)
 	w := watchOf(pool)
 	for {
 		ov.mu.Lock()
 		now := time.Now()
-		if !ov.readAt.IsZero() && now.Sub(ov.readAt) < r.configCheckEvery() && (w == nil || !w.recentWrite(now)) {
+		if !ov.readAt.IsZero() && now.Sub(ov.readAt) < r.configCheckEvery() && (w == nil || !w.unseenWrite(now, ov.version)) {
 			v := ov.version
 			ov.mu.Unlock()
 			return v, nil

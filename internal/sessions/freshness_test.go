@@ -115,6 +115,63 @@ func TestConfigChangeAppliesAtOnce(t *testing.T) {
 	})
 }
 
+// TestLocalChangeSeenOnce: after a change through this process's handle,
+// uses read config_version only until one read shows the change; from then
+// on they are back to one read per ConfigCheckEvery (the gateway's hot
+// path pays no query for the seconds after an admin's edit). A bump that
+// rolled back does not keep them reading either, once a later change is
+// seen.
+func TestLocalChangeSeenOnce(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		w := newWorld(t, d, noProcesses)
+		if err := sessions.WatchConfig(w.db); err != nil {
+			t.Fatal(err)
+		}
+		var reads atomic.Int64
+		if err := w.db.Callback().Row().After("gorm:row").Register("test:count_version_reads", func(db *gorm.DB) {
+			if strings.HasPrefix(db.Statement.SQL.String(), "SELECT version FROM config_version") {
+				reads.Add(1)
+			}
+		}); err != nil {
+			t.Fatal(err)
+		}
+		w.rt.RefreshEvery = time.Hour
+		svc := w.svc(nil)
+		s := w.newSession(t, svc, sys())
+		uses := func(step string) {
+			t.Helper()
+			reads.Store(0)
+			start := time.Now()
+			for range 50 {
+				if got := policyOf(t, svc, s.ID, "echo stale-now"); got != `^echo stale` {
+					t.Fatalf("%s: the policy refuses with %q, want ^echo stale", step, got)
+				}
+			}
+			if n, took := reads.Load(), time.Since(start); took < sessions.DefaultConfigCheckEvery && n > 1 {
+				t.Fatalf("%s: 50 uses within %s read config_version %d times, want at most once a second", step, took, n)
+			}
+		}
+		setPolicy(t, w, `^echo stale`)
+		if got := policyOf(t, svc, s.ID, "echo stale-now"); got != `^echo stale` {
+			t.Fatalf("right after the change the policy refuses with %q, want ^echo stale", got)
+		}
+		uses("after the change was seen")
+
+		_ = w.db.Transaction(func(tx *gorm.DB) error {
+			if err := tx.Table("agents").Where("id = ?", w.agent.ID).Update("description", "never").Error; err != nil {
+				t.Fatal(err)
+			}
+			return errRollback
+		})
+		setPolicy(t, w, `^echo stale`, `^rm`)
+		if got := policyOf(t, svc, s.ID, "rm -rf /"); got != `^rm` {
+			t.Fatalf("right after a change that followed a rolled-back one the policy refuses rm with %q, want ^rm", got)
+		}
+		uses("after a rolled-back change and a committed one")
+	})
+}
+
 // TestConfigChangeReachesOtherReplica: replica B (its own handle and
 // runtime on the same database) sees a change made through replica A
 // within ConfigCheckEvery, and in between reads config_version at most
