@@ -31,9 +31,9 @@ type CommandLimits struct {
 // that records the command, so a burst of execs cannot overshoot them: on
 // Postgres under a transaction lock per owner and per agent (the owner's
 // first, always), so a burst counts one after the other; SQLite's
-// transactions are serialized already. The count is one query over the
-// running commands of open sessions (partial indexes of migration 0014).
-// A refusal writes nothing.
+// transactions are serialized already. The count is one query that reads
+// at most the caps' worth of running commands (see recordings.RunningCountSQL). A
+// refusal writes nothing.
 func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.StartChecks {
 	l := g.Limits
 	s := t.Session
@@ -50,10 +50,8 @@ func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.Star
 		if l.RunningPerAgent > 0 {
 			chk.Locks = append(chk.Locks, "gatehouse-running-commands:agent:"+strconv.FormatInt(s.AgentID, 10))
 		}
-		chk.CountSQL = `SELECT COUNT(CASE WHEN ` + owner + ` THEN 1 END) AS owner, COUNT(CASE WHEN s.agent_id = ? THEN 1 END) AS agent
-		FROM commands c JOIN sessions s ON s.id = c.session_id
-		WHERE c.state = 'running' AND s.state NOT IN ('closed', 'lost') AND (` + owner + ` OR s.agent_id = ?)`
-		chk.CountArgs = []any{arg, s.AgentID, arg, s.AgentID}
+		chk.CountSQL = recordings.RunningCountSQL(owner)
+		chk.CountArgs = []any{arg, l.RunningPerUser, s.AgentID, l.RunningPerAgent}
 	}
 	chk.Judge = func(st recordings.SessionState, counts [2]int64) error {
 		if st.Closing || st.State == sessions.StateClosed || st.State == sessions.StateLost {

@@ -23,9 +23,7 @@ import (
 // session's state and both running-command caps (locks and count).
 func execChecks(judge func(recordings.SessionState, [2]int64) error) recordings.StartChecks {
 	return recordings.StartChecks{SessionID: 1, Locks: []string{"gatehouse-running-commands:user:1", "gatehouse-running-commands:agent:1"},
-		CountSQL: `SELECT COUNT(CASE WHEN s.subject = ? THEN 1 END), COUNT(CASE WHEN s.agent_id = ? THEN 1 END)
-			FROM commands c JOIN sessions s ON s.id = c.session_id WHERE c.state = 'running' AND (s.subject = ? OR s.agent_id = ?)`,
-		CountArgs: []any{"user:1", 1, "user:1", 1}, Judge: judge}
+		CountSQL: recordings.RunningCountSQL("s.user_id IS NULL AND s.subject = ?"), CountArgs: []any{"user:1", 20, 1, 100}, Judge: judge}
 }
 
 func execEvent(id int64) audit.Event {
@@ -382,5 +380,83 @@ func TestFollowerRoundTrips(t *testing.T) {
 				t.Fatalf("audit verify = %+v, %v", res, err)
 			}
 		})
+	})
+}
+
+// TestRunningCountReadsAtMostTheCaps: the caps' count counts the running
+// commands of the owner's and the agent's open sessions (not ended ones,
+// not those of closed sessions), each up to its cap, and on SQLite reaches
+// them from the sessions rather than by scanning the org's running
+// commands (the plan a 2,000-command org paid on every exec).
+func TestRunningCountReadsAtMostTheCaps(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		db := storetest.Open(t, d, store.OrgSet)
+		command(t, db, "me") // session 1: user:1's, agent 1, one running command
+		now := time.Now().UTC()
+		for _, q := range []string{
+			"INSERT INTO sessions (agent_id, subject, created_by, sandbox_mode, state, created_at, updated_at) VALUES (1, 'user:2', 'x', 'off', 'running', ?, ?)",
+			"INSERT INTO sessions (agent_id, subject, created_by, sandbox_mode, state, created_at, updated_at) VALUES (1, 'user:1', 'x', 'off', 'closed', ?, ?)",
+		} {
+			if err := db.Exec(q, now, now).Error; err != nil {
+				t.Fatal(err)
+			}
+		}
+		start := func(session int64, n int) {
+			for range n {
+				c := newCommand(0)
+				c.SessionID, c.AgentdID = session, fmt.Sprintf("gh-count-%d-%d", session, time.Now().UnixNano())
+				if err := recordings.Start(ctx, db, c); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		start(1, 30) // 31 running in session 1
+		start(2, 2)  // 2 in user:2's session of the same agent
+		start(3, 4)  // 4 left running in a closed session: they count for nobody
+		if err := db.Exec("UPDATE commands SET state = ? WHERE session_id = 1 AND id = (SELECT MAX(id) FROM commands WHERE session_id = 1)", recordings.StateExited).Error; err != nil {
+			t.Fatal(err)
+		}
+		q := recordings.RunningCountSQL("s.user_id IS NULL AND s.subject = ?")
+		for _, c := range []struct {
+			owner                string
+			ownerCap, agentCap   int
+			wantOwner, wantAgent int64
+		}{
+			{"user:1", 100, 100, 30, 32},
+			{"user:1", 5, 10, 5, 10},
+			{"user:2", 20, 0, 2, 0},
+			{"user:3", 20, 100, 0, 32},
+		} {
+			var got [2]int64
+			if err := db.Raw(q, c.owner, c.ownerCap, 1, c.agentCap).Row().Scan(&got[0], &got[1]); err != nil {
+				t.Fatal(err)
+			}
+			if got != [2]int64{c.wantOwner, c.wantAgent} {
+				t.Errorf("%s with caps %d and %d: counted %v, want [%d %d]", c.owner, c.ownerCap, c.agentCap, got, c.wantOwner, c.wantAgent)
+			}
+		}
+		if d != store.SQLite {
+			return
+		}
+		rows, err := db.Raw("EXPLAIN QUERY PLAN "+q, "user:1", 20, 1, 100).Rows()
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		text := strings.Join(plan, "\n")
+		if strings.Contains(text, "commands_running (") || strings.Count(text, "USING INDEX commands_running_session") != 2 {
+			t.Fatalf("the count's plan does not start from the sessions:\n%s", text)
+		}
 	})
 }

@@ -156,6 +156,26 @@ func startPostgres(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartCh
 	})
 }
 
+// RunningCountSQL is the running-command caps' count for StartChecks:
+// the running commands of the open sessions matching owner (a condition
+// on sessions s with one ? placeholder) and of the agent's, each counted
+// up to its cap (all a judgement needs; a cap of 0 counts nothing). Its
+// arguments: owner's, the owner cap, the agent id, the agent cap. Each
+// count starts from the sessions (the partial indexes of open sessions by
+// user, subject and agent) and reads their running commands (the partial
+// index of running commands by session): CROSS JOIN keeps SQLite's
+// planner in that order, where it otherwise scanned every running
+// command of the org on every exec; on Postgres it is an inner join the
+// planner orders by its statistics. An exec therefore reads at most the
+// two caps' worth of rows, however many commands the org runs.
+func RunningCountSQL(owner string) string {
+	count := func(who string) string {
+		return `(SELECT COUNT(*) FROM (SELECT 1 FROM sessions s CROSS JOIN commands c
+			WHERE c.session_id = s.id AND c.state = 'running' AND ` + who + ` AND s.state NOT IN ('closed', 'lost') LIMIT ?) capped)`
+	}
+	return `SELECT ` + count(owner) + ` AS owner, ` + count("s.agent_id = ?") + ` AS agent`
+}
+
 // insertCommand writes the columns a command being started has values for;
 // the rest (its end, its output and input so far, its search cursor) take
 // their defaults. agentd_acked is written: its default is TRUE (for rows
