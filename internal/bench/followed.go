@@ -29,8 +29,9 @@ type Followed struct {
 	// followed and nothing else happens, as a fraction of one core.
 	CPU    float64
 	Window time.Duration
-	// ExecIdle and ExecDuring time gateway execs of `true` before the
-	// commands started and while they are followed; DirectIdle and
+	// ExecIdle and ExecDuring time gateway execs of `true` (by a member
+	// other than the one running the n) before the commands started and
+	// while they are followed; DirectIdle and
 	// DirectDuring the same direct to agentd (interleaved with them), which
 	// tells agentd's own slowdown (it runs the n commands) from the
 	// console's.
@@ -38,13 +39,14 @@ type Followed struct {
 	DirectIdle, DirectDuring []time.Duration
 }
 
-// FollowedCommands starts n `sleep`s through the gateway, waits until the
-// console follows all of them, and measures its memory, its CPU over
-// window while they are quiet, and exec latency meanwhile against before.
-// The commands are killed at the end.
+// FollowedCommands starts n `sleep`s through the gateway (as the stack's
+// Load runtime: another member, another agent), waits until the console
+// follows all of them, and measures its memory, its CPU over window while
+// they are quiet, and the main member's exec latency meanwhile against
+// before. The commands are killed at the end.
 func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duration, execs int) (Followed, error) {
 	f := Followed{N: n, Window: window}
-	gw, direct := GatewayPath{s}, DirectPath{s.Direct}
+	gw, load, direct := GatewayPath{S: s}, GatewayPath{S: s, As: &s.Load}, DirectPath{s.Direct}
 	var err error
 	execGW := func() (time.Duration, error) { return ExecTrue(ctx, gw) }
 	execDirect := func() (time.Duration, error) { return ExecTrue(ctx, direct) }
@@ -60,12 +62,12 @@ func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duratio
 		// the ends.
 		kctx := context.WithoutCancel(ctx)
 		for _, id := range ids {
-			_ = gw.Kill(kctx, id)
+			_ = load.Kill(kctx, id)
 		}
 		s.settle(kctx)
 	}()
 	for range n {
-		id, _, err := gw.Exec(ctx, agentd.CreateSessionRequest{Command: "sleep 3600"})
+		id, _, err := load.Exec(ctx, agentd.CreateSessionRequest{Command: "sleep 3600"})
 		if err != nil {
 			return f, fmt.Errorf("start followed command %d: %w", len(ids)+1, err)
 		}

@@ -44,7 +44,7 @@ type Memory struct {
 // adds next to nothing to the process's memory.
 func (s *Stack) IdlePolls(ctx context.Context, n int) (Memory, error) {
 	m := Memory{Polls: n}
-	gw := GatewayPath{s}
+	gw := GatewayPath{S: s}
 	id, _, err := gw.Exec(ctx, agentd.CreateSessionRequest{Command: "sleep 300"})
 	if err != nil {
 		return m, err

@@ -66,7 +66,23 @@ func (d DirectPath) Kill(ctx context.Context, id string) error {
 }
 
 // GatewayPath talks to the console's terminal API with the member's key.
-type GatewayPath struct{ S *Stack }
+type GatewayPath struct {
+	S *Stack
+	// As is the runtime the requests are made as (nil: the stack's
+	// member, in its session).
+	As *Runtime
+}
+
+func (g GatewayPath) runtime() Runtime {
+	if g.As != nil {
+		return *g.As
+	}
+	return Runtime{Key: g.S.Key, Session: g.S.Session}
+}
+
+func (g GatewayPath) path(format string, args ...any) string {
+	return g.S.sessionPathOf(g.runtime().Session, format, args...)
+}
 
 // Name implements Path.
 func (GatewayPath) Name() string { return "gateway" }
@@ -74,7 +90,7 @@ func (GatewayPath) Name() string { return "gateway" }
 // Exec implements Path.
 func (g GatewayPath) Exec(ctx context.Context, req agentd.CreateSessionRequest) (string, output, error) {
 	var out output
-	err := g.S.call(ctx, http.MethodPost, g.S.sessionPath("/commands"), g.S.Key, map[string]any{"command": req.Command, "tty": req.TTY,
+	err := g.S.call(ctx, http.MethodPost, g.path("/commands"), g.runtime().Key, map[string]any{"command": req.Command, "tty": req.TTY,
 		"stdin": req.Stdin, "wait_ms": req.WaitMS}, &out)
 	return strconv.FormatInt(out.CommandID, 10), out, err
 }
@@ -82,22 +98,22 @@ func (g GatewayPath) Exec(ctx context.Context, req agentd.CreateSessionRequest) 
 // Poll implements Path.
 func (g GatewayPath) Poll(ctx context.Context, id string, cursor uint64, wait time.Duration) (output, error) {
 	q := url.Values{"cursor": {strconv.FormatUint(cursor, 10)}, "wait_ms": {strconv.FormatInt(wait.Milliseconds(), 10)}}
-	return g.S.pollChunks(ctx, g.S.sessionPath("/commands/%s/output?%s", id, q.Encode()))
+	return g.S.pollChunks(ctx, g.path("/commands/%s/output?%s", id, q.Encode()), g.runtime().Key)
 }
 
 // Stdin implements Path.
 func (g GatewayPath) Stdin(ctx context.Context, id string, data []byte) error {
-	return g.S.call(ctx, http.MethodPost, g.S.sessionPath("/commands/%s/stdin", id), g.S.Key, map[string]any{"data": data}, nil)
+	return g.S.call(ctx, http.MethodPost, g.path("/commands/%s/stdin", id), g.runtime().Key, map[string]any{"data": data}, nil)
 }
 
 // Kill implements Path.
 func (g GatewayPath) Kill(ctx context.Context, id string) error {
-	return g.S.call(ctx, http.MethodDelete, g.S.sessionPath("/commands/%s", id), g.S.Key, nil, nil)
+	return g.S.call(ctx, http.MethodDelete, g.path("/commands/%s", id), g.runtime().Key, nil, nil)
 }
 
 // ExecGateway runs `true` through the gateway until it exits.
 func (s *Stack) ExecGateway(ctx context.Context) (time.Duration, error) {
-	return ExecTrue(ctx, GatewayPath{s})
+	return ExecTrue(ctx, GatewayPath{S: s})
 }
 
 // ExecTrue runs `true` through p, waiting for its exit, and returns how

@@ -81,7 +81,7 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 			fmt.Fprintf(tw, "console CPU while %d followed commands are quiet (%s)\t%s\t\t%.1f %% of a core\t\t< 3 %% of a core: %s\n",
 				f.N, f.Window.Round(time.Second), db, 100*f.CPU, verdict(f.CPU < TargetFollowedCPU))
 			ip, dp := Percentile(f.ExecIdle, 50), Percentile(f.ExecDuring, 50)
-			fmt.Fprintf(tw, "gateway exec `true` p50 while %d followed (%d runs)\t%s\tidle %s\tmeanwhile %s\t%.2f×\t≤ %.1f× idle: %s\n",
+			fmt.Fprintf(tw, "another member's gateway exec `true` p50 while %d followed (%d runs)\t%s\tidle %s\tmeanwhile %s\t%.2f×\t≤ %.1f× idle: %s\n",
 				f.N, len(f.ExecDuring), db, ms(ip), ms(dp), float64(dp)/float64(ip), TargetFollowedExecRatio,
 				verdict(float64(dp) <= TargetFollowedExecRatio*float64(ip)))
 		}

@@ -96,7 +96,7 @@ type Recording struct {
 func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result, error) {
 	cfg = cfg.withDefaults()
 	r := &Result{Dialect: s.Dialect}
-	direct, gw := DirectPath{s.Direct}, GatewayPath{s}
+	direct, gw := DirectPath{s.Direct}, GatewayPath{S: s}
 	step := func(what string) { fmt.Fprintf(progress, "  [%s] %s\n", s.Dialect, what) }
 
 	// Direct and gateway runs alternate, so load from elsewhere on the
@@ -305,7 +305,7 @@ func (s *Stack) profile(ctx context.Context, n int) (string, error) {
 	if err := s.Instrument(ctx); err != nil {
 		return "", err
 	}
-	gw := GatewayPath{s}
+	gw := GatewayPath{S: s}
 	// Warm the caches first, then count from a clean slate.
 	for range 10 {
 		if _, err := ExecTrue(ctx, gw); err != nil {

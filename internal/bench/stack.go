@@ -78,6 +78,11 @@ type Stack struct {
 	URL, Key string
 	Org      string
 	Session  int64
+	// Load is a second member's key and session, of a second agent: the
+	// followed commands run there, so the execs timed meanwhile are a
+	// user's below their caps (whose count reads only their own running
+	// commands), not those of the user running the 2,000.
+	Load Runtime
 	// Direct is agentd without the console, for comparison.
 	Direct *agentd.Client
 	// HTTP is the benchmark's client of the console.
@@ -224,7 +229,7 @@ func (s *Stack) setup(ctx context.Context, cfg config.Config, ad *Agentd) error 
 		return err
 	}
 	root := entered.Token
-	var dept, env, agent struct{ ID int64 }
+	var dept, env struct{ ID int64 }
 	if err := s.orgCall(ctx, http.MethodPost, "/departments", root, map[string]string{"name": "Bench"}, &dept); err != nil {
 		return err
 	}
@@ -232,42 +237,65 @@ func (s *Stack) setup(ctx context.Context, cfg config.Config, ad *Agentd) error 
 		"url": ad.URL, "os": "linux", "deployment": "bare-metal", "agentd_token": ad.Token}, &env); err != nil {
 		return err
 	}
-	if err := s.orgCall(ctx, http.MethodPost, "/agents", root, map[string]any{"name": "bench-agent", "department_id": dept.ID,
-		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env.ID}}, &agent); err != nil {
+	main, err := s.runtime(ctx, root, dept.ID, env.ID, "bench-agent", "member@bench.test")
+	if err != nil {
 		return err
+	}
+	if s.Load, err = s.runtime(ctx, root, dept.ID, env.ID, "bench-load-agent", "load@bench.test"); err != nil {
+		return err
+	}
+	s.Key, s.Session = main.Key, main.Session
+	// The first command brings each session up (its host workspace).
+	if _, err := s.ExecGateway(ctx); err != nil {
+		return err
+	}
+	_, err = ExecTrue(ctx, GatewayPath{S: s, As: &s.Load})
+	return err
+}
+
+// Runtime is an agent runtime's view of the console: a member's API key
+// and a session of its own.
+type Runtime struct {
+	Key     string
+	Session int64
+}
+
+// runtime creates an agent of its own environment, a member of the
+// department with an API key, and a session of the agent as that member.
+func (s *Stack) runtime(ctx context.Context, root string, dept, env int64, agentName, email string) (Runtime, error) {
+	var agent struct{ ID int64 }
+	if err := s.orgCall(ctx, http.MethodPost, "/agents", root, map[string]any{"name": agentName, "department_id": dept,
+		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env}}, &agent); err != nil {
+		return Runtime{}, err
 	}
 	var user struct {
 		User            struct{ ID int64 }
 		OneTimePassword string `json:"one_time_password"`
 	}
-	if err := s.orgCall(ctx, http.MethodPost, "/users", root, map[string]string{"email": "member@bench.test", "name": "Bench member"}, &user); err != nil {
-		return err
+	if err := s.orgCall(ctx, http.MethodPost, "/users", root, map[string]string{"email": email, "name": "Bench " + agentName}, &user); err != nil {
+		return Runtime{}, err
 	}
 	if err := s.orgCall(ctx, http.MethodPost, "/roles", root, map[string]string{"subject": fmt.Sprintf("user:%d", user.User.ID), "role": "member",
-		"domain": fmt.Sprintf("dept:%d", dept.ID)}, nil); err != nil {
-		return err
+		"domain": fmt.Sprintf("dept:%d", dept)}, nil); err != nil {
+		return Runtime{}, err
 	}
 	var ml struct{ Token string }
-	if err := s.orgCall(ctx, http.MethodPost, "/auth/login", "", map[string]string{"email": "member@bench.test", "password": user.OneTimePassword}, &ml); err != nil {
-		return err
+	if err := s.orgCall(ctx, http.MethodPost, "/auth/login", "", map[string]string{"email": email, "password": user.OneTimePassword}, &ml); err != nil {
+		return Runtime{}, err
 	}
 	if err := s.orgCall(ctx, http.MethodPost, "/auth/password", ml.Token, map[string]string{"current_password": user.OneTimePassword,
 		"new_password": "a-long-bench-password"}, nil); err != nil {
-		return err
+		return Runtime{}, err
 	}
 	var key struct{ Secret string }
 	if err := s.orgCall(ctx, http.MethodPost, "/api-keys", ml.Token, map[string]string{"name": "bench runtime"}, &key); err != nil {
-		return err
+		return Runtime{}, err
 	}
-	s.Key = key.Secret
 	var sess struct{ ID int64 }
-	if err := s.orgCall(ctx, http.MethodPost, "/sessions", s.Key, map[string]any{"agent_id": agent.ID}, &sess); err != nil {
-		return err
+	if err := s.orgCall(ctx, http.MethodPost, "/sessions", key.Secret, map[string]any{"agent_id": agent.ID}, &sess); err != nil {
+		return Runtime{}, err
 	}
-	s.Session = sess.ID
-	// The first command brings the session up (its host workspace).
-	_, err := s.ExecGateway(ctx)
-	return err
+	return Runtime{Key: key.Secret, Session: sess.ID}, nil
 }
 
 func (s *Stack) orgCall(ctx context.Context, method, path, token string, in, out any) error {
@@ -276,7 +304,11 @@ func (s *Stack) orgCall(ctx context.Context, method, path, token string, in, out
 
 // sessionPath is a path below the session in the org API.
 func (s *Stack) sessionPath(format string, args ...any) string {
-	return fmt.Sprintf("/api/v1/orgs/%s/sessions/%d", s.Org, s.Session) + fmt.Sprintf(format, args...)
+	return s.sessionPathOf(s.Session, format, args...)
+}
+
+func (s *Stack) sessionPathOf(session int64, format string, args ...any) string {
+	return fmt.Sprintf("/api/v1/orgs/%s/sessions/%d", s.Org, session) + fmt.Sprintf(format, args...)
 }
 
 // call sends one JSON request and decodes a 2xx answer into out.
@@ -298,9 +330,9 @@ func (s *Stack) call(ctx context.Context, method, path, token string, in, out an
 
 // pollChunks long-polls a gateway output path in agentd's binary framing,
 // as a client that moves bulk output would.
-func (s *Stack) pollChunks(ctx context.Context, path string) (output, error) {
+func (s *Stack) pollChunks(ctx context.Context, path, key string) (output, error) {
 	var out output
-	resp, err := s.send(ctx, http.MethodGet, path, s.Key, nil, agentd.ChunksMediaType)
+	resp, err := s.send(ctx, http.MethodGet, path, key, nil, agentd.ChunksMediaType)
 	if err != nil {
 		return out, err
 	}
