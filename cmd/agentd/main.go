@@ -61,6 +61,7 @@ type options struct {
 	unpackMax   int64
 	unpackFiles int
 	hardLinks   bool
+	noSpawner   bool
 	version     bool
 
 	// explicit lists the flags set on the command line, to re-execute
@@ -97,6 +98,7 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.Int64Var(&o.unpackMax, "unpack-max-bytes", agentd.DefaultUnpackMaxBytes, "most bytes one archive unpacks to, or one copy copies")
 	fs.IntVar(&o.unpackFiles, "unpack-max-files", agentd.DefaultUnpackMaxFiles, "most entries of one unpacked archive or copied tree")
 	fs.BoolVar(&o.privFetch, "fetch-allow-private-redirects", false, "let downloads follow redirects to loopback, link-local and metadata addresses")
+	fs.BoolVar(&o.noSpawner, "no-spawner", false, "start commands from agentd itself rather than from its small helper process (Linux), which keeps a start as fast with thousands of sessions as with none")
 	fs.BoolVar(&o.hardLinks, "refuse-hard-links", false, "refuse file reads of files with more than one hard link (automatic with --run-as when fs.protected_hardlinks is off)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -271,6 +273,7 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		SessionMemoryMax:           o.memoryMax,
 		SessionPidsMax:             o.pidsMax,
 		Subreaper:                  subreaperSupported,
+		Spawner:                    !o.noSpawner,
 		FetchAllowPrivateRedirects: o.privFetch,
 		WriteMaxBytes:              o.writeMax,
 		UnpackMaxBytes:             o.unpackMax,

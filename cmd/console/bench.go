@@ -89,7 +89,7 @@ func benchAgentd(inProcess bool) (*bench.Agentd, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := bench.StartAgentd(root)
+	a, err := bench.StartAgentd(root, false)
 	if err != nil {
 		return nil, err
 	}

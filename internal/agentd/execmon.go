@@ -26,7 +26,10 @@ const (
 // exits immediately is usually caught (and when not, still reported with
 // argv_unavailable).
 type execMonitor struct {
-	self   int
+	self int
+	// helper is the spawner's pid (0: none): its children are leaders
+	// too (see spawn_linux.go).
+	helper atomic.Int64
 	logger *slog.Logger
 	// inspect reads a process's argv, cwd and uid (ok false once it is
 	// gone); /proc on Linux, replaced in tests.
@@ -150,6 +153,12 @@ func (o *execOwner) deliver(r ExecRecord) {
 	}
 }
 
+// starter reports whether pid starts sessions' leaders: agentd, or its
+// spawner.
+func (m *execMonitor) starter(pid int) bool {
+	return pid == m.self || (pid != 0 && int64(pid) == m.helper.Load())
+}
+
 // fork handles PROC_EVENT_FORK.
 func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 	if childPid != childTgid {
@@ -157,7 +166,7 @@ func (m *execMonitor) fork(parentTgid, childPid, childTgid int) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if parentTgid == m.self {
+	if m.starter(parentTgid) {
 		// A leader agentd started (or anything else it forks: unclaimed
 		// ones leave with their exit). A node already there is kept only
 		// when it is this leader's own claim, made before its fork event
@@ -226,7 +235,7 @@ func (m *execMonitor) exit(pid, tgid int, status uint32) {
 	switch {
 	case n.depth == 0 && o.leader == tgid:
 		o.exit()
-		if !o.claimed && n.ppid == m.self && m.starting.Load() > 0 {
+		if !o.claimed && m.starter(n.ppid) && m.starting.Load() > 0 {
 			m.keepEarly(tgid, o)
 		}
 	case n.shellChild && n.execed:

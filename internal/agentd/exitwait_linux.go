@@ -12,7 +12,13 @@ import (
 // network poller. Waiting on it parks only a goroutine, whereas
 // os.Process.Wait holds an OS thread in waitid for the process's lifetime,
 // which would cost a thread per idle session.
-type exitWatch struct{ f *os.File }
+type exitWatch struct {
+	f *os.File
+	// adopted marks the pidfd of a command the spawner started: not
+	// agentd's child, so waitid cannot look at it, and its exit is read
+	// from the pidfd's readiness instead.
+	adopted bool
+}
 
 // watchExitAttr asks StartProcess for a pidfd; the returned pointer receives
 // it.
@@ -45,7 +51,25 @@ func (w *exitWatch) wait() {
 	if err != nil {
 		return
 	}
-	rc.Read(func(fd uintptr) bool { return exited(fd) })
+	check := exited
+	if w.adopted {
+		check = readable
+	}
+	rc.Read(func(fd uintptr) bool { return check(fd) })
+}
+
+// readable reports whether the pidfd polls readable: its process has
+// exited (a zombie counts), whoever its parent is. Errors count as
+// exited, so a broken pidfd never holds a session open.
+func readable(fd uintptr) bool {
+	pfd := [1]struct {
+		fd      int32
+		events  int16
+		revents int16
+	}{{fd: int32(fd), events: 0x1}} // POLLIN
+	var zero syscall.Timespec
+	n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
+	return errno != 0 || n > 0
 }
 
 // pPIDFD is waitid's idtype for a pidfd (Linux 5.4+).

@@ -194,9 +194,10 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	return sess, nil
 }
 
-func (s *Server) sessionEnded(*session) {
+func (s *Server) sessionEnded(sess *session) {
 	s.mu.Lock()
 	s.running--
+	s.ended = append(s.ended, endedSession{sess: sess, at: time.Now()})
 	s.mu.Unlock()
 }
 

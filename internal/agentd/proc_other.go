@@ -86,7 +86,7 @@ func groupAlive(int) bool { return false }
 
 func (p *process) resize(rows, cols uint16) error { return errNoTTY }
 
-func exitCode(ps *os.ProcessState) int { return ps.ExitCode() }
+func (p *process) exitCode() int { return p.cmd.ProcessState.ExitCode() }
 
 // ttySupported reports whether this platform can run TTY sessions.
 const ttySupported = false

@@ -3,6 +3,7 @@
 package agentd
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"syscall"
@@ -19,7 +20,13 @@ func shellArgs(command string) []string { return []string{"-c", command} }
 // process is a started command, the leader of its own session (and so of
 // its own process group), with every process it starts tracked by members.
 type process struct {
-	cmd     *exec.Cmd
+	cmd *exec.Cmd
+	// pidNum is the leader's pid. spawner is set for a command the
+	// spawner started (cmd.Process is nil then): the spawner reaps it,
+	// into status.
+	pidNum  int
+	spawner *spawner
+	status  syscall.WaitStatus
 	pty     *os.File // master side; nil without a TTY
 	outputs []outputPipe
 	stdin   *os.File // write side of stdin: a pipe or the PTY master
@@ -51,13 +58,13 @@ func startProcess(spec procSpec, t *tracker) (*process, error) {
 	registered := t.starting()
 	var p *process
 	if spec.tty {
-		p, err = startPTY(cmd, spec, attr)
+		p, err = startPTY(cmd, spec, attr, t.spawn)
 	} else {
-		p, err = startPipes(cmd, spec, attr)
+		p, err = startPipes(cmd, spec, attr, t.spawn)
 	}
 	pid := 0
 	if err == nil {
-		pid = cmd.Process.Pid
+		pid = p.pidNum
 		p.members, p.tracker = m, t
 	}
 	registered(pid)
@@ -65,47 +72,78 @@ func startProcess(spec procSpec, t *tracker) (*process, error) {
 	return p, err
 }
 
-func startPipes(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
+func startPipes(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr, sp *spawner) (*process, error) {
 	ends, err := newPipes(cmd, spec.stdin)
 	if err != nil {
 		return nil, err
 	}
 	cmd.SysProcAttr = attr
-	pidfd := watchExitAttr(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
+	p, err := launch(cmd, sp)
+	if err != nil {
 		ends.closeAll()
 		return nil, err
 	}
 	ends.started()
-	return &process{cmd: cmd, outputs: ends.outputs, stdin: ends.stdin, exit: newExitWatch(pidfd)}, nil
+	p.outputs, p.stdin = ends.outputs, ends.stdin
+	return p, nil
 }
 
-func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr) (*process, error) {
-	ws := &pty.Winsize{Rows: spec.rows, Cols: spec.cols}
-	pidfd := watchExitAttr(attr)
-	master, err := pty.StartWithAttrs(cmd, ws, attr)
+func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr, sp *spawner) (*process, error) {
+	// As pty.StartWithAttrs does, with the start itself through launch.
+	master, tty, err := pty.Open()
 	if err != nil {
 		return nil, err
 	}
-	exit := newExitWatch(pidfd)
+	defer tty.Close()
+	if err := pty.Setsize(master, &pty.Winsize{Rows: spec.rows, Cols: spec.cols}); err != nil {
+		master.Close()
+		return nil, err
+	}
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
+	cmd.SysProcAttr = attr
+	p, err := launch(cmd, sp)
+	if err != nil {
+		master.Close()
+		return nil, err
+	}
 	// pty leaves the master in blocking mode (it calls Fd), where Close
 	// cannot interrupt a pending Read. Re-open a non-blocking duplicate so
 	// reads go through the runtime poller.
 	nb, err := nonblockingDup(master)
 	master.Close()
 	if err != nil {
-		exit.close()
-		cmd.Process.Kill()
-		cmd.Wait()
+		p.exit.close()
+		syscall.Kill(p.pidNum, syscall.SIGKILL)
+		p.reap()
 		return nil, err
 	}
-	return &process{
-		cmd:     cmd,
-		pty:     nb,
-		outputs: []outputPipe{{f: nb, stream: streamPTY}},
-		stdin:   nb,
-		exit:    exit,
-	}, nil
+	p.pty, p.outputs, p.stdin = nb, []outputPipe{{f: nb, stream: streamPTY}}, nb
+	return p, nil
+}
+
+// launch starts cmd through the spawner, or itself where there is none
+// (or the spawner could not take it), with a pidfd to watch its exit.
+func launch(cmd *exec.Cmd, sp *spawner) (*process, error) {
+	pid, pidfd, err := sp.spawn(cmd)
+	if err == nil {
+		exit := newExitWatch(&pidfd)
+		if exit == nil {
+			// No way to see it end: stop it, and fail the start.
+			syscall.Kill(pid, syscall.SIGKILL)
+			sp.reap(pid)
+			return nil, errors.New("agentd: watch a spawned command's exit")
+		}
+		exit.adopted = true
+		return &process{cmd: cmd, pidNum: pid, spawner: sp, exit: exit}, nil
+	}
+	if !errors.Is(err, errSpawnerDown) {
+		return nil, err
+	}
+	fd := watchExitAttr(cmd.SysProcAttr)
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	return &process{cmd: cmd, pidNum: cmd.Process.Pid, exit: newExitWatch(fd)}, nil
 }
 
 func nonblockingDup(f *os.File) (*os.File, error) {
@@ -138,13 +176,35 @@ func nonblockingDup(f *os.File) (*os.File, error) {
 // wait waits for the command to exit and reaps it.
 func (p *process) wait() {
 	p.exit.wait()
-	p.cmd.Wait()
-	p.tracker.waited(p.cmd.Process.Pid)
+	p.reap()
+	p.tracker.waited(p.pidNum)
+}
+
+// reap collects the exited leader's status: through exec.Cmd for a
+// command agentd started, by pid for one the spawner started (agentd's
+// child all the same; its zombie keeps the pid from reuse until now).
+func (p *process) reap() {
+	if p.spawner == nil {
+		p.cmd.Wait()
+		return
+	}
+	p.status = p.spawner.reap(p.pidNum)
+}
+
+// exitCode is the reaped leader's exit code (see exitStatus).
+func (p *process) exitCode() int {
+	if p.spawner != nil {
+		return exitStatus(p.status)
+	}
+	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
+		return exitStatus(ws)
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // pid is the process id of the session leader, which is also its session
 // and process group id.
-func (p *process) pid() int { return p.cmd.Process.Pid }
+func (p *process) pid() int { return p.pidNum }
 
 // terminateAll asks every process of the session to stop.
 func (p *process) terminateAll() { p.members.signal(syscall.SIGTERM) }
@@ -180,13 +240,13 @@ func (p *process) resize(rows, cols uint16) error {
 	return nil
 }
 
-// exitCode follows the shell convention: the exit status, or 128 plus the
-// signal number for a process killed by a signal.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+// exitStatus follows the shell convention: the exit status, or 128 plus
+// the signal number for a process killed by a signal.
+func exitStatus(ws syscall.WaitStatus) int {
+	if ws.Signaled() {
 		return 128 + int(ws.Signal())
 	}
-	return ps.ExitCode()
+	return ws.ExitStatus()
 }
 
 // ttySupported reports whether this platform can run TTY sessions.

@@ -20,9 +20,15 @@ import (
 // concurrently), tracking them in cgroup mode mode. It returns the client,
 // the sessions' leader pids and the server, closed at the end of tb.
 func scaleServer(tb testing.TB, mode string, n int, extra string) (*agentd.Client, []int, *agentd.Server) {
+	return scaleServerWith(tb, agentd.Config{Cgroup: mode}, n, extra)
+}
+
+// scaleServerWith is scaleServer with cfg's Cgroup, Spawner and Subreaper.
+func scaleServerWith(tb testing.TB, cfg agentd.Config, n int, extra string) (*agentd.Client, []int, *agentd.Server) {
 	tb.Helper()
 	const token = "test-token-0123456789"
-	srv, err := agentd.NewServer(agentd.Config{Token: token, MaxSessions: n + 16, Cgroup: mode, KillGrace: time.Second})
+	srv, err := agentd.NewServer(agentd.Config{Token: token, MaxSessions: n + 16, Cgroup: cfg.Cgroup, KillGrace: time.Second,
+		Spawner: cfg.Spawner, Subreaper: cfg.Subreaper})
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -67,40 +73,59 @@ func trackingModes() []string { return []string{agentd.CgroupOff, agentd.CgroupA
 
 // BenchmarkExecBesideSessions measures an exec of `true` (create with
 // wait_ms until its exit is answered) beside 0 and 2,000 running
-// sessions, with and without cgroups: tracking a session's processes
-// costs the session's own processes, not a scan of every session.
+// sessions, with and without cgroups, started by agentd itself and by its
+// spawner: tracking a session's processes costs the session's own
+// processes, not a scan of every session, and with the spawner a start
+// does not copy and close the descriptors of every session either. (The
+// spawner needs the subreaper, which this benchmark's process then is;
+// run it alone.)
 //
 //	go test -run '^$' -bench BenchmarkExecBesideSessions -benchtime 200x ./internal/agentd/
 func BenchmarkExecBesideSessions(b *testing.B) {
-	for _, mode := range trackingModes() {
-		for _, idle := range []int{0, 2000} {
-			b.Run(fmt.Sprintf("cgroup=%s/idle=%d", mode, idle), func(b *testing.B) {
-				c, _, _ := scaleServer(b, mode, idle, "")
-				ctx := context.Background()
-				req := agentd.CreateSessionRequest{Command: "true", WaitMS: 10000}
-				if _, err := c.CreateSession(ctx, req); err != nil {
-					b.Fatal(err)
-				}
-				lat := make([]time.Duration, 0, b.N)
-				b.ResetTimer()
-				for range b.N {
-					start := time.Now()
-					resp, err := c.CreateSession(ctx, req)
-					if err != nil {
-						b.Fatal(err)
-					}
-					lat = append(lat, time.Since(start))
-					if resp.State != agentd.StateExited {
-						b.Fatalf("state %s", resp.State)
-					}
-				}
-				b.StopTimer()
-				slices.Sort(lat)
-				b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-				b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
-			})
+	for _, spawner := range []bool{false, true} {
+		for _, mode := range trackingModes() {
+			for _, idle := range []int{0, 2000} {
+				b.Run(fmt.Sprintf("spawner=%t/cgroup=%s/idle=%d", spawner, mode, idle), func(b *testing.B) {
+					execBeside(b, agentd.Config{Cgroup: mode, Spawner: spawner, Subreaper: spawner}, idle, 0)
+				})
+			}
 		}
 	}
+	// Past MaxEndedSessions ended sessions (every exec leaves one for
+	// SessionTTL), each start reclaims the oldest: what that costs.
+	b.Run(fmt.Sprintf("spawner=true/cgroup=%s/idle=2000/ended=%d", agentd.CgroupAuto, agentd.DefaultMaxEndedSessions+100), func(b *testing.B) {
+		execBeside(b, agentd.Config{Cgroup: agentd.CgroupAuto, Spawner: true, Subreaper: true}, 2000, agentd.DefaultMaxEndedSessions+100)
+	})
+}
+
+// execBeside times execs of `true` on an agentd of cfg running idle
+// `sleep`s and holding ended ended sessions.
+func execBeside(b *testing.B, cfg agentd.Config, idle, ended int) {
+	c, _, _ := scaleServerWith(b, cfg, idle, "")
+	ctx := context.Background()
+	req := agentd.CreateSessionRequest{Command: "true", WaitMS: 10000}
+	for range ended + 1 {
+		if _, err := c.CreateSession(ctx, req); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for range b.N {
+		start := time.Now()
+		resp, err := c.CreateSession(ctx, req)
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(start))
+		if resp.State != agentd.StateExited {
+			b.Fatalf("state %s", resp.State)
+		}
+	}
+	b.StopTimer()
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
 }
 
 // BenchmarkShutdownBesideSessions measures Close (what SIGTERM runs) with

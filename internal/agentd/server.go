@@ -13,7 +13,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -102,6 +101,11 @@ type Config struct {
 	// orphan no session claims as an escapee to kill when a session ends.
 	// Only one Server per process should set it; cmd/agentd does.
 	Subreaper bool
+	// Spawner starts commands from a helper process holding a handful of
+	// descriptors (Linux, with Subreaper; see spawn_linux.go), so a start
+	// does not slow down with the sessions agentd runs. Without it, or
+	// when the helper cannot run, agentd starts commands itself.
+	Spawner bool
 	// RunAs runs commands with these credentials (nil: agentd's own).
 	RunAs *Credential
 	// ExecReporting chooses whether agentd reports the programs started in
@@ -225,6 +229,11 @@ type Server struct {
 
 	mu       sync.Mutex
 	sessions map[string]*session
+	// ended lists the ended sessions in the order they ended (with when),
+	// so reclaiming the oldest costs the ones reclaimed, not a look at
+	// every session under mu on every start. Entries whose session left
+	// sessions already are skipped as they come up.
+	ended []endedSession
 	// starting holds ids of sessions being started, so two requests for
 	// one client-chosen id cannot both start.
 	starting map[string]bool
@@ -318,6 +327,8 @@ func (s *Server) startExecReporting() {
 		s.cfg.Logger.Warn("exec reporting unavailable", "error", err)
 		return
 	}
+	// The spawner's children are sessions' leaders as agentd's are.
+	m.helper.Store(int64(s.tracker.spawn.pid()))
 	s.execMon, s.stopExec = m, stop
 }
 
@@ -527,36 +538,40 @@ func (s *Server) janitor() {
 	}
 }
 
+// endedSession is an entry of Server.ended.
+type endedSession struct {
+	sess *session
+	at   time.Time
+}
+
 // reclaimOldestEnded drops ended sessions beyond MaxEndedSessions, oldest
 // first, so short TTL-bound bursts cannot hold unbounded output. s.mu must be
 // held.
 func (s *Server) reclaimOldestEnded() {
-	type ended struct {
-		id string
-		at time.Time
-	}
-	var all []ended
-	for id, sess := range s.sessions {
-		if at, ok := sess.endedAt(); ok {
-			all = append(all, ended{id, at})
-		}
-	}
-	if len(all) <= s.cfg.MaxEndedSessions {
-		return
-	}
-	slices.SortFunc(all, func(a, b ended) int { return a.at.Compare(b.at) })
-	for _, e := range all[:len(all)-s.cfg.MaxEndedSessions] {
-		delete(s.sessions, e.id)
+	for len(s.sessions)-s.running > s.cfg.MaxEndedSessions && len(s.ended) > 0 {
+		s.dropOldestEndedLocked()
 	}
 }
 
+// reclaim drops the sessions that ended before endedBefore (told by when
+// they were listed as ended, at most the drain of their remains after
+// their end: they stay readable at least SessionTTL).
 func (s *Server) reclaim(endedBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, sess := range s.sessions {
-		if sess.endedBefore(endedBefore) {
-			delete(s.sessions, id)
-		}
+	for len(s.ended) > 0 && s.ended[0].at.Before(endedBefore) {
+		s.dropOldestEndedLocked()
+	}
+}
+
+// dropOldestEndedLocked removes the first entry of ended and its session,
+// if that is still the one under its id.
+func (s *Server) dropOldestEndedLocked() {
+	e := s.ended[0]
+	s.ended[0] = endedSession{}
+	s.ended = s.ended[1:]
+	if s.sessions[e.sess.id] == e.sess {
+		delete(s.sessions, e.sess.id)
 	}
 }
 

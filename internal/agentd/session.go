@@ -217,7 +217,7 @@ func (s *session) wakeLocked() {
 func (s *session) reap(pumpsDone chan struct{}) {
 	s.proc.wait()
 	s.awaitExecRecords()
-	code := exitCode(s.proc.cmd.ProcessState)
+	code := s.proc.exitCode()
 	drain := time.NewTimer(s.timing.drainGrace)
 	defer drain.Stop()
 	for draining := true; draining; {
@@ -488,20 +488,6 @@ func (s *session) resize(rows, cols uint16) error {
 		return newError(CodeNotRunning, "The terminal is closed.")
 	}
 	return nil
-}
-
-// endedAt reports when the session ended, if it has.
-func (s *session) endedAt() (time.Time, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.finishedAt, s.state != StateRunning
-}
-
-// endedBefore reports whether the session ended before t.
-func (s *session) endedBefore(t time.Time) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.state != StateRunning && s.finishedAt.Before(t)
 }
 
 // status is the session's state without output.

@@ -28,7 +28,8 @@ type tracker struct {
 	limits    cgroupLimits
 	subreaper bool // orphans agentd adopts are escapees of its sessions
 	self      int
-	fallback  error // why there are no cgroups in CgroupAuto mode
+	fallback  error    // why there are no cgroups in CgroupAuto mode
+	spawn     *spawner // starts commands (nil: agentd does; see spawn_linux.go)
 
 	mu       sync.Mutex
 	sessions map[*members]bool    // running fallback sessions, for attribution
@@ -88,8 +89,19 @@ func newTracker(cfg *Config) (*tracker, error) {
 			t.fallback = err
 		}
 	}
+	// The spawner needs the subreaper: if it dies, agentd adopts and
+	// reaps the commands it started. Started before the reaper and the
+	// scanner, which look for it.
+	if cfg.Spawner && t.subreaper {
+		sp, err := startSpawner(t.logger)
+		if err != nil {
+			t.logger.Warn("no spawner: agentd starts commands itself, each start slower the more sessions run", "error", err)
+		}
+		t.spawn = sp
+	}
 	if t.subreaper {
 		if err := t.startReaping(); err != nil {
+			t.spawn.close()
 			return nil, err
 		}
 	}
@@ -116,6 +128,7 @@ func (t *tracker) close() {
 		close(t.stop)
 	}
 	t.wg.Wait()
+	t.spawn.close()
 	if t.parent == "" {
 		// What the sessions' ends left outside their groups (found by the
 		// scans that no longer run) is killed now.
@@ -614,7 +627,7 @@ func (t *tracker) scan() map[*members][]int {
 			return o
 		}
 		info, ok := procs[pid]
-		if !ok || pid == t.self || depth > 64 {
+		if !ok || pid == t.self || pid == t.spawn.pid() || depth > 64 {
 			return nil
 		}
 		o := t.learned[procKey{pid, info.start}]
@@ -624,7 +637,7 @@ func (t *tracker) scan() map[*members][]int {
 		if o == nil {
 			o = leaders[info.pgrp]
 		}
-		if o == nil && info.ppid > 1 && info.ppid != t.self {
+		if o == nil && info.ppid > 1 && info.ppid != t.self && info.ppid != t.spawn.pid() {
 			o = owner(info.ppid, depth+1)
 		}
 		if o == nil && t.subreaper && info.ppid == t.self && leaders[pid] == nil {

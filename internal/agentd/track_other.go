@@ -14,6 +14,7 @@ import (
 type tracker struct {
 	logger   *slog.Logger
 	fallback error
+	spawn    *spawner // always nil: the spawner is Linux's
 }
 
 func newTracker(cfg *Config) (*tracker, error) {

@@ -16,7 +16,7 @@ import (
 // (the parent exited) or ctx ends. Running agentd in its own process keeps
 // its memory out of the console's RSS figure.
 func ServeAgentdChild(ctx context.Context, root string, stdin io.Reader, out io.Writer) error {
-	a, err := StartAgentd(root)
+	a, err := StartAgentd(root, true)
 	if err != nil {
 		return err
 	}

@@ -17,7 +17,7 @@ import (
 // everything set up through the JSON API (see package bench).
 func benchStacks(b *testing.B) map[store.Dialect]*bench.Stack {
 	b.Helper()
-	ad, err := bench.StartAgentd(b.TempDir())
+	ad, err := bench.StartAgentd(b.TempDir(), false)
 	if err != nil {
 		b.Fatal(err)
 	}

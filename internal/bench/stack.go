@@ -38,14 +38,17 @@ type Agentd struct {
 }
 
 // StartAgentd serves a real agentd (running real processes) on a loopback
-// port of this process.
-func StartAgentd(root string) (*Agentd, error) {
+// port of this process. own says agentd has the process to itself (the
+// benchmark's agentd child): it is then set up as cmd/agentd sets it up,
+// a subreaper starting commands through its spawner; beside a console or
+// tests it is neither (a subreaper would reap their children).
+func StartAgentd(root string, own bool) (*Agentd, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, fmt.Errorf("listen for agentd: %w", err)
 	}
 	token := auth.RandomHex(16)
-	srv, err := agentd.NewServer(agentd.Config{Token: token, Root: root, MaxSessions: 4096})
+	srv, err := agentd.NewServer(agentd.Config{Token: token, Root: root, MaxSessions: 4096, Subreaper: own, Spawner: own})
 	if err != nil {
 		_ = ln.Close()
 		return nil, fmt.Errorf("start agentd: %w", err)

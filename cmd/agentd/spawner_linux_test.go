@@ -1,0 +1,190 @@
+//go:build linux
+
+package main_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/agentd"
+)
+
+// spawnerOf is the pid of agentd's spawner (its child run as
+// "agentd-spawner"), 0 if it has none.
+func spawnerOf(t *testing.T, agentdPid int) int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...
+		rest := stat[bytes.LastIndexByte(stat, ')')+2:]
+		fields := strings.Fields(string(rest))
+		if len(fields) < 2 || fields[1] != strconv.Itoa(agentdPid) {
+			continue
+		}
+		if cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); string(cmdline) == "agentd-spawner\x00" {
+			return pid
+		}
+	}
+	return 0
+}
+
+// TestSpawnerStartsCommands: agentd starts commands through its spawner
+// (so a start does not copy and close agentd's descriptors, thousands
+// with thousands of sessions), and a command started so is what it was:
+// its exit status and signal, its TTY, its stdin, its session's cgroup,
+// and nothing inherited from the spawner.
+func TestSpawnerStartsCommands(t *testing.T) {
+	d := startDaemon(t)
+	ctx := ctxFor(t)
+	helper := spawnerOf(t, d.cmd.Process.Pid)
+	if helper == 0 {
+		t.Fatal("agentd runs no spawner")
+	}
+	cases := []struct {
+		name string
+		req  agentd.CreateSessionRequest
+		code int
+		out  func(string) error
+	}{
+		{"the spawner is the parent; only stdio is inherited",
+			agentd.CreateSessionRequest{Command: "echo $PPID; ls -l /proc/$$/fd"}, 0, func(out string) error {
+				if first, _, _ := strings.Cut(out, "\n"); first != strconv.Itoa(helper) {
+					return fmt.Errorf("parent %s, want the spawner %d", first, helper)
+				}
+				if strings.Contains(out, "socket:") {
+					return fmt.Errorf("the command holds a socket:\n%s", out)
+				}
+				return nil
+			}},
+		{"exit status", agentd.CreateSessionRequest{Command: "exit 3"}, 3, nil},
+		{"killed by a signal", agentd.CreateSessionRequest{Command: "kill -9 $$"}, 137, nil},
+		{"a TTY", agentd.CreateSessionRequest{Command: "tty; stty size", TTY: true, Rows: 33, Cols: 101}, 0, func(out string) error {
+			if !strings.Contains(out, "/dev/pts/") || !strings.Contains(out, "33 101") {
+				return fmt.Errorf("output %q, want a pts of 33 rows and 101 columns", out)
+			}
+			return nil
+		}},
+		{"its session's cgroup", agentd.CreateSessionRequest{Command: "cat /proc/self/cgroup"}, 0, func(out string) error {
+			health, err := d.client.Health(ctx)
+			if err != nil {
+				return err
+			}
+			if health.ProcessTracking == "cgroup" && !strings.Contains(out, "/s-") {
+				return fmt.Errorf("cgroup %q, want the session's", out)
+			}
+			return nil
+		}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			c.req.WaitMS = 10000
+			res, err := d.client.Run(ctx, c.req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ExitCode != c.code {
+				t.Fatalf("exit code %d, want %d (output %q)", res.ExitCode, c.code, res.Stdout)
+			}
+			if c.out != nil {
+				if err := c.out(string(res.Stdout)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		})
+	}
+	t.Run("stdin", func(t *testing.T) {
+		resp, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "read l; echo got $l", Stdin: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := d.client.WriteStdin(ctx, resp.SessionID, []byte("typed\n"), true); err != nil {
+			t.Fatal(err)
+		}
+		out := waitEnd(t, d, resp.SessionID)
+		if out.ExitCode == nil || *out.ExitCode != 0 || !strings.Contains(stdout(out), "got typed") {
+			t.Fatalf("end %+v, output %q", out, stdout(out))
+		}
+	})
+}
+
+// TestSpawnerGone: when the spawner dies, a command it started still ends
+// with its own exit status (agentd, the subreaper, adopts and reaps it),
+// and agentd starts the next commands itself.
+func TestSpawnerGone(t *testing.T) {
+	d := startDaemon(t)
+	ctx := ctxFor(t)
+	helper := spawnerOf(t, d.cmd.Process.Pid)
+	if helper == 0 {
+		t.Fatal("agentd runs no spawner")
+	}
+	running, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 1; exit 5"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "the spawner gone", func() bool { return spawnerOf(t, d.cmd.Process.Pid) == 0 })
+	res, err := d.client.Run(ctx, agentd.CreateSessionRequest{Command: "echo $PPID", WaitMS: 10000})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command after the spawner died: %+v, %v", res, err)
+	}
+	if got := strings.TrimSpace(string(res.Stdout)); got != strconv.Itoa(d.cmd.Process.Pid) {
+		t.Fatalf("its parent is %s, want agentd (%d)", got, d.cmd.Process.Pid)
+	}
+	out := waitEnd(t, d, running.SessionID)
+	if out.ExitCode == nil || *out.ExitCode != 5 {
+		t.Fatalf("the command the dead spawner started ended %+v, want exit code 5", out)
+	}
+}
+
+// waitEnd polls session id until it has ended and returns its last state
+// with all its output.
+func waitEnd(t *testing.T, d *daemon, id string) agentd.SessionResponse {
+	t.Helper()
+	ctx := ctxFor(t)
+	var all agentd.SessionResponse
+	var cursor uint64
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		r, err := d.client.Poll(ctx, id, cursor, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all.Chunks = append(all.Chunks, r.Chunks...)
+		cursor = r.NextCursor
+		if r.State != agentd.StateRunning && !r.More {
+			all.State, all.ExitCode = r.State, r.ExitCode
+			return all
+		}
+	}
+	t.Fatalf("session %s did not end", id)
+	return all
+}
+
+func stdout(r agentd.SessionResponse) string {
+	var b strings.Builder
+	for _, c := range r.Chunks {
+		if c.Stream == agentd.StreamStdout {
+			b.Write(c.Data)
+		}
+	}
+	return b.String()
+}
