@@ -37,6 +37,10 @@ type Followed struct {
 	// console's.
 	ExecIdle, ExecDuring     []time.Duration
 	DirectIdle, DirectDuring []time.Duration
+	// LoadDuring times gateway execs by the member running the n while
+	// they run: their cap check counts their running commands, up to
+	// the cap.
+	LoadDuring []time.Duration
 }
 
 // FollowedCommands starts n `sleep`s through the gateway (as the stack's
@@ -93,7 +97,17 @@ func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duratio
 	}
 	f.DirectDuring, f.ExecDuring, err = timePairs(ctx, execs, execDirect, execGW)
 	stopCPU()
-	return f, err
+	if err != nil {
+		return f, err
+	}
+	for range max(execs/4, 1) {
+		d, err := ExecTrue(ctx, load)
+		if err != nil {
+			return f, err
+		}
+		f.LoadDuring = append(f.LoadDuring, d)
+	}
+	return f, nil
 }
 
 // waitFollowed waits until n commands are followed and the goroutine

@@ -105,9 +105,9 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 			mb(int64(m.HeapBefore)), mb(int64(m.HeapDuring)), mb(int64(m.HeapAfter)), m.Goroutines, mb(int64(m.StackDuring)))
 		if f := r.Followed; f != nil {
 			fmt.Fprintf(w, "  %s, %d followed commands: Go heap %s per command, %d goroutines; gateway exec p99 idle %s, meanwhile %s; "+
-				"direct exec (agentd runs the %d commands) p50 idle %s, meanwhile %s\n", r.Dialect, f.N,
+				"direct exec (agentd runs the %d commands) p50 idle %s, meanwhile %s; the exec p50 of the member running them %s (%d runs)\n", r.Dialect, f.N,
 				kb(f.HeapPerCommand), f.Goroutines, ms(Percentile(f.ExecIdle, 99)), ms(Percentile(f.ExecDuring, 99)),
-				f.N, ms(Percentile(f.DirectIdle, 50)), ms(Percentile(f.DirectDuring, 50)))
+				f.N, ms(Percentile(f.DirectIdle, 50)), ms(Percentile(f.DirectDuring, 50)), ms(Percentile(f.LoadDuring, 50)), len(f.LoadDuring))
 		}
 	}
 	for _, r := range results {

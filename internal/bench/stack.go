@@ -107,7 +107,8 @@ type Stack struct {
 }
 
 // Start builds the console, serves it on a loopback port and sets up the
-// org, environment, agent, member, key and session through the JSON API.
+// org, environment, agent, member, key and session through the JSON API,
+// and a second agent, member, key and session (Load).
 func Start(ctx context.Context, o Options) (*Stack, error) {
 	logger := o.Logger
 	if logger == nil {
@@ -263,7 +264,7 @@ type Runtime struct {
 	Session int64
 }
 
-// runtime creates an agent of its own environment, a member of the
+// runtime creates an agent on environment env, a member of the
 // department with an API key, and a session of the agent as that member.
 func (s *Stack) runtime(ctx context.Context, root string, dept, env int64, agentName, email string) (Runtime, error) {
 	var agent struct{ ID int64 }

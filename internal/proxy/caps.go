@@ -51,7 +51,7 @@ func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.Star
 			chk.Locks = append(chk.Locks, "gatehouse-running-commands:agent:"+strconv.FormatInt(s.AgentID, 10))
 		}
 		chk.CountSQL = recordings.RunningCountSQL(owner)
-		chk.CountArgs = []any{arg, l.RunningPerUser, s.AgentID, l.RunningPerAgent}
+		chk.CountArgs = []any{arg, countTo(l.RunningPerUser), s.AgentID, countTo(l.RunningPerAgent)}
 	}
 	chk.Judge = func(st recordings.SessionState, counts [2]int64) error {
 		if st.Closing || st.State == sessions.StateClosed || st.State == sessions.StateLost {
@@ -63,6 +63,25 @@ func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.Star
 		return g.judgeRunning(a, t, counts[0], counts[1])
 	}
 	return chk
+}
+
+// countTo is how far the caps' count counts for cap: one past it, so a
+// count above a cap (lowered since the commands started) is told from one
+// at it; a cap that is off counts nothing.
+func countTo(limit int) int {
+	if limit <= 0 {
+		return 0
+	}
+	return limit + 1
+}
+
+// capMessage words a refusal at or above limit: the count when it is the
+// cap, "more than" when the count stopped past it.
+func capMessage(who string, n int64, what string, limit int, per, then string) string {
+	if n > int64(limit) {
+		return sessions.OverCapMessage(who, what, limit, per, then)
+	}
+	return sessions.CapMessage(who, n, what, limit, per, then)
 }
 
 // judgeRunning refuses an exec in session t when its owner (running
@@ -80,11 +99,11 @@ func (g *Gateway) judgeRunning(a *authz.Actor, t sessions.Target, owned, agent i
 			who = "The owner of session " + strconv.FormatInt(s.ID, 10) + " has"
 		}
 		return refuse(fmt.Sprintf("cap of %d running commands per user", l.RunningPerUser),
-			sessions.CapMessage(who, owned, "running command", l.RunningPerUser, "per user", "wait for one to end, or kill one, first"))
+			capMessage(who, owned, "running command", l.RunningPerUser, "per user", "wait for one to end, or kill one, first"))
 	}
 	if l.RunningPerAgent > 0 && agent >= int64(l.RunningPerAgent) {
 		return refuse(fmt.Sprintf("cap of %d running commands per agent", l.RunningPerAgent),
-			sessions.CapMessage("Agent "+strconv.Quote(t.Agent.Name)+" has", agent, "running command", l.RunningPerAgent, "per agent",
+			capMessage("Agent "+strconv.Quote(t.Agent.Name)+" has", agent, "running command", l.RunningPerAgent, "per agent",
 				"one of them must end before another starts"))
 	}
 	return nil

@@ -159,15 +159,17 @@ func startPostgres(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartCh
 // RunningCountSQL is the running-command caps' count for StartChecks:
 // the running commands of the open sessions matching owner (a condition
 // on sessions s with one ? placeholder) and of the agent's, each counted
-// up to its cap (all a judgement needs; a cap of 0 counts nothing). Its
-// arguments: owner's, the owner cap, the agent id, the agent cap. Each
-// count starts from the sessions (the partial indexes of open sessions by
-// user, subject and agent) and reads their running commands (the partial
-// index of running commands by session): CROSS JOIN keeps SQLite's
-// planner in that order, where it otherwise scanned every running
-// command of the org on every exec; on Postgres it is an inner join the
-// planner orders by its statistics. An exec therefore reads at most the
-// two caps' worth of rows, however many commands the org runs.
+// up to a limit (all a judgement needs: the caller passes one past its
+// cap; 0 counts nothing). Its arguments: owner's, the owner limit, the
+// agent id, the agent limit. Each count starts from the sessions (the
+// partial indexes of open sessions by user, subject and agent) and reads
+// their running commands (the partial index of running commands by
+// session): CROSS JOIN keeps SQLite's planner in that order, where it
+// otherwise scanned every running command of the org on every exec; on
+// Postgres it is an inner join the planner orders by its statistics. An
+// exec therefore reads the owner's and the agent's open sessions (bounded
+// by the open-session caps) and at most the limits' worth of running
+// commands, however many commands the org runs.
 func RunningCountSQL(owner string) string {
 	count := func(who string) string {
 		return `(SELECT COUNT(*) FROM (SELECT 1 FROM sessions s CROSS JOIN commands c

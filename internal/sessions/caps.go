@@ -93,6 +93,13 @@ func (s *Service) checkOpen(ctx context.Context, tx *gorm.DB, a *authz.Actor, ag
 	return nil
 }
 
+// OverCapMessage is CapMessage for a count known only to be above the cap
+// (one that stopped counting there): "You have more running commands
+// than the 20 allowed per user; wait for one to end, or kill one, first."
+func OverCapMessage(who, what string, limit int, per, then string) string {
+	return fmt.Sprintf("%s more %ss than the %d allowed %s; %s.", who, what, limit, per, then)
+}
+
 // CapMessage says who holds how many of what (a singular noun), and the
 // cap it reached:
 // "You have 20 open sessions, the most allowed per user; close one

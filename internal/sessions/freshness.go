@@ -73,8 +73,16 @@ type configWatch struct {
 	// produced is the highest version a bump through this handle wrote.
 	// A version read at or above it was read after that bump committed
 	// (a writer holds the version row until it commits, so no other bump
-	// can reach it first), so it vouches for every local write so far.
+	// can reach it first), so it vouches for every local write so far; a
+	// bump that rolled back vouches for nothing and needs nothing (its
+	// number may be written again by a later bump, which it then stands
+	// for).
 	produced atomic.Int64
+	// bumping counts bumps under way: until one has stored what it
+	// produced, produced cannot vouch (outside a transaction the write
+	// and its bump have committed by then, and a use meanwhile must not
+	// take the cache).
+	bumping atomic.Int32
 }
 
 // WatchConfig installs the config_version bump on an org's pool handle
@@ -144,6 +152,8 @@ func (w *configWatch) afterWrite(db *gorm.DB) {
 // transaction, if any); a failed bump fails the write, so no change goes
 // unannounced.
 func (w *configWatch) bump(db *gorm.DB) {
+	w.bumping.Add(1)
+	defer w.bumping.Add(-1)
 	w.lastWrite.Store(time.Now().UnixNano())
 	var v int64
 	if err := db.Session(&gorm.Session{NewDB: true}).Raw(bumpConfigVersion).Scan(&v).Error; err != nil {
@@ -163,7 +173,7 @@ func (w *configWatch) bump(db *gorm.DB) {
 // not include that write yet.
 func (w *configWatch) unseenWrite(now time.Time, seen int64) bool {
 	at := w.lastWrite.Load()
-	return at != 0 && now.Sub(time.Unix(0, at)) < localWriteWindow && seen < w.produced.Load()
+	return at != 0 && now.Sub(time.Unix(0, at)) < localWriteWindow && (w.bumping.Load() > 0 || seen < w.produced.Load())
 }
 
 func inTransaction(db *gorm.DB) bool {
@@ -267,9 +277,10 @@ func (r *Runtime) configVersion(ctx context.Context, pool *gorm.DB, slug string)
 			return v, nil
 		}
 		if wait := ov.reading; wait != nil {
-			// Wait for it, then judge again: right after a local write
-			// every caller reads for itself, since a read begun before
-			// the write committed cannot vouch for it.
+			// Wait for it, then judge again: a shared read vouches for
+			// a local write only if it shows the version that write's
+			// bump produced (one begun before the write committed
+			// does not), and otherwise this caller reads for itself.
 			ov.mu.Unlock()
 			select {
 			case <-wait:

@@ -56,3 +56,37 @@ func TestVersionsOnePerOrg(t *testing.T) {
 		t.Errorf("%d version entries (the new pool's kept: %v), want one per org", len(r.config.orgs), ok)
 	}
 }
+
+// TestUnseenWrite: after a local write, a version read vouches for it only
+// once it reaches what the write's bump produced, never while a bump is
+// under way (outside a transaction the write and its bump have committed
+// before the bump can store what it produced), and the window bounds a
+// bump that never showed (rolled back).
+func TestUnseenWrite(t *testing.T) {
+	now := time.Now()
+	cases := []struct {
+		name              string
+		wrote             time.Duration // how long ago; 0: never
+		produced, bumping int64
+		seen              int64
+		want              bool
+	}{
+		{"never wrote", 0, 0, 0, 3, false},
+		{"wrote, seen", time.Second, 7, 0, 7, false},
+		{"wrote, seen a later one", time.Second, 7, 0, 9, false},
+		{"wrote, not seen yet", time.Second, 7, 0, 6, true},
+		{"a bump under way", time.Second, 7, 1, 7, true},
+		{"not seen past the window", localWriteWindow + time.Second, 7, 0, 6, false},
+	}
+	for _, c := range cases {
+		w := &configWatch{}
+		if c.wrote > 0 {
+			w.lastWrite.Store(now.Add(-c.wrote).UnixNano())
+		}
+		w.produced.Store(c.produced)
+		w.bumping.Store(int32(c.bumping))
+		if got := w.unseenWrite(now, c.seen); got != c.want {
+			t.Errorf("%s: unseen %v, want %v", c.name, got, c.want)
+		}
+	}
+}
