@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -187,4 +188,72 @@ func stdout(r agentd.SessionResponse) string {
 		}
 	}
 	return b.String()
+}
+
+// TestSpawnerUnreachableFromCommands: agentd run as an unprivileged user
+// without --run-as runs commands as that same user; the spawner, like
+// agentd, is non-dumpable, so such a command cannot read its memory or
+// environment (nor ptrace it, nor take its socket with pidfd_getfd).
+func TestSpawnerUnreachableFromCommands(t *testing.T) {
+	world := worldDir(t)
+	bin := filepath.Join(world, "agentd")
+	raw, err := os.ReadFile(agentdBin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bin, raw, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	// setpriv and sh exec in place: agentd keeps the pid started.
+	d := startDaemonVia(t, []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", `exec "` + bin + `" "$@"`})
+	defer func() {
+		syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM)
+		<-d.exited
+	}()
+	helper := spawnerOf(t, d.cmd.Process.Pid)
+	if helper == 0 {
+		t.Fatal("agentd runs no spawner")
+	}
+	ctx := ctxFor(t)
+	res, err := d.client.Run(ctx, agentd.CreateSessionRequest{WaitMS: 10000, Command: fmt.Sprintf(
+		`id -u; for p in %d %d; do cat /proc/$p/environ >/dev/null 2>&1 && echo "read $p"; ls /proc/$p/fd >/dev/null 2>&1 && echo "listed $p"; done; true`,
+		d.cmd.Process.Pid, helper)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out := strings.TrimSpace(string(res.Stdout)); out != "65534" {
+		t.Fatalf("a command of agentd's own user reached agentd or its spawner:\n%s", out)
+	}
+}
+
+// TestSpawnerStuck: a spawner that stops answering (stopped here; a child
+// held between its fork and its exec does the same) holds nothing up for
+// long: agentd gives up on it within its timeouts, still reports the exit
+// status of the commands it started, and starts new ones itself.
+func TestSpawnerStuck(t *testing.T) {
+	d := startDaemon(t)
+	ctx := ctxFor(t)
+	helper := spawnerOf(t, d.cmd.Process.Pid)
+	if helper == 0 {
+		t.Fatal("agentd runs no spawner")
+	}
+	running, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 0.5; exit 4"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Kill(helper, syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	out := waitEnd(t, d, running.SessionID)
+	if out.ExitCode == nil || *out.ExitCode != 4 {
+		t.Fatalf("the command the stuck spawner started ended %+v, want exit code 4", out)
+	}
+	res, err := d.client.Run(ctx, agentd.CreateSessionRequest{Command: "echo $PPID", WaitMS: 10000})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("a command after the spawner was given up on: %+v, %v", res, err)
+	}
+	if got := strings.TrimSpace(string(res.Stdout)); got != strconv.Itoa(d.cmd.Process.Pid) {
+		t.Fatalf("its parent is %s, want agentd (%d)", got, d.cmd.Process.Pid)
+	}
+	eventually(t, "the stuck spawner gone", func() bool { return spawnerOf(t, d.cmd.Process.Pid) == 0 })
 }

@@ -27,10 +27,10 @@ const (
 // argv_unavailable).
 type execMonitor struct {
 	self int
-	// helper is the spawner's pid (0: none): its children are leaders
-	// too (see spawn_linux.go).
-	helper atomic.Int64
-	logger *slog.Logger
+	// spawner's children are leaders too, while it lives (see
+	// spawn_linux.go); nil: none.
+	spawner atomic.Pointer[spawner]
+	logger  *slog.Logger
 	// inspect reads a process's argv, cwd and uid (ok false once it is
 	// gone); /proc on Linux, replaced in tests.
 	inspect func(pid int) (argv []string, cwd string, uid *uint32, ok bool)
@@ -156,7 +156,7 @@ func (o *execOwner) deliver(r ExecRecord) {
 // starter reports whether pid starts sessions' leaders: agentd, or its
 // spawner.
 func (m *execMonitor) starter(pid int) bool {
-	return pid == m.self || (pid != 0 && int64(pid) == m.helper.Load())
+	return pid == m.self || (pid != 0 && pid == m.spawner.Load().pid())
 }
 
 // fork handles PROC_EVENT_FORK.

@@ -14,10 +14,10 @@ import (
 // which would cost a thread per idle session.
 type exitWatch struct {
 	f *os.File
-	// adopted marks the pidfd of a command the spawner started: not
+	// foreign marks the pidfd of a command the spawner started: not
 	// agentd's child, so waitid cannot look at it, and its exit is read
 	// from the pidfd's readiness instead.
-	adopted bool
+	foreign bool
 }
 
 // watchExitAttr asks StartProcess for a pidfd; the returned pointer receives
@@ -52,7 +52,7 @@ func (w *exitWatch) wait() {
 		return
 	}
 	check := exited
-	if w.adopted {
+	if w.foreign {
 		check = readable
 	}
 	rc.Read(func(fd uintptr) bool { return check(fd) })

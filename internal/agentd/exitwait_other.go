@@ -5,7 +5,7 @@ package agentd
 import "syscall"
 
 // exitWatch is unavailable without pidfds; Wait then holds a thread.
-type exitWatch struct{ adopted bool }
+type exitWatch struct{ foreign bool }
 
 func watchExitAttr(*syscall.SysProcAttr) *int { return nil }
 

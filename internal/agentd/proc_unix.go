@@ -133,7 +133,7 @@ func launch(cmd *exec.Cmd, sp *spawner) (*process, error) {
 			sp.reap(pid)
 			return nil, errors.New("agentd: watch a spawned command's exit")
 		}
-		exit.adopted = true
+		exit.foreign = true
 		return &process{cmd: cmd, pidNum: pid, spawner: sp, exit: exit}, nil
 	}
 	if !errors.Is(err, errSpawnerDown) {
@@ -181,8 +181,9 @@ func (p *process) wait() {
 }
 
 // reap collects the exited leader's status: through exec.Cmd for a
-// command agentd started, by pid for one the spawner started (agentd's
-// child all the same; its zombie keeps the pid from reuse until now).
+// command agentd started, through the spawner for one it started (the
+// spawner's child, reaped only now, so its zombie kept the pid from reuse
+// until agentd was done with it).
 func (p *process) reap() {
 	if p.spawner == nil {
 		p.cmd.Wait()

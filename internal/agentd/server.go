@@ -328,7 +328,7 @@ func (s *Server) startExecReporting() {
 		return
 	}
 	// The spawner's children are sessions' leaders as agentd's are.
-	m.helper.Store(int64(s.tracker.spawn.pid()))
+	m.spawner.Store(s.tracker.spawn)
 	s.execMon, s.stopExec = m, stop
 }
 
@@ -553,9 +553,10 @@ func (s *Server) reclaimOldestEnded() {
 	}
 }
 
-// reclaim drops the sessions that ended before endedBefore (told by when
-// they were listed as ended, at most the drain of their remains after
-// their end: they stay readable at least SessionTTL).
+// reclaim drops the sessions that ended before endedBefore, told by when
+// they were listed as ended: after their remains were ended too (the
+// kill and drain graces at most, past their end), so they stay readable
+// at least SessionTTL.
 func (s *Server) reclaim(endedBefore time.Time) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

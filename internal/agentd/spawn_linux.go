@@ -11,14 +11,17 @@ import (
 	"os/exec"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 )
 
 // Why a spawner. A fork copies the parent's descriptor table and the exec
 // that follows closes every close-on-exec descriptor in it, one by one:
-// agentd holds four per running session (two output pipes and two
-// pidfds), so with 2,000 sessions each command start cost milliseconds
+// agentd holds three or four per running session (its output pipes, its
+// stdin pipe if it has one, and pidfds), so with 2,000 sessions each
+// command start cost milliseconds
 // more (measured: exec of `true` 2.1 ms idle, 5.4 ms beside 2,000
 // `sleep`s). The spawner is agentd re-executed as a helper that holds a
 // handful of descriptors: agentd sends it a command with the child's
@@ -46,9 +49,32 @@ const (
 
 func init() {
 	if len(os.Args) == 1 && os.Args[0] == spawnerArg0 && len(os.Environ()) == 1 && os.Environ()[0] == spawnerEnv {
+		// Non-dumpable before anything else, as agentd is (the exec that
+		// made this process reset it): a command of agentd's own
+		// non-root user could otherwise ptrace the helper or take its
+		// socket with pidfd_getfd, and start, see or answer for other
+		// sessions' commands. The helper starts with agentd, before any
+		// session exists, so no command can reach it before this line.
+		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); errno != 0 {
+			os.Exit(1)
+		}
 		os.Exit(serveSpawns(spawnerFD))
 	}
 }
+
+// prSetDumpable is prctl's PR_SET_DUMPABLE.
+const prSetDumpable = 4
+
+// How long agentd waits for the helper's answer before it gives up on the
+// helper (kills it, and does the work itself from then on): a reap is
+// instant, a start a fork and an exec. A start held up longer (a child
+// stopped between its fork and its exec by a command of the run-as user,
+// a working directory on a hung mount) must not hold every other start
+// and every reap behind it.
+const (
+	spawnTimeout = 10 * time.Second
+	reapTimeout  = 2 * time.Second
+)
 
 // errSpawnerDown means the spawner could not take the request: nothing was
 // started, and agentd starts the command itself.
@@ -96,6 +122,11 @@ type spawner struct {
 	fd     int // agentd's end of the socket; -1 once the helper is gone
 	proc   *os.Process
 	null   *os.File // stdin of commands without one
+	// live is the helper's pid while it runs, 0 from its exit on (before
+	// it is reaped, so its pid is never another process's here); dead is
+	// closed then, when its children have been handed to agentd.
+	live atomic.Int64
+	dead chan struct{}
 }
 
 // startSpawner starts the helper (nil and an error if it cannot).
@@ -115,11 +146,12 @@ func startSpawner(logger *slog.Logger) (*spawner, error) {
 		return nil, err
 	}
 	helper := os.NewFile(uintptr(fds[1]), "spawner")
+	// No Pdeathsig: it fires when the thread that forked the helper
+	// exits, not agentd. The helper exits when its socket closes, which
+	// agentd's end does, exiting or crashing.
 	proc, err := os.StartProcess("/proc/self/exe", []string{spawnerArg0}, &os.ProcAttr{
 		Env:   []string{spawnerEnv},
 		Files: []*os.File{null, os.Stderr, os.Stderr, helper},
-		// The helper dies with agentd; its requests stop with its socket.
-		Sys: &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL},
 	})
 	helper.Close()
 	if err != nil {
@@ -127,8 +159,36 @@ func startSpawner(logger *slog.Logger) (*spawner, error) {
 		null.Close()
 		return nil, fmt.Errorf("start the spawner: %w", err)
 	}
-	return &spawner{logger: logger, fd: fds[0], proc: proc, null: null}, nil
+	s := &spawner{logger: logger, fd: fds[0], proc: proc, null: null, dead: make(chan struct{})}
+	s.live.Store(int64(proc.Pid))
+	go s.watch()
+	return s, nil
 }
+
+// watch waits for the helper's exit: it forgets the helper's pid first,
+// then reaps it (its children are agentd's by then: the kernel hands them
+// over before the exit shows) and closes dead.
+func (s *spawner) watch() {
+	defer close(s.dead)
+	var info [128]byte // siginfo_t
+	for {
+		_, _, errno := syscall.Syscall6(syscall.SYS_WAITID, pPID, uintptr(s.proc.Pid), uintptr(unsafe.Pointer(&info[0])),
+			syscall.WEXITED|syscall.WNOWAIT, 0, 0)
+		if errno != syscall.EINTR {
+			break
+		}
+	}
+	s.live.Store(0)
+	_, _ = s.proc.Wait()
+	s.mu.Lock()
+	if s.fd >= 0 {
+		s.brokenLocked(errors.New("the helper exited"))
+	}
+	s.mu.Unlock()
+}
+
+// pPID is waitid's idtype for one pid.
+const pPID = 1
 
 // spawn starts cmd through the helper and returns its pid and pidfd. An
 // error wrapping errSpawnerDown means nothing was started.
@@ -165,7 +225,7 @@ func (s *spawner) spawn(cmd *exec.Cmd) (int, int, error) {
 		return 0, -1, errSpawnerDown
 	}
 	var reply spawnReply
-	pidfd, err := s.call(msg, fds, &reply)
+	pidfd, err := s.call(msg, fds, &reply, spawnTimeout)
 	runtime.KeepAlive(stdio) // their descriptors were sent by number
 	if err != nil {
 		return 0, -1, err
@@ -180,41 +240,47 @@ func (s *spawner) spawn(cmd *exec.Cmd) (int, int, error) {
 }
 
 // reap reaps pid, a command the helper started that has exited, and
-// returns its wait status. With the helper gone, its children are
-// agentd's (a subreaper adopts them) and agentd reaps pid itself.
+// returns its wait status. With the helper gone (or given up on), its
+// children are agentd's (a subreaper adopts them) and agentd reaps pid
+// itself.
 func (s *spawner) reap(pid int) syscall.WaitStatus {
 	msg, _ := json.Marshal(spawnRequest{Op: opReap, Pid: pid})
 	for {
 		var reply spawnReply
-		_, err := s.call(msg, nil, &reply)
-		if err == nil && reply.Errno == 0 {
+		_, err := s.call(msg, nil, &reply, reapTimeout)
+		switch {
+		case err == nil && reply.Errno == 0:
 			return syscall.WaitStatus(reply.Status)
+		case err == nil && reply.Errno == int(syscall.EAGAIN):
+			// Not exited yet, though its pidfd said so: ask again.
+			time.Sleep(10 * time.Millisecond)
+			continue
+		case err == nil:
+			s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", syscall.Errno(reply.Errno))
+			return syscall.WaitStatus(syscall.SIGKILL) // as if killed: 137
 		}
-		if err != nil || reply.Errno != int(syscall.EAGAIN) {
-			break
-		}
-		// Not exited yet, though its pidfd said so: ask again shortly.
-		time.Sleep(10 * time.Millisecond)
+		break
 	}
+	// Once the helper's exit shows, its children are agentd's.
+	<-s.dead
 	var ws syscall.WaitStatus
 	for {
 		_, err := syscall.Wait4(pid, &ws, 0, nil)
-		if !errors.Is(err, syscall.EINTR) {
-			if err != nil {
-				// Reaped by someone else or never ours: nothing tells
-				// its status any more.
-				s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", err)
-				return syscall.WaitStatus(syscall.SIGKILL) // as if killed: 137
-			}
-			return ws
+		if errors.Is(err, syscall.EINTR) {
+			continue
 		}
+		if err != nil {
+			s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", err)
+			return syscall.WaitStatus(syscall.SIGKILL)
+		}
+		return ws
 	}
 }
 
 // call sends one request with fds and reads its answer (and the pidfd
 // beside it, -1 with none). An error wrapping errSpawnerDown means the
 // request never reached the helper.
-func (s *spawner) call(msg []byte, fds []int, reply *spawnReply) (int, error) {
+func (s *spawner) call(msg []byte, fds []int, reply *spawnReply, timeout time.Duration) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fd < 0 {
@@ -229,10 +295,13 @@ func (s *spawner) call(msg []byte, fds []int, reply *spawnReply) (int, error) {
 		s.brokenLocked(fmt.Errorf("send: %w", err))
 		return -1, fmt.Errorf("%w: %v", errSpawnerDown, err)
 	}
-	pidfd, err := s.readReplyLocked(reply)
+	pidfd, err := s.readReplyLocked(reply, timeout)
 	if err != nil {
-		// The helper took the request and did not answer: whether it
-		// forked is unknown, so this start fails rather than run twice.
+		// The helper took the request and did not answer as it should:
+		// whether it forked is unknown, so this start fails rather than
+		// run twice (a child it made is agentd's once the helper is
+		// killed here, and ends with its session's cgroup, or as an
+		// orphan without cgroups).
 		s.brokenLocked(err)
 		return -1, fmt.Errorf("agentd: spawner: %w", err)
 	}
@@ -245,15 +314,20 @@ func (s *spawner) pid() int {
 	if s == nil {
 		return 0
 	}
-	return s.proc.Pid
+	return int(s.live.Load())
 }
 
-// readReplyLocked reads one answer and its pidfd (-1 with none).
-func (s *spawner) readReplyLocked(reply *spawnReply) (int, error) {
+// readReplyLocked reads one answer and its pidfd (-1 with none), waiting
+// at most timeout for it. A malformed answer naming a started command
+// kills that command: nothing would track it.
+func (s *spawner) readReplyLocked(reply *spawnReply, timeout time.Duration) (int, error) {
+	if err := waitReadable(s.fd, timeout); err != nil {
+		return -1, err
+	}
 	buf := make([]byte, 256)
 	oob := make([]byte, syscall.CmsgSpace(4))
 	for {
-		n, oobn, _, _, err := syscall.Recvmsg(s.fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
+		n, oobn, flags, _, err := syscall.Recvmsg(s.fd, buf, oob, syscall.MSG_CMSG_CLOEXEC|syscall.MSG_DONTWAIT)
 		if errors.Is(err, syscall.EINTR) {
 			continue
 		}
@@ -263,22 +337,46 @@ func (s *spawner) readReplyLocked(reply *spawnReply) (int, error) {
 		if n == 0 {
 			return -1, errors.New("the helper is gone")
 		}
-		fds, err := parseRights(oob[:oobn])
-		if err != nil {
-			return -1, err
-		}
-		if err := json.Unmarshal(buf[:n], reply); err != nil {
-			closeAll(fds)
-			return -1, fmt.Errorf("decode the answer: %w", err)
-		}
+		fds, perr := parseRights(oob[:oobn])
+		derr := json.Unmarshal(buf[:n], reply)
 		switch {
-		case reply.Errno == 0 && reply.Pid > 0 && len(fds) == 1:
+		case perr == nil && derr == nil && flags&(syscall.MSG_CTRUNC|syscall.MSG_TRUNC) == 0 &&
+			reply.Errno == 0 && reply.Pid > 0 && len(fds) == 1:
 			return fds[0], nil
-		case (reply.Errno != 0 || reply.Pid == 0) && len(fds) == 0:
+		case perr == nil && derr == nil && flags&(syscall.MSG_CTRUNC|syscall.MSG_TRUNC) == 0 &&
+			(reply.Errno != 0 || reply.Pid == 0) && len(fds) == 0:
 			return -1, nil
 		}
 		closeAll(fds)
-		return -1, fmt.Errorf("an answer with %d descriptors", len(fds))
+		if derr == nil && reply.Pid > 0 {
+			syscall.Kill(reply.Pid, syscall.SIGKILL)
+		}
+		return -1, fmt.Errorf("a malformed answer (%d descriptors, flags %#x, %v, %v)", len(fds), flags, perr, derr)
+	}
+}
+
+// waitReadable waits until fd has something to read, at most timeout.
+func waitReadable(fd int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		left := time.Until(deadline)
+		if left <= 0 {
+			return fmt.Errorf("no answer within %s", timeout)
+		}
+		pfd := [1]struct {
+			fd      int32
+			events  int16
+			revents int16
+		}{{fd: int32(fd), events: 0x1}} // POLLIN
+		ts := syscall.NsecToTimespec(left.Nanoseconds())
+		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		switch {
+		case errno == syscall.EINTR:
+		case errno != 0:
+			return fmt.Errorf("wait for the answer: %w", errno)
+		case n > 0:
+			return nil
+		}
 	}
 }
 
@@ -287,23 +385,29 @@ func (s *spawner) brokenLocked(err error) {
 	s.logger.Warn("the spawner failed; agentd starts commands itself from now on", "error", err)
 	syscall.Close(s.fd)
 	s.fd = -1
+	// Killed even if stuck in a fork (a vfork's wait is killable); watch
+	// reaps it.
 	_ = s.proc.Kill()
 }
 
-// close stops the helper (its socket closes; Pdeathsig covers a crash).
+// close stops the helper: it exits when its socket closes, and watch
+// reaps it.
 func (s *spawner) close() {
 	if s == nil {
 		return
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.fd >= 0 {
 		syscall.Close(s.fd)
 		s.fd = -1
 	}
-	// The helper exits when its socket closes; agentd's reaper (or this
-	// Wait) reaps it.
-	go func() { _, _ = s.proc.Wait() }()
+	s.mu.Unlock()
+	select {
+	case <-s.dead:
+	case <-time.After(reapTimeout):
+		_ = s.proc.Kill()
+		<-s.dead
+	}
 	s.null.Close()
 }
 

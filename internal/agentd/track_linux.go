@@ -96,6 +96,9 @@ func newTracker(cfg *Config) (*tracker, error) {
 		sp, err := startSpawner(t.logger)
 		if err != nil {
 			t.logger.Warn("no spawner: agentd starts commands itself, each start slower the more sessions run", "error", err)
+		} else {
+			// The spawner reaps the helper itself (see spawner.watch).
+			t.children[sp.proc.Pid] = true
 		}
 		t.spawn = sp
 	}
@@ -393,7 +396,20 @@ func (t *tracker) prepare(attr *syscall.SysProcAttr) (*members, func(pid int), e
 	return m, func(pid int) {
 		syscall.Close(fd)
 		if pid == 0 {
-			os.Remove(dir)
+			// A start that failed may have left a child in the cgroup (a
+			// spawner given up on mid-fork): kill it, then remove the
+			// cgroup once it is empty.
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+			if os.Remove(dir) != nil {
+				go func() {
+					for range 50 {
+						time.Sleep(100 * time.Millisecond)
+						if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+							return
+						}
+					}
+				}()
+			}
 			return
 		}
 		m.leader = procKey{pid: pid}
