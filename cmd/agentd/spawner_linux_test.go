@@ -125,34 +125,75 @@ func TestSpawnerStartsCommands(t *testing.T) {
 	})
 }
 
-// TestSpawnerGone: when the spawner dies, a command it started still ends
-// with its own exit status (agentd, the subreaper, adopts and reaps it),
-// and agentd starts the next commands itself.
-func TestSpawnerGone(t *testing.T) {
-	d := startDaemon(t)
+// TestSpawnerLost: when the spawner dies, or stops answering (stopped
+// here; a child held between its fork and its exec does the same, and
+// agentd gives up on it within its timeouts), a command it started still
+// ends with its own exit status (agentd, the subreaper, adopts and reaps
+// it), and agentd starts the next commands itself.
+func TestSpawnerLost(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		sig  syscall.Signal
+	}{{"killed", syscall.SIGKILL}, {"stuck", syscall.SIGSTOP}} {
+		t.Run(c.name, func(t *testing.T) {
+			d := startDaemon(t)
+			ctx := ctxFor(t)
+			helper := spawnerOf(t, d.cmd.Process.Pid)
+			if helper == 0 {
+				t.Fatal("agentd runs no spawner")
+			}
+			running, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 0.5; exit 5"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := syscall.Kill(helper, c.sig); err != nil {
+				t.Fatal(err)
+			}
+			out := waitEnd(t, d, running.SessionID)
+			if out.ExitCode == nil || *out.ExitCode != 5 {
+				t.Fatalf("the command the %s spawner started ended %+v, want exit code 5", c.name, out)
+			}
+			res, err := d.client.Run(ctx, agentd.CreateSessionRequest{Command: "echo $PPID", WaitMS: 10000})
+			if err != nil || res.ExitCode != 0 {
+				t.Fatalf("a command after the spawner was lost: %+v, %v", res, err)
+			}
+			if got := strings.TrimSpace(string(res.Stdout)); got != strconv.Itoa(d.cmd.Process.Pid) {
+				t.Fatalf("its parent is %s, want agentd (%d)", got, d.cmd.Process.Pid)
+			}
+			eventually(t, "the spawner gone", func() bool { return spawnerOf(t, d.cmd.Process.Pid) == 0 })
+		})
+	}
+}
+
+// TestSpawnerStuckMidStart: a start the spawner takes and never answers
+// fails within the spawner's deadline rather than hang, whatever the
+// spawner might have forked for it is killed, and the next start is
+// agentd's own.
+func TestSpawnerStuckMidStart(t *testing.T) {
+	d := startDaemon(t, "--cgroup", "off")
 	ctx := ctxFor(t)
 	helper := spawnerOf(t, d.cmd.Process.Pid)
 	if helper == 0 {
 		t.Fatal("agentd runs no spawner")
 	}
-	running, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 1; exit 5"})
-	if err != nil {
+	if err := syscall.Kill(helper, syscall.SIGSTOP); err != nil {
 		t.Fatal(err)
 	}
-	if err := syscall.Kill(helper, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
+	marker := filepath.Join(d.root, "ran")
+	start := time.Now()
+	if _, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "touch " + marker}); err == nil {
+		t.Fatal("a start the stuck spawner took succeeded")
 	}
-	eventually(t, "the spawner gone", func() bool { return spawnerOf(t, d.cmd.Process.Pid) == 0 })
+	if took := time.Since(start); took > time.Minute {
+		t.Fatalf("the failed start took %s", took)
+	}
 	res, err := d.client.Run(ctx, agentd.CreateSessionRequest{Command: "echo $PPID", WaitMS: 10000})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("a command after the spawner died: %+v, %v", res, err)
+	if err != nil || strings.TrimSpace(string(res.Stdout)) != strconv.Itoa(d.cmd.Process.Pid) {
+		t.Fatalf("the next start: %+v, %v; want agentd's own", res, err)
 	}
-	if got := strings.TrimSpace(string(res.Stdout)); got != strconv.Itoa(d.cmd.Process.Pid) {
-		t.Fatalf("its parent is %s, want agentd (%d)", got, d.cmd.Process.Pid)
-	}
-	out := waitEnd(t, d, running.SessionID)
-	if out.ExitCode == nil || *out.ExitCode != 5 {
-		t.Fatalf("the command the dead spawner started ended %+v, want exit code 5", out)
+	time.Sleep(200 * time.Millisecond)
+	if _, err := os.Stat(marker); err == nil {
+		t.Fatal("the command of the failed start ran")
 	}
 }
 
@@ -205,7 +246,10 @@ func TestSpawnerUnreachableFromCommands(t *testing.T) {
 		t.Fatal(err)
 	}
 	// setpriv and sh exec in place: agentd keeps the pid started.
-	d := startDaemonVia(t, []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", `exec "` + bin + `" "$@"`})
+	// Without root there are no cgroups and no exec reports: off, so
+	// their warnings do not come before the line startDaemonVia reads.
+	d := startDaemonVia(t, []string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "sh", "-c", `exec "` + bin + `" "$@"`},
+		"--cgroup", "off", "--exec-reporting", "off")
 	defer func() {
 		syscall.Kill(d.cmd.Process.Pid, syscall.SIGTERM)
 		<-d.exited
@@ -224,36 +268,4 @@ func TestSpawnerUnreachableFromCommands(t *testing.T) {
 	if out := strings.TrimSpace(string(res.Stdout)); out != "65534" {
 		t.Fatalf("a command of agentd's own user reached agentd or its spawner:\n%s", out)
 	}
-}
-
-// TestSpawnerStuck: a spawner that stops answering (stopped here; a child
-// held between its fork and its exec does the same) holds nothing up for
-// long: agentd gives up on it within its timeouts, still reports the exit
-// status of the commands it started, and starts new ones itself.
-func TestSpawnerStuck(t *testing.T) {
-	d := startDaemon(t)
-	ctx := ctxFor(t)
-	helper := spawnerOf(t, d.cmd.Process.Pid)
-	if helper == 0 {
-		t.Fatal("agentd runs no spawner")
-	}
-	running, err := d.client.CreateSession(ctx, agentd.CreateSessionRequest{Command: "sleep 0.5; exit 4"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := syscall.Kill(helper, syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	out := waitEnd(t, d, running.SessionID)
-	if out.ExitCode == nil || *out.ExitCode != 4 {
-		t.Fatalf("the command the stuck spawner started ended %+v, want exit code 4", out)
-	}
-	res, err := d.client.Run(ctx, agentd.CreateSessionRequest{Command: "echo $PPID", WaitMS: 10000})
-	if err != nil || res.ExitCode != 0 {
-		t.Fatalf("a command after the spawner was given up on: %+v, %v", res, err)
-	}
-	if got := strings.TrimSpace(string(res.Stdout)); got != strconv.Itoa(d.cmd.Process.Pid) {
-		t.Fatalf("its parent is %s, want agentd (%d)", got, d.cmd.Process.Pid)
-	}
-	eventually(t, "the stuck spawner gone", func() bool { return spawnerOf(t, d.cmd.Process.Pid) == 0 })
 }

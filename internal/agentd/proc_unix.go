@@ -69,6 +69,9 @@ func startProcess(spec procSpec, t *tracker) (*process, error) {
 	}
 	registered(pid)
 	started(pid)
+	if errors.Is(err, errSpawnerLost) {
+		t.killStrays()
+	}
 	return p, err
 }
 

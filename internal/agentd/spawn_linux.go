@@ -80,6 +80,10 @@ const (
 // started, and agentd starts the command itself.
 var errSpawnerDown = errors.New("agentd: spawner unavailable")
 
+// errSpawnerLost means the spawner took a start and was given up on before
+// it answered: whether it forked is unknown (see tracker.killStrays).
+var errSpawnerLost = errors.New("agentd: the spawner did not answer a start")
+
 // spawnRequest asks the helper to start a command (Op "spawn": its stdin,
 // stdout and stderr, and with UseCgroupFD the session's cgroup directory,
 // travel as descriptors beside it, in that order) or to reap one (Op
@@ -127,6 +131,8 @@ type spawner struct {
 	// closed then, when its children have been handed to agentd.
 	live atomic.Int64
 	dead chan struct{}
+	// reaped, when set, is told the helper's pid once it is reaped.
+	reaped func(pid int)
 }
 
 // startSpawner starts the helper (nil and an error if it cannot).
@@ -180,6 +186,9 @@ func (s *spawner) watch() {
 	}
 	s.live.Store(0)
 	_, _ = s.proc.Wait()
+	if s.reaped != nil {
+		s.reaped(s.proc.Pid)
+	}
 	s.mu.Lock()
 	if s.fd >= 0 {
 		s.brokenLocked(errors.New("the helper exited"))
@@ -303,7 +312,7 @@ func (s *spawner) call(msg []byte, fds []int, reply *spawnReply, timeout time.Du
 		// killed here, and ends with its session's cgroup, or as an
 		// orphan without cgroups).
 		s.brokenLocked(err)
-		return -1, fmt.Errorf("agentd: spawner: %w", err)
+		return -1, fmt.Errorf("%w: %v", errSpawnerLost, err)
 	}
 	return pidfd, nil
 }

@@ -13,7 +13,10 @@ import (
 // starts commands itself.
 type spawner struct{}
 
-var errSpawnerDown = errors.New("agentd: spawner unavailable")
+var (
+	errSpawnerDown = errors.New("agentd: spawner unavailable")
+	errSpawnerLost = errors.New("agentd: the spawner did not answer a start")
+)
 
 func startSpawner(*slog.Logger) (*spawner, error) { return nil, errSpawnerDown }
 

@@ -97,8 +97,10 @@ func newTracker(cfg *Config) (*tracker, error) {
 		if err != nil {
 			t.logger.Warn("no spawner: agentd starts commands itself, each start slower the more sessions run", "error", err)
 		} else {
-			// The spawner reaps the helper itself (see spawner.watch).
+			// The spawner reaps the helper itself (see spawner.watch),
+			// and forgets it here once it has.
 			t.children[sp.proc.Pid] = true
+			sp.reaped = t.waited
 		}
 		t.spawn = sp
 	}
@@ -401,14 +403,7 @@ func (t *tracker) prepare(attr *syscall.SysProcAttr) (*members, func(pid int), e
 			// cgroup once it is empty.
 			_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 			if os.Remove(dir) != nil {
-				go func() {
-					for range 50 {
-						time.Sleep(100 * time.Millisecond)
-						if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-							return
-						}
-					}
-				}()
+				go t.removeLater(dir)
 			}
 			return
 		}
@@ -880,6 +875,42 @@ func (t *tracker) starting() func(pid int) {
 			t.mu.Unlock()
 		}
 		t.startMu.RUnlock()
+	}
+}
+
+// killStrays kills agentd's children that are none of its commands'
+// leaders, once the spawner given up on mid-start has exited (its
+// children are agentd's then): whatever the start left, which might run
+// the command the client was told did not start. With cgroups the
+// session's cgroup.kill does the same; without them nothing else would.
+// Orphans adopted from sessions are killed too, as the process-tree
+// tracking's orphan rule would at the next session's end.
+func (t *tracker) killStrays() {
+	if t.spawn == nil {
+		return
+	}
+	select {
+	case <-t.spawn.dead:
+	case <-time.After(spawnTimeout):
+		t.logger.Warn("the spawner given up on has not exited; what its last start left may run on")
+		return
+	}
+	// Exclusively, as reapOrphans: a start under way has a child not yet
+	// registered. Bounded: a start stuck in its fork holds startMu.
+	for deadline := time.Now().Add(spawnTimeout); !t.startMu.TryLock(); {
+		if time.Now().After(deadline) {
+			t.logger.Warn("a start is stuck; what the spawner given up on left may run on")
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer t.startMu.Unlock()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, pid := range ownChildren() {
+		if !t.children[pid] {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 	}
 }
 

@@ -33,6 +33,9 @@ func (t *tracker) starting() func(pid int) { return func(int) {} }
 
 func (t *tracker) waited(int) {}
 
+// killStrays has nothing to do without a spawner.
+func (t *tracker) killStrays() {}
+
 // members is one session's processes: the leader's group.
 type members struct{ leader int }
 
