@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -102,30 +101,7 @@ func BenchmarkExecBesideSessions(b *testing.B) {
 // `sleep`s and holding ended ended sessions.
 func execBeside(b *testing.B, cfg agentd.Config, idle, ended int) {
 	c, _, _ := scaleServerWith(b, cfg, idle, "")
-	ctx := context.Background()
-	req := agentd.CreateSessionRequest{Command: "true", WaitMS: 10000}
-	for range ended + 1 {
-		if _, err := c.CreateSession(ctx, req); err != nil {
-			b.Fatal(err)
-		}
-	}
-	lat := make([]time.Duration, 0, b.N)
-	b.ResetTimer()
-	for range b.N {
-		start := time.Now()
-		resp, err := c.CreateSession(ctx, req)
-		if err != nil {
-			b.Fatal(err)
-		}
-		lat = append(lat, time.Since(start))
-		if resp.State != agentd.StateExited {
-			b.Fatalf("state %s", resp.State)
-		}
-	}
-	b.StopTimer()
-	slices.Sort(lat)
-	b.ReportMetric(float64(lat[len(lat)/2].Microseconds())/1000, "p50-ms")
-	b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds())/1000, "p99-ms")
+	timeTrue(b, c, ended)
 }
 
 // BenchmarkShutdownBesideSessions measures Close (what SIGTERM runs) with
