@@ -5,6 +5,7 @@ package agentd
 import (
 	"os"
 	"syscall"
+	"time"
 	"unsafe"
 )
 
@@ -62,14 +63,24 @@ func (w *exitWatch) wait() {
 // exited (a zombie counts), whoever its parent is. Errors count as
 // exited, so a broken pidfd never holds a session open.
 func readable(fd uintptr) bool {
-	pfd := [1]struct {
+	ok, err := pollIn(int(fd), 0)
+	return err != nil || ok
+}
+
+// pollIn waits at most timeout (0: not at all) for fd to poll readable,
+// and reports whether it does.
+func pollIn(fd int, timeout time.Duration) (bool, error) {
+	pfd := struct {
 		fd      int32
 		events  int16
 		revents int16
-	}{{fd: int32(fd), events: 0x1}} // POLLIN
-	var zero syscall.Timespec
-	n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&zero)), 0, 0, 0)
-	return errno != 0 || n > 0
+	}{fd: int32(fd), events: 0x1} // POLLIN
+	ts := syscall.NsecToTimespec(timeout.Nanoseconds())
+	n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd)), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+	if errno != 0 {
+		return false, errno
+	}
+	return n > 0, nil
 }
 
 // pPIDFD is waitid's idtype for a pidfd (Linux 5.4+).

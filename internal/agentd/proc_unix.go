@@ -22,8 +22,8 @@ func shellArgs(command string) []string { return []string{"-c", command} }
 type process struct {
 	cmd *exec.Cmd
 	// pidNum is the leader's pid. spawner is set for a command the
-	// spawner started (cmd.Process is nil then): the spawner reaps it,
-	// into status.
+	// spawner started (cmd.Process is nil then), which the spawner reaps.
+	// status is the leader's, once reaped.
 	pidNum  int
 	spawner *spawner
 	status  syscall.WaitStatus
@@ -188,23 +188,18 @@ func (p *process) wait() {
 // spawner's child, reaped only now, so its zombie kept the pid from reuse
 // until agentd was done with it).
 func (p *process) reap() {
-	if p.spawner == nil {
-		p.cmd.Wait()
+	if p.spawner != nil {
+		p.status = p.spawner.reap(p.pidNum)
 		return
 	}
-	p.status = p.spawner.reap(p.pidNum)
+	p.cmd.Wait()
+	if ps := p.cmd.ProcessState; ps != nil {
+		p.status, _ = ps.Sys().(syscall.WaitStatus)
+	}
 }
 
 // exitCode is the reaped leader's exit code (see exitStatus).
-func (p *process) exitCode() int {
-	if p.spawner != nil {
-		return exitStatus(p.status)
-	}
-	if ws, ok := p.cmd.ProcessState.Sys().(syscall.WaitStatus); ok {
-		return exitStatus(ws)
-	}
-	return p.cmd.ProcessState.ExitCode()
-}
+func (p *process) exitCode() int { return exitStatus(p.status) }
 
 // pid is the process id of the session leader, which is also its session
 // and process group id.

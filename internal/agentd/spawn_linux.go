@@ -21,9 +21,8 @@ import (
 // that follows closes every close-on-exec descriptor in it, one by one:
 // agentd holds three or four per running session (its output pipes, its
 // stdin pipe if it has one, and pidfds), so with 2,000 sessions each
-// command start cost milliseconds
-// more (measured: exec of `true` 2.1 ms idle, 5.4 ms beside 2,000
-// `sleep`s). The spawner is agentd re-executed as a helper that holds a
+// command start cost milliseconds more (BenchmarkExecBesideSessions). The
+// spawner is agentd re-executed as a helper that holds a
 // handful of descriptors: agentd sends it a command with the child's
 // stdio (and cgroup) descriptors over a socket, it starts the command
 // (CLONE_INTO_CGROUP as before) and sends back its pid and pidfd. The
@@ -55,15 +54,12 @@ func init() {
 		// socket with pidfd_getfd, and start, see or answer for other
 		// sessions' commands. The helper starts with agentd, before any
 		// session exists, so no command can reach it before this line.
-		if _, _, errno := syscall.RawSyscall(syscall.SYS_PRCTL, prSetDumpable, 0, 0); errno != 0 {
+		if SetNonDumpable() != nil {
 			os.Exit(1)
 		}
 		os.Exit(serveSpawns(spawnerFD))
 	}
 }
-
-// prSetDumpable is prctl's PR_SET_DUMPABLE.
-const prSetDumpable = 4
 
 // How long agentd waits for the helper's answer before it gives up on the
 // helper (kills it, and does the work itself from then on): a reap is
@@ -100,7 +96,6 @@ type spawnRequest struct {
 	Ctty        int                 `json:"ctty,omitempty"`
 	Credential  *syscall.Credential `json:"credential,omitempty"`
 	UseCgroupFD bool                `json:"use_cgroup_fd,omitempty"`
-	Pdeathsig   syscall.Signal      `json:"pdeathsig,omitempty"`
 }
 
 // spawnReply is the helper's answer: a started command's pid (its pidfd
@@ -219,11 +214,13 @@ func (s *spawner) spawn(cmd *exec.Cmd) (int, int, error) {
 	}
 	req := spawnRequest{Op: opSpawn, Path: cmd.Path, Args: cmd.Args, Env: cmd.Env, Dir: cmd.Dir}
 	if a := cmd.SysProcAttr; a != nil {
+		// What the helper does not pass on (a parent-death signal would
+		// follow the helper's thread, not agentd) is started by agentd.
 		if a.Chroot != "" || a.Cloneflags != 0 || a.Unshareflags != 0 || a.Setpgid || a.Foreground || a.Noctty || a.Ptrace ||
-			a.UidMappings != nil || a.GidMappings != nil || a.AmbientCaps != nil || a.PidFD != nil {
+			a.UidMappings != nil || a.GidMappings != nil || a.AmbientCaps != nil || a.PidFD != nil || a.Pdeathsig != 0 {
 			return 0, -1, errSpawnerDown
 		}
-		req.Setsid, req.Setctty, req.Ctty, req.Credential, req.Pdeathsig = a.Setsid, a.Setctty, a.Ctty, a.Credential, a.Pdeathsig
+		req.Setsid, req.Setctty, req.Ctty, req.Credential = a.Setsid, a.Setctty, a.Ctty, a.Credential
 		if a.UseCgroupFD {
 			req.UseCgroupFD = true
 			fds = append(fds, a.CgroupFD)
@@ -265,8 +262,7 @@ func (s *spawner) reap(pid int) syscall.WaitStatus {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		case err == nil:
-			s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", syscall.Errno(reply.Errno))
-			return syscall.WaitStatus(syscall.SIGKILL) // as if killed: 137
+			return s.lost(pid, syscall.Errno(reply.Errno))
 		}
 		break
 	}
@@ -279,11 +275,17 @@ func (s *spawner) reap(pid int) syscall.WaitStatus {
 			continue
 		}
 		if err != nil {
-			s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", err)
-			return syscall.WaitStatus(syscall.SIGKILL)
+			return s.lost(pid, err)
 		}
 		return ws
 	}
+}
+
+// lost is the status reported for pid when nothing can tell its own: as
+// if killed (137), and said in the log.
+func (s *spawner) lost(pid int, err error) syscall.WaitStatus {
+	s.logger.Warn("the exit status of a command is lost", "pid", pid, "error", err)
+	return syscall.WaitStatus(syscall.SIGKILL)
 }
 
 // call sends one request with fds and reads its answer (and the pidfd
@@ -372,18 +374,12 @@ func waitReadable(fd int, timeout time.Duration) error {
 		if left <= 0 {
 			return fmt.Errorf("no answer within %s", timeout)
 		}
-		pfd := [1]struct {
-			fd      int32
-			events  int16
-			revents int16
-		}{{fd: int32(fd), events: 0x1}} // POLLIN
-		ts := syscall.NsecToTimespec(left.Nanoseconds())
-		n, _, errno := syscall.Syscall6(syscall.SYS_PPOLL, uintptr(unsafe.Pointer(&pfd[0])), 1, uintptr(unsafe.Pointer(&ts)), 0, 0, 0)
+		ok, err := pollIn(fd, left)
 		switch {
-		case errno == syscall.EINTR:
-		case errno != 0:
-			return fmt.Errorf("wait for the answer: %w", errno)
-		case n > 0:
+		case errors.Is(err, syscall.EINTR):
+		case err != nil:
+			return fmt.Errorf("wait for the answer: %w", err)
+		case ok:
 			return nil
 		}
 	}
@@ -489,8 +485,7 @@ func serveSpawns(fd int) int {
 // startChild starts req with fds as its stdio (and cgroup), setting
 // *pidfd.
 func startChild(req spawnRequest, fds []int, pidfd *int) spawnReply {
-	sys := &syscall.SysProcAttr{Setsid: req.Setsid, Setctty: req.Setctty, Ctty: req.Ctty, Credential: req.Credential,
-		Pdeathsig: req.Pdeathsig, PidFD: pidfd}
+	sys := &syscall.SysProcAttr{Setsid: req.Setsid, Setctty: req.Setctty, Ctty: req.Ctty, Credential: req.Credential, PidFD: pidfd}
 	if req.UseCgroupFD {
 		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
 	}
@@ -498,13 +493,18 @@ func startChild(req spawnRequest, fds []int, pidfd *int) spawnReply {
 	pid, err := syscall.ForkExec(req.Path, req.Args, attr)
 	if err != nil {
 		*pidfd = -1
-		var errno syscall.Errno
-		if errors.As(err, &errno) {
-			return spawnReply{Errno: int(errno)}
-		}
-		return spawnReply{Errno: int(syscall.EIO)}
+		return spawnReply{Errno: errnoOf(err)}
 	}
 	return spawnReply{Pid: pid}
+}
+
+// errnoOf is err's errno (EIO for an error that is none).
+func errnoOf(err error) int {
+	var errno syscall.Errno
+	if errors.As(err, &errno) {
+		return int(errno)
+	}
+	return int(syscall.EIO)
 }
 
 // reapChild reaps an exited child.
@@ -514,17 +514,13 @@ func reapChild(pid int) spawnReply {
 		// WNOHANG: agentd asks only once the pidfd said the child
 		// exited, and the helper must never block on one.
 		got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil)
-		var errno syscall.Errno
 		switch {
 		case err == nil && got == 0:
 			return spawnReply{Errno: int(syscall.EAGAIN)}
 		case err == nil:
 			return spawnReply{Status: uint32(ws)}
-		case errors.Is(err, syscall.EINTR):
-		case errors.As(err, &errno):
-			return spawnReply{Errno: int(errno)}
-		default:
-			return spawnReply{Errno: int(syscall.EIO)}
+		case !errors.Is(err, syscall.EINTR):
+			return spawnReply{Errno: errnoOf(err)}
 		}
 	}
 }

@@ -3,10 +3,12 @@
 package agentd
 
 import (
+	"log/slog"
 	"os"
 	"os/exec"
 	"syscall"
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -42,5 +44,45 @@ func TestReadProc(t *testing.T) {
 	_ = cmd.Wait()
 	if _, ok := readProc(pid); ok {
 		t.Fatal("readProc found a reaped process")
+	}
+}
+
+// TestFailedStartKillsItsCgroup: a start that failed after something ran
+// in its session's cgroup (a spawner given up on mid-start) ends what it
+// left there, and the cgroup goes.
+func TestFailedStartKillsItsCgroup(t *testing.T) {
+	tr, err := newTracker(&Config{Cgroup: CgroupAuto, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tr.close()
+	if tr.parent == "" {
+		t.Skipf("no cgroups here (%v): the cgroup of a failed start is not tested", tr.fallback)
+	}
+	attr := &syscall.SysProcAttr{}
+	m, started, err := tr.prepare(attr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := exec.Command("sleep", "60")
+	left.SysProcAttr = attr
+	if err := left.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waited := make(chan error, 1)
+	go func() { waited <- left.Wait() }()
+	started(0) // the start is reported failed
+	select {
+	case <-waited:
+	case <-time.After(10 * time.Second):
+		left.Process.Kill()
+		t.Fatal("what the failed start left in its cgroup still runs")
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for _, err := os.Stat(m.cgroup); err == nil; _, err = os.Stat(m.cgroup) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the failed start's cgroup %s is still there", m.cgroup)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -31,10 +31,9 @@ type Followed struct {
 	Window time.Duration
 	// ExecIdle and ExecDuring time gateway execs of `true` (by a member
 	// other than the one running the n) before the commands started and
-	// while they are followed; DirectIdle and
-	// DirectDuring the same direct to agentd (interleaved with them), which
-	// tells agentd's own slowdown (it runs the n commands) from the
-	// console's.
+	// while they are followed; DirectIdle and DirectDuring the same direct
+	// to agentd (interleaved with them), which tells agentd's own slowdown
+	// (it runs the n commands) from the console's.
 	ExecIdle, ExecDuring     []time.Duration
 	DirectIdle, DirectDuring []time.Duration
 	// LoadDuring times gateway execs by the member running the n while

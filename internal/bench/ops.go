@@ -77,7 +77,7 @@ func (g GatewayPath) runtime() Runtime {
 	if g.As != nil {
 		return *g.As
 	}
-	return Runtime{Key: g.S.Key, Session: g.S.Session}
+	return g.S.Runtime
 }
 
 func (g GatewayPath) path(format string, args ...any) string {

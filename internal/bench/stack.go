@@ -77,10 +77,11 @@ type Options struct {
 // Stack is a running console with a ready session, seen through its API.
 type Stack struct {
 	Console *console.Console
-	// URL is the console's base URL; Key the member's API key.
-	URL, Key string
-	Org      string
-	Session  int64
+	// URL is the console's base URL.
+	URL string
+	Org string
+	// Runtime is the member's API key and session.
+	Runtime
 	// Load is a second member's key and session, of a second agent: the
 	// followed commands run there, so the execs timed meanwhile are a
 	// user's below their caps (whose count reads only their own running
@@ -241,14 +242,14 @@ func (s *Stack) setup(ctx context.Context, cfg config.Config, ad *Agentd) error 
 		"url": ad.URL, "os": "linux", "deployment": "bare-metal", "agentd_token": ad.Token}, &env); err != nil {
 		return err
 	}
-	main, err := s.runtime(ctx, root, dept.ID, env.ID, "bench-agent", "member@bench.test")
+	main, err := s.newRuntime(ctx, root, dept.ID, env.ID, "bench-agent", "member@bench.test")
 	if err != nil {
 		return err
 	}
-	if s.Load, err = s.runtime(ctx, root, dept.ID, env.ID, "bench-load-agent", "load@bench.test"); err != nil {
+	if s.Load, err = s.newRuntime(ctx, root, dept.ID, env.ID, "bench-load-agent", "load@bench.test"); err != nil {
 		return err
 	}
-	s.Key, s.Session = main.Key, main.Session
+	s.Runtime = main
 	// The first command brings each session up (its host workspace).
 	if _, err := s.ExecGateway(ctx); err != nil {
 		return err
@@ -264,9 +265,9 @@ type Runtime struct {
 	Session int64
 }
 
-// runtime creates an agent on environment env, a member of the
+// newRuntime creates an agent on environment env, a member of the
 // department with an API key, and a session of the agent as that member.
-func (s *Stack) runtime(ctx context.Context, root string, dept, env int64, agentName, email string) (Runtime, error) {
+func (s *Stack) newRuntime(ctx context.Context, root string, dept, env int64, agentName, email string) (Runtime, error) {
 	var agent struct{ ID int64 }
 	if err := s.orgCall(ctx, http.MethodPost, "/agents", root, map[string]any{"name": agentName, "department_id": dept,
 		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env}}, &agent); err != nil {

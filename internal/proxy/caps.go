@@ -32,8 +32,8 @@ type CommandLimits struct {
 // Postgres under a transaction lock per owner and per agent (the owner's
 // first, always), so a burst counts one after the other; SQLite's
 // transactions are serialized already. The count is one query that reads
-// at most the caps' worth of running commands (see recordings.RunningCountSQL). A
-// refusal writes nothing.
+// at most the caps' worth of running commands (see
+// recordings.RunningCountSQL). A refusal writes nothing.
 func (g *Gateway) startChecks(a *authz.Actor, t sessions.Target) recordings.StartChecks {
 	l := g.Limits
 	s := t.Session

@@ -87,7 +87,6 @@ func startSQLite(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChec
 			return err
 		}
 		if err := conn.QueryRowContext(ctx, insertCommand+" RETURNING id", commandArgs(c, false)...).Scan(&c.ID); err != nil {
-			c.ID = 0
 			return fmt.Errorf("record command: %w", err)
 		}
 		_, err = log.AppendTx(ctx, tx, ev(c.ID))
