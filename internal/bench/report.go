@@ -57,11 +57,21 @@ func Print(w io.Writer, cfg Config, results []*Result) {
 		fmt.Fprintf(tw, "exec `true` to exit, p50 (%d runs)\t%s\t%s\t%s\t%.2f×\t%s\n", len(r.ExecGW), db, ms(dp50), ms(gp50), ratio, target)
 		fmt.Fprintf(tw, "exec `true` to exit, p99\t%s\t%s\t%s\t%.2f×\t\n", db, ms(Percentile(r.ExecDirect, 99)), ms(Percentile(r.ExecGW, 99)),
 			float64(Percentile(r.ExecGW, 99))/float64(Percentile(r.ExecDirect, 99)))
+		if len(r.ExecRecord) > 0 {
+			// The floor: what the ratio would be if the gateway cost
+			// nothing but the commit that must precede the forward.
+			c := Percentile(r.ExecRecord, 50)
+			fmt.Fprintf(tw, "  of which the exec's record committed first, p50\t%s\t\t%s\t(direct + commit) ÷ direct = %.2f×\t\n", db, ms(c),
+				float64(dp50+c)/float64(dp50))
+		}
 		kd, kg := Percentile(r.KeyDirect, 50), Percentile(r.KeyGW, 50)
 		fmt.Fprintf(tw, "keystroke echo on a PTY, p50 (%d keys)\t%s\t%s\t%s\t+%s\t≤ direct + 1 ms: %s\n", len(r.KeyGW), db, ms(kd), ms(kg), ms(kg-kd),
 			verdict(kg-kd <= TargetKeystrokeExtra))
 		fmt.Fprintf(tw, "keystroke echo on a PTY, p99\t%s\t%s\t%s\t+%s\t\n", db, ms(Percentile(r.KeyDirect, 99)), ms(Percentile(r.KeyGW, 99)),
 			ms(Percentile(r.KeyGW, 99)-Percentile(r.KeyDirect, 99)))
+		if len(r.KeyRecord) > 0 {
+			fmt.Fprintf(tw, "  of which the keystroke's record committed first, p50\t%s\t\t%s\t\t\n", db, ms(Percentile(r.KeyRecord, 50)))
+		}
 		for _, o := range r.Outputs {
 			rel := o.Gateway.MBps() / o.Direct.MBps()
 			target := fmt.Sprintf("≥ %.1f× direct, recording complete: %s", TargetThroughput, verdict(rel >= TargetThroughput && o.Recording.Complete))

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -66,10 +67,15 @@ type Result struct {
 	Dialect            store.Dialect
 	ExecDirect, ExecGW []time.Duration
 	KeyDirect, KeyGW   []time.Duration
-	Outputs            []OutputResult
-	Memory             Memory
-	Followed           *Followed
-	ProfileText        string
+	// ExecRecord and KeyRecord are how long the gateway's execs and
+	// keystrokes above took to commit their records (warm-ups included):
+	// the part of the gateway's time that durability, not the gateway's
+	// code, costs.
+	ExecRecord, KeyRecord []time.Duration
+	Outputs               []OutputResult
+	Memory                Memory
+	Followed              *Followed
+	ProfileText           string
 }
 
 // OutputResult is one throughput run on both paths.
@@ -106,9 +112,11 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	if err != nil {
 		return r, err
 	}
+	s.records.take(proxy.RecordedExec)
 	r.ExecDirect, r.ExecGW, err = timePairs(ctx, cfg.Runs,
 		func() (time.Duration, error) { return ExecTrue(ctx, direct) },
 		func() (time.Duration, error) { return ExecTrue(ctx, gw) })
+	r.ExecRecord = s.records.take(proxy.RecordedExec)
 	stopCPU()
 	if err != nil {
 		return r, err
@@ -131,8 +139,10 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 		_ = tyG.Close(ctx)
 		return r, err
 	}
+	s.records.take(proxy.RecordedStdin)
 	r.KeyDirect, r.KeyGW, err = timePairs(ctx, cfg.Runs, func() (time.Duration, error) { return tyD.Key(ctx) },
 		func() (time.Duration, error) { return tyG.Key(ctx) })
+	r.KeyRecord = s.records.take(proxy.RecordedStdin)
 	stopCPU()
 	_ = tyD.Close(ctx)
 	_ = tyG.Close(ctx)

@@ -19,6 +19,7 @@ import (
 	"net/http"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"gorm.io/gorm"
@@ -105,6 +106,33 @@ type Stack struct {
 
 	srv     *http.Server
 	dropDBs func()
+	// records keeps how long the gateway's records took to commit.
+	records *recordTimes
+}
+
+// recordTimes collects the durations the gateway reports through
+// Gateway.Recorded, by operation, between two takes.
+type recordTimes struct {
+	mu sync.Mutex
+	by map[string][]time.Duration
+}
+
+func (r *recordTimes) add(op string, d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.by == nil {
+		r.by = map[string][]time.Duration{}
+	}
+	r.by[op] = append(r.by[op], d)
+}
+
+// take returns what op collected since the last take, and forgets it.
+func (r *recordTimes) take(op string) []time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	d := r.by[op]
+	delete(r.by, op)
+	return d
 }
 
 // Start builds the console, serves it on a loopback port and sets up the
@@ -134,6 +162,12 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 	if err != nil {
 		s.dropDBs()
 		return nil, fmt.Errorf("start console: %w", err)
+	}
+	s.records = &recordTimes{}
+	console := c.Gateway.Recorded
+	c.Gateway.Recorded = func(op string, d time.Duration) {
+		console(op, d)
+		s.records.add(op, d)
 	}
 	c.Start()
 	s.Console = c

@@ -201,6 +201,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.Terminal = &terminal.Bridge{Gateway: c.Gateway, Logger: logger}
 	c.Envd = &e2benvd.Server{Gateway: c.Gateway, Resolver: e2benvd.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
+	c.Gateway.Recorded = c.Metrics.GatewayRecorded
 	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
 		ListOrgs: c.activeOrgs,

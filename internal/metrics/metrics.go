@@ -42,6 +42,7 @@ type Metrics struct {
 	denials      *prometheus.CounterVec
 	probes       *prometheus.CounterVec
 	probeLatency *prometheus.HistogramVec
+	recorded     *prometheus.HistogramVec
 	lifecycle    *prometheus.CounterVec
 	retention    *prometheus.CounterVec
 	rounds       *prometheus.CounterVec
@@ -64,6 +65,9 @@ func New(opts Options) *Metrics {
 			Help: "Environment health probes by environment kind and result status."}, []string{"kind", "status"}),
 		probeLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "health_probe_duration_seconds",
 			Help: "Environment health probe latency by environment kind.", Buckets: prometheus.DefBuckets}, []string{"kind"}),
+		recorded: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: "gateway_record_duration_seconds",
+			Help:    "How long the gateway took to make a terminal operation's record durable (its commit) before forwarding it, by operation (exec, stdin).",
+			Buckets: recordBuckets}, []string{"operation"}),
 		lifecycle: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "sandbox_lifecycle_total",
 			Help: "Session sandbox lifecycle actions recorded (create, start, pause, resume, close, reclaim, lost)."}, []string{"action"}),
 		retention: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retention_removed_total",
@@ -71,9 +75,22 @@ func New(opts Options) *Metrics {
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retention_rounds_total",
 			Help: "Retention rounds by org (\"all\" unless per-org labels are on) and outcome (removed, nothing, keep_all, busy, error)."}, []string{"org", "outcome"}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.lifecycle, m.retention, m.rounds,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.recorded, m.lifecycle, m.retention, m.rounds,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
+}
+
+// recordBuckets span a durable commit's range: a fraction of a millisecond
+// on a quiet local database up to the seconds of a struggling one.
+var recordBuckets = []float64{.00025, .0005, .001, .002, .004, .008, .016, .032, .064, .128, .256, .512, 1, 2.5, 5}
+
+// GatewayRecorded records how long operation's record took to become
+// durable before the gateway forwarded it.
+func (m *Metrics) GatewayRecorded(operation string, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.recorded.WithLabelValues(operation).Observe(d.Seconds())
 }
 
 // Handler serves the registry in the Prometheus text format.

@@ -116,6 +116,24 @@ type Gateway struct {
 	clients  envs.AgentdClients // without Followers; else theirs
 	Logger   *slog.Logger
 	Now      func() time.Time
+	// Recorded, when set, is told how long each exec's and keystroke's
+	// record took to become durable (its commit, the one wait no cache
+	// can take off the hot path), once it is and before agentd hears of
+	// the operation: the console's metrics, the benchmark's floor.
+	Recorded func(op string, d time.Duration)
+}
+
+// Operations Recorded is told of.
+const (
+	RecordedExec  = "exec"
+	RecordedStdin = "stdin"
+)
+
+// recorded tells Recorded that op's record took since start.
+func (g *Gateway) recorded(op string, start time.Time) {
+	if g.Recorded != nil {
+		g.Recorded(op, time.Since(start))
+	}
 }
 
 func (g *Gateway) now() time.Time {

@@ -140,6 +140,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	}
 	// One commit: the command's record and its audit event, before agentd
 	// hears of it (two round trips on Postgres).
+	committing := time.Now()
 	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.startChecks(a, t), &cmd, func(id int64) audit.Event {
 		return event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
 			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS})
@@ -147,6 +148,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	if err != nil {
 		return Output{}, durable(err)
 	}
+	g.recorded(RecordedExec, committing)
 	wait := clampWait(req.WaitMS)
 	fctx, cancel := context.WithTimeout(ctx, wait+g.callTimeout())
 	defer cancel()
@@ -417,9 +419,11 @@ func (g *Gateway) Stdin(ctx context.Context, org Org, a *authz.Actor, m Meta, se
 		}
 		// One commit, which also checks the command is this session's and
 		// still running; closing stdin is recorded too.
+		committing := time.Now()
 		if c, err = g.appendInput(ctx, org, recordings.TypistOf(&a.Principal), sessionID, commandID, data, eof); err != nil {
 			return durable(err)
 		}
+		g.recorded(RecordedStdin, committing)
 	}
 	fctx, cancel := context.WithTimeout(ctx, g.callTimeout())
 	defer cancel()
