@@ -13,6 +13,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/proxy"
@@ -168,6 +169,15 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 	if every > 0 {
 		wait = every
 	}
+	// A revocation ends the stream within proxy.RecheckEvery, whatever
+	// its keepalive: each poll waits on a context the recheck ends, as the
+	// gateway's own long-polls do, not only until its own wait is over.
+	var recheck func(context.Context) (*authz.Actor, error)
+	if c.Recheck != nil {
+		recheck = func(ctx context.Context) (*authz.Actor, error) { return c.Actor, c.Recheck(ctx) }
+	}
+	watched, stop := proxy.WatchPrincipal(ctx, recheck)
+	defer stop()
 	polled := false
 	for {
 		for _, ch := range out.Chunks {
@@ -187,7 +197,10 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 		if err := c.recheck(ctx); err != nil {
 			return err
 		}
-		next, err := s.Gateway.Poll(ctx, c.Org, c.Actor, c.SessionID, out.CommandID, out.NextCursor, wait.Milliseconds())
+		next, err := s.Gateway.Poll(watched, c.Org, c.Actor, c.SessionID, out.CommandID, out.NextCursor, wait.Milliseconds())
+		if revoked := proxy.EndedBy(watched); revoked != nil && ctx.Err() == nil {
+			return revoked
+		}
 		if err != nil {
 			return err
 		}

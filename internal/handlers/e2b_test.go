@@ -435,6 +435,20 @@ func TestE2BControlPlane(t *testing.T) {
 					break
 				}
 			}
+			// And a quiet command streamed without keepalives, whose
+			// poll waits up to 30 s for output: the revocation still ends
+			// its stream at once (the watch rechecks every second), well
+			// before the 20 s this stream is given.
+			qctx, qcancel := context.WithTimeout(ctx, 20*time.Second)
+			defer qcancel()
+			quiet, err := proc.Start(qctx, startCmd("sleep 120", false))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer quiet.Close()
+			if !quiet.Receive() || quiet.Msg().GetEvent().GetStart() == nil {
+				t.Fatalf("no start event: %v", quiet.Err())
+			}
 			wantStatus(t, "revoke another's key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["plain"], nil),
 				http.StatusNotFound)
 			wantStatus(t, "revoke", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["member"], nil), http.StatusNoContent)
@@ -450,6 +464,12 @@ func TestE2BControlPlane(t *testing.T) {
 				}
 			}
 			wantCode(t, "the revoked key's open stream", stream.Err(), connect.CodeUnauthenticated)
+			for quiet.Receive() {
+				if quiet.Msg().GetEvent().GetEnd() != nil {
+					t.Fatal("the quiet command ended after its key was revoked")
+				}
+			}
+			wantCode(t, "the revoked key's quiet stream (no keepalives)", quiet.Err(), connect.CodeUnauthenticated)
 			in.Send(line("after\n"))
 			_, err = in.CloseAndReceive()
 			wantCode(t, "the revoked key's open input stream", err, connect.CodeUnauthenticated)
