@@ -250,13 +250,7 @@ func TestE2BDataPlane(t *testing.T) {
 		})
 
 		t.Run("SendSignal ends a running process, audited as command.kill", func(t *testing.T) {
-			s, err := proc.Start(ctx, startCmd("sleep 300", false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", s.Err())
-			}
+			s := startedProcess(t, ctx, proc, startCmd("sleep 300", false))
 			pid := s.Msg().GetEvent().GetStart().GetPid()
 			list, err := proc.List(ctx, connect.NewRequest(&process.ListRequest{}))
 			if err != nil {
@@ -295,14 +289,7 @@ func TestE2BDataPlane(t *testing.T) {
 			defer func() { f.e.c.Envd.MaxStreams = 0 }()
 			var pids []uint32
 			for range 2 {
-				s, err := proc.Start(ctx, startCmd("sleep 300", false))
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer s.Close()
-				if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
-					t.Fatalf("no start event: %v", s.Err())
-				}
+				s := startedProcess(t, ctx, proc, startCmd("sleep 300", false))
 				pids = append(pids, s.Msg().GetEvent().GetStart().GetPid())
 			}
 			s, err := proc.Start(ctx, startCmd("echo past-the-cap", false))
@@ -333,13 +320,7 @@ func TestE2BDataPlane(t *testing.T) {
 		})
 
 		t.Run("StreamInput feeds a process in order; a tag selector is unimplemented", func(t *testing.T) {
-			s, err := proc.Start(ctx, startCmd("read a; read b; echo $a$b", true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", s.Err())
-			}
+			s := startedProcess(t, ctx, proc, startCmd("read a; read b; echo $a$b", true))
 			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
 			in := proc.StreamInput(ctx)
 			in.Send(&process.StreamInputRequest{Event: &process.StreamInputRequest_Start{Start: &process.StreamInputRequest_StartEvent{Process: sel}}})
@@ -357,7 +338,7 @@ func TestE2BDataPlane(t *testing.T) {
 			if out.String() != "xy\n" {
 				t.Fatalf("output %q", out.String())
 			}
-			_, err = proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
+			_, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{
 				Process: &process.ProcessSelector{Selector: &process.ProcessSelector_Tag{Tag: "t"}},
 				Input:   &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("z")}}}))
 			wantCode(t, "a tag selector", err, connect.CodeUnimplemented)
@@ -366,13 +347,7 @@ func TestE2BDataPlane(t *testing.T) {
 		t.Run("Update resizes a pty process", func(t *testing.T) {
 			rows := &process.PTY{Size: &process.PTY_Size{Rows: 20, Cols: 70}}
 			req := connect.NewRequest(&process.StartRequest{Process: &process.ProcessConfig{Cmd: "/bin/bash", Args: []string{"-c", "read x; stty size"}}, Pty: rows})
-			s, err := proc.Start(ctx, req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", s.Err())
-			}
+			s := startedProcess(t, ctx, proc, req)
 			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
 			if _, err := proc.Update(ctx, connect.NewRequest(&process.UpdateRequest{Process: sel, Pty: &process.PTY{Size: &process.PTY_Size{Rows: 33, Cols: 99}}})); err != nil {
 				t.Fatal(err)
@@ -431,13 +406,7 @@ func TestE2BDataPlane(t *testing.T) {
 		})
 
 		t.Run("Connect re-attaches to a running process; CloseStdin ends its input", func(t *testing.T) {
-			s, err := proc.Start(ctx, startCmd("cat", true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", s.Err())
-			}
+			s := startedProcess(t, ctx, proc, startCmd("cat", true))
 			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: s.Msg().GetEvent().GetStart().GetPid()}}
 			if _, err := proc.SendInput(ctx, connect.NewRequest(&process.SendInputRequest{Process: sel,
 				Input: &process.ProcessInput{Input: &process.ProcessInput_Stdin{Stdin: []byte("typed\n")}}})); err != nil {
@@ -792,4 +761,20 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 	})
+}
+
+// startedProcess starts req through proc and returns its stream once the
+// start event (the process's pid, in Msg) arrived; the stream is closed
+// when the test ends.
+func startedProcess(t *testing.T, ctx context.Context, proc processconnect.ProcessClient, req *connect.Request[process.StartRequest]) *connect.ServerStreamForClient[process.StartResponse] {
+	t.Helper()
+	s, err := proc.Start(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if !s.Receive() || s.Msg().GetEvent().GetStart() == nil {
+		t.Fatalf("no start event: %v", s.Err())
+	}
+	return s
 }

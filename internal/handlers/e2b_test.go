@@ -414,14 +414,7 @@ func TestE2BControlPlane(t *testing.T) {
 			}
 			// And input streaming into a command: its first line went
 			// through (cat echoed it) before the key is revoked.
-			cat, err := proc.Start(ctx, startCmd("cat", true))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer cat.Close()
-			if !cat.Receive() || cat.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", cat.Err())
-			}
+			cat := startedProcess(t, ctx, proc, startCmd("cat", true))
 			sel := &process.ProcessSelector{Selector: &process.ProcessSelector_Pid{Pid: cat.Msg().GetEvent().GetStart().GetPid()}}
 			line := func(s string) *process.StreamInputRequest {
 				return &process.StreamInputRequest{Event: &process.StreamInputRequest_Data{Data: &process.StreamInputRequest_DataEvent{
@@ -441,14 +434,7 @@ func TestE2BControlPlane(t *testing.T) {
 			// before the 20 s this stream is given.
 			qctx, qcancel := context.WithTimeout(ctx, 20*time.Second)
 			defer qcancel()
-			quiet, err := proc.Start(qctx, startCmd("sleep 120", false))
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer quiet.Close()
-			if !quiet.Receive() || quiet.Msg().GetEvent().GetStart() == nil {
-				t.Fatalf("no start event: %v", quiet.Err())
-			}
+			quiet := startedProcess(t, qctx, proc, startCmd("sleep 120", false))
 			wantStatus(t, "revoke another's key", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["plain"], nil),
 				http.StatusNotFound)
 			wantStatus(t, "revoke", e.json(http.MethodDelete, "/api/v1/orgs/acme/e2b-keys/"+itoa(key.ID), f.tokens["member"], nil), http.StatusNoContent)
