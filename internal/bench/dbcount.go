@@ -142,17 +142,25 @@ func (p *Profile) enter(kind string) bool {
 	return p.on
 }
 
-func (p *Profile) request(kind string, d time.Duration, trips int) {
+// request counts the end of a request of kind that took d. trips is nil
+// when its round trips were not counted (it entered before counting
+// began): it is then left out, as a request with no round trips would
+// lower the average.
+func (p *Profile) request(kind string, d time.Duration, trips *store.Trips) {
+	n := 0
+	if trips != nil {
+		n = trips.N()
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.active[kind]--
-	if !p.on {
+	if !p.on || trips == nil {
 		return
 	}
 	t := p.tallyOf(kind)
 	t.requests++
 	t.reqTime += d
-	t.poolTrips += trips
+	t.poolTrips += n
 }
 
 func isWrite(q string) bool {
@@ -201,11 +209,7 @@ func withOpCounter(p *Profile, h http.Handler) http.Handler {
 			ctx, trips = store.CountTrips(ctx)
 		}
 		h.ServeHTTP(w, r.WithContext(ctx))
-		n := 0
-		if trips != nil {
-			n = trips.N()
-		}
-		p.request(kind, time.Since(start), n)
+		p.request(kind, time.Since(start), trips)
 	})
 }
 

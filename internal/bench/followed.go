@@ -53,7 +53,7 @@ func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duratio
 	var err error
 	execGW := func() (time.Duration, error) { return ExecTrue(ctx, gw) }
 	execDirect := func() (time.Duration, error) { return ExecTrue(ctx, direct) }
-	if f.DirectIdle, f.ExecIdle, err = timePairs(ctx, execs, execDirect, execGW); err != nil {
+	if f.DirectIdle, f.ExecIdle, err = timePairs(ctx, execs, execDirect, execGW, nil); err != nil {
 		return f, err
 	}
 	s.settle(ctx)
@@ -94,7 +94,7 @@ func (s *Stack) FollowedCommands(ctx context.Context, n int, window time.Duratio
 	if err != nil {
 		return f, err
 	}
-	f.DirectDuring, f.ExecDuring, err = timePairs(ctx, execs, execDirect, execGW)
+	f.DirectDuring, f.ExecDuring, err = timePairs(ctx, execs, execDirect, execGW, nil)
 	stopCPU()
 	if err != nil {
 		return f, err

@@ -67,10 +67,10 @@ type Result struct {
 	Dialect            store.Dialect
 	ExecDirect, ExecGW []time.Duration
 	KeyDirect, KeyGW   []time.Duration
-	// ExecRecord and KeyRecord are how long the gateway's execs and
-	// keystrokes above took to commit their records (warm-ups included):
-	// the part of the gateway's time that durability, not the gateway's
-	// code, costs.
+	// ExecRecord and KeyRecord are how long the gateway's timed execs and
+	// keystrokes above took to commit their records (not the warm-ups';
+	// a keystroke's untimed line end is one too): the part of the
+	// gateway's time that durability, not the gateway's code, costs.
 	ExecRecord, KeyRecord []time.Duration
 	Outputs               []OutputResult
 	Memory                Memory
@@ -112,11 +112,9 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	if err != nil {
 		return r, err
 	}
-	s.records.take(proxy.RecordedExec)
-	r.ExecDirect, r.ExecGW, err = timePairs(ctx, cfg.Runs,
+	r.ExecDirect, r.ExecGW, r.ExecRecord, err = s.timeRecorded(ctx, proxy.RecordedExec, cfg.Runs,
 		func() (time.Duration, error) { return ExecTrue(ctx, direct) },
 		func() (time.Duration, error) { return ExecTrue(ctx, gw) })
-	r.ExecRecord = s.records.take(proxy.RecordedExec)
 	stopCPU()
 	if err != nil {
 		return r, err
@@ -139,10 +137,9 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 		_ = tyG.Close(ctx)
 		return r, err
 	}
-	s.records.take(proxy.RecordedStdin)
-	r.KeyDirect, r.KeyGW, err = timePairs(ctx, cfg.Runs, func() (time.Duration, error) { return tyD.Key(ctx) },
+	r.KeyDirect, r.KeyGW, r.KeyRecord, err = s.timeRecorded(ctx, proxy.RecordedStdin, cfg.Runs,
+		func() (time.Duration, error) { return tyD.Key(ctx) },
 		func() (time.Duration, error) { return tyG.Key(ctx) })
-	r.KeyRecord = s.records.take(proxy.RecordedStdin)
 	stopCPU()
 	_ = tyD.Close(ctx)
 	_ = tyG.Close(ctx)
@@ -211,9 +208,17 @@ func (d directLossless) Exec(ctx context.Context, req agentd.CreateSessionReques
 	return d.DirectPath.Exec(ctx, req)
 }
 
+// timeRecorded is timePairs for runs whose gateway side (b) records op:
+// it also returns how long the timed runs' records took to commit, not
+// the warm-ups' (slower, and not among the runs they are printed with).
+func (s *Stack) timeRecorded(ctx context.Context, op string, n int, a, b func() (time.Duration, error)) (da, db, rec []time.Duration, err error) {
+	da, db, err = timePairs(ctx, n, a, b, func() { s.records.take(op) })
+	return da, db, s.records.take(op), err
+}
+
 // timePairs times a and b n times each, alternating which goes first,
-// after warming both up.
-func timePairs(ctx context.Context, n int, a, b func() (time.Duration, error)) ([]time.Duration, []time.Duration, error) {
+// after warming both up; timed, when set, is called between the two.
+func timePairs(ctx context.Context, n int, a, b func() (time.Duration, error), timed func()) ([]time.Duration, []time.Duration, error) {
 	for range min(20, n) {
 		if _, err := a(); err != nil {
 			return nil, nil, err
@@ -221,6 +226,9 @@ func timePairs(ctx context.Context, n int, a, b func() (time.Duration, error)) (
 		if _, err := b(); err != nil {
 			return nil, nil, err
 		}
+	}
+	if timed != nil {
+		timed()
 	}
 	da, db := make([]time.Duration, 0, n), make([]time.Duration, 0, n)
 	for i := range n {

@@ -164,9 +164,9 @@ func Start(ctx context.Context, o Options) (*Stack, error) {
 		return nil, fmt.Errorf("start console: %w", err)
 	}
 	s.records = &recordTimes{}
-	console := c.Gateway.Recorded
+	metric := c.Gateway.Recorded // the console's: its metrics
 	c.Gateway.Recorded = func(op string, d time.Duration) {
-		console(op, d)
+		metric(op, d)
 		s.records.add(op, d)
 	}
 	c.Start()

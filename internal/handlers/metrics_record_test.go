@@ -10,9 +10,10 @@ import (
 )
 
 // gatehouse_gateway_record_duration_seconds, as docs/operations.md
-// describes it: one sample per exec and per keystroke whose record was
-// committed and which was then forwarded; a refused exec (no record, no
-// forward) and a read add none.
+// describes it: one sample per exec and per stdin write (a keystroke, or
+// closing stdin) whose record was committed and which was then
+// forwarded; a refused exec or keystroke (no record, no forward), whether
+// before its commit or in it, and a read add none.
 func TestRecordMetricCountsForwardedOperations(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
@@ -28,9 +29,19 @@ func TestRecordMetricCountsForwardedOperations(t *testing.T) {
 		}
 
 		const execs = 3
+		var ended outputJSON
 		for range execs {
 			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "true", "wait_ms": 5000})
 			wantStatus(t, "exec true", r, http.StatusCreated)
+			r.decode(t, &ended)
+		}
+		// Refused in its commit, the command's end being recorded:
+		// nothing is recorded or forwarded, so nothing is timed.
+		waitCommandEnded(t, f, ended.CommandID)
+		wantStatus(t, "type into an ended command", f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", ended.CommandID), "member",
+			map[string]any{"text": "line\n"}), http.StatusConflict)
+		if got := count("stdin"); got != 0 {
+			t.Fatalf("stdin samples = %v after a refused keystroke, want 0", got)
 		}
 		// Refused by the agent's command policy: nothing is recorded or
 		// forwarded, so nothing is timed.
@@ -49,14 +60,17 @@ func TestRecordMetricCountsForwardedOperations(t *testing.T) {
 			wantStatus(t, "type a line", f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", o.CommandID), "member",
 				map[string]any{"text": "line\n"}), http.StatusNoContent)
 		}
+		// Closing stdin is recorded, and timed, as a keystroke is.
+		wantStatus(t, "close stdin", f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", o.CommandID), "member",
+			map[string]any{"eof": true}), http.StatusNoContent)
 		// A read is no operation on the command.
 		wantStatus(t, "read output", f.call(http.MethodGet, f.sessionPath("/commands/%d/output?wait_ms=0", o.CommandID), "member", nil), http.StatusOK)
-		if got := count("stdin"); got != keys {
-			t.Fatalf("stdin samples = %v, want %d (one per forwarded keystroke)", got, keys)
+		if got := count("stdin"); got != keys+1 {
+			t.Fatalf("stdin samples = %v, want %d (one per forwarded keystroke and the close)", got, keys+1)
 		}
 		if got := count("exec"); got != execs+1 {
 			t.Fatalf("exec samples = %v, want %d", got, execs+1)
 		}
-		wantStatus(t, "kill cat", f.call(http.MethodDelete, f.sessionPath("/commands/%d", o.CommandID), "member", nil), http.StatusOK)
+		waitCommandEnded(t, f, o.CommandID) // cat ends at the end of its stdin
 	})
 }
