@@ -26,7 +26,7 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 		do(t, ctx, what,
 			chromedp.Navigate(srv.url+"/admin/orgs/acme"),
 			chromedp.WaitVisible(testid("enter")),
-			chromedp.Click(testid("enter")),
+			submits(chromedp.Click(testid("enter"))),
 			chromedp.WaitVisible(testid("acting-banner")),
 		)
 	}
@@ -63,7 +63,7 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 	}
 
 	// Leave: back on the org's platform page, the org sign-in over.
-	do(t, ctx, "leave", chromedp.Click(testid("leave-org")), chromedp.WaitVisible(testid("org-name")))
+	do(t, ctx, "leave", submits(chromedp.Click(testid("leave-org"))), chromedp.WaitVisible(testid("org-name")))
 	if loc := get(t, ctx, "location", chromedp.Location()); !strings.HasSuffix(loc, "/admin/orgs/acme") {
 		t.Errorf("Leave landed on %s, want /admin/orgs/acme", loc)
 	}
@@ -79,7 +79,7 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 	// Sign out inside the org: the org sign-in ends, the platform one
 	// stays, and the page says so.
 	enter("enter again")
-	do(t, ctx, "sign out inside the org", chromedp.Click(css(`form.logout button`)), chromedp.WaitVisible(testid("org-name")))
+	do(t, ctx, "sign out inside the org", submits(chromedp.Click(css(`form.logout button`))), chromedp.WaitVisible(testid("org-name")))
 	if loc := get(t, ctx, "location", chromedp.Location()); !strings.HasSuffix(loc, "/admin/orgs/acme") {
 		t.Errorf("Sign out in the org landed on %s, want /admin/orgs/acme", loc)
 	}
@@ -88,7 +88,7 @@ func TestBrowserPlatformAdminActingInOrg(t *testing.T) {
 		t.Error("the banner is still shown after signing out of the org")
 	}
 	// And signing out of the platform ends that too.
-	do(t, ctx, "sign out of the platform", chromedp.Click(css(`form.logout button`)), chromedp.WaitVisible(testid("login-submit")))
+	do(t, ctx, "sign out of the platform", submits(chromedp.Click(css(`form.logout button`))), chromedp.WaitVisible(testid("login-submit")))
 
 	events, err := srv.c.Audit.Query(t.Context(), audit.Filter{}, 0, 0)
 	if err != nil {

@@ -119,7 +119,7 @@ func TestBrowserAuditorSees(t *testing.T) {
 			}
 		}
 		mustContain(t, "the page says so", text(t, ctx, testid("audit-reads-omitted")), "left out", "action:audit.")
-		do(t, ctx, "follow the link", chromedp.Click(testid("audit-reads-link")), chromedp.WaitVisible(testid("audit-table")))
+		do(t, ctx, "follow the link", submits(chromedp.Click(testid("audit-reads-link"))), chromedp.WaitVisible(testid("audit-table")))
 		views := evalJS[int](t, ctx, "audit.view rows", `[...document.querySelectorAll('[data-testid="audit-row"] td.audit-action')].filter(td => td.textContent.trim() === "audit.view").length`)
 		if views < 3 {
 			t.Errorf("action:audit. lists %d audit.view events, want this walk's searches", views)

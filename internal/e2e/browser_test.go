@@ -184,13 +184,45 @@ func waitText(sel chromedp.CSS, want string) chromedp.Action[chromedp.Void] {
 	}
 }
 
-// signIn fills and submits the login form.
+// submits runs steps that make the page load a new document (a link, a
+// form post) and returns once that document has loaded. Every click that
+// navigates goes through it: a wait that follows must not be met by the
+// page being left, and a reload or navigation that follows must not abort
+// the one still under way.
+func submits(steps ...chromedp.Action[chromedp.Void]) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		var b [8]byte
+		_, _ = rand.Read(b[:])
+		mark := strconv.Quote(hex.EncodeToString(b[:]))
+		if _, err := chromedp.Evaluate[bool](`(window.__e2eLeaving = `+mark+`, true)`)(ctx, tg); err != nil {
+			return chromedp.Void{}, fmt.Errorf("mark the page being left: %w", err)
+		}
+		if _, err := chromedp.Steps(steps...)(ctx, tg); err != nil {
+			return chromedp.Void{}, err
+		}
+		loaded := `window.__e2eLeaving !== ` + mark + ` && document.readyState === "complete"`
+		for {
+			// Errors are the old page's context going away: ask again.
+			if ok, err := chromedp.Evaluate[bool](loaded)(ctx, tg); err == nil && ok {
+				return chromedp.Void{}, nil
+			}
+			select {
+			case <-ctx.Done():
+				return chromedp.Void{}, fmt.Errorf("the page never loaded a new document: %w", ctx.Err())
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}
+}
+
+// signIn fills and submits the login form, returning once the page it
+// leads to has loaded.
 func signIn(email, password string) chromedp.Action[chromedp.Void] {
 	return chromedp.Steps(
 		chromedp.WaitVisible(css(`#email`)),
 		chromedp.Clear(css(`#email`)),
 		chromedp.SendKeys(css(`#email`), email),
 		chromedp.SendKeys(css(`#password`), password),
-		chromedp.Click(testid("login-submit")),
+		submits(chromedp.Click(testid("login-submit"))),
 	)
 }

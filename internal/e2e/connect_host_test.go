@@ -48,7 +48,7 @@ func TestBrowserConnectHost(t *testing.T) {
 		chromedp.SendKeys(css(`#name`), "build-02"),
 		chromedp.SetValue(css(`#department_id`), deptID),
 		chromedp.SendKeys(css(`#url`), hostURL),
-		chromedp.Click(testid("save-env")),
+		submits(chromedp.Click(testid("save-env"))),
 		chromedp.WaitVisible(testid("connect")),
 	)
 	token := text(t, ctx, testid("agentd-token"))

@@ -44,7 +44,7 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 
 	ctx := newBrowser(t)
 	do(t, ctx, "sign in as the org admin", chromedp.Navigate(srv.url+"/o/acme/login"), signIn(email, password), chromedp.WaitVisible(css(`nav[aria-label="Main"]`)))
-	do(t, ctx, "open the endpoint page from the navigation", chromedp.Click(css(`nav[aria-label="Main"] a[href="/o/acme/e2b"]`)),
+	do(t, ctx, "open the endpoint page from the navigation", submits(chromedp.Click(css(`nav[aria-label="Main"] a[href="/o/acme/e2b"]`))),
 		chromedp.WaitVisible(testid("e2b-endpoint")))
 	if got := text(t, ctx, testid("e2b-api-url")); got != srv.url+"/e2b/orgs/acme" {
 		t.Errorf("API URL %q", got)
@@ -56,7 +56,7 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 	mustContain(t, "variables", text(t, ctx, testid("e2b-env")), "E2B_API_URL="+srv.url+"/e2b/orgs/acme", "E2B_SANDBOX_URL="+srv.url, "E2B_API_KEY=")
 	text(t, ctx, testid("e2b-keys-empty"))
 
-	do(t, ctx, "mint a key", chromedp.SendKeys(testid("e2b-key-name"), "ci runtime"), chromedp.Click(testid("mint-e2b-key")),
+	do(t, ctx, "mint a key", chromedp.SendKeys(testid("e2b-key-name"), "ci runtime"), submits(chromedp.Click(testid("mint-e2b-key"))),
 		chromedp.WaitVisible(testid("new-e2b-key-box")))
 	key := text(t, ctx, testid("new-e2b-key"))
 	if !regexp.MustCompile(`^e2b_[0-9a-f]{64}$`).MatchString(key) {
@@ -70,7 +70,7 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 	}
 	callAPI(t, srv.url, http.MethodGet, "/e2b/orgs/acme/v2/sandboxes", key, nil, http.StatusOK, nil)
 
-	do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-e2b-key")), chromedp.WaitNotPresent(testid("new-e2b-key")),
+	do(t, ctx, "dismiss the key", submits(chromedp.Click(testid("dismiss-e2b-key"))), chromedp.WaitNotPresent(testid("new-e2b-key")),
 		chromedp.WaitVisible(testid("e2b-keys-table")))
 	html := get(t, ctx, "page markup", chromedp.Evaluate[string](`document.documentElement.outerHTML`))
 	if strings.Contains(html, key[16:]) {
@@ -78,7 +78,7 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 	}
 
 	do(t, ctx, "revoke, confirmed", chromedp.Click(testid("revoke-e2b-key-open")), chromedp.WaitVisible(testid("revoke-e2b-key")),
-		chromedp.Click(testid("revoke-e2b-key")), chromedp.WaitVisible(testid("flash")))
+		submits(chromedp.Click(testid("revoke-e2b-key"))), chromedp.WaitVisible(testid("flash")))
 	mustContain(t, "flash", text(t, ctx, testid("flash")), "ci runtime", "revoked")
 	callAPI(t, srv.url, http.MethodGet, "/e2b/orgs/acme/v2/sandboxes", key, nil, http.StatusUnauthorized, nil)
 }

@@ -102,7 +102,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.SetValue(css(`#os`), "linux"),
 		chromedp.SetValue(css(`#deployment`), "bare-metal"),
 		chromedp.SendKeys(css(`#agentd_token`), "tooshort"),
-		chromedp.Click(testid("save-env")),
+		submits(chromedp.Click(testid("save-env"))),
 		chromedp.WaitVisible(css(`#url-error`)),
 	)
 	mustContain(t, "url error", text(t, ctx, css(`#url-error`)), "http")
@@ -123,7 +123,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.Clear(css(`#url`)),
 		chromedp.SendKeys(css(`#url`), agentdURL),
 		chromedp.SendKeys(css(`#agentd_token`), agentdToken),
-		chromedp.Click(testid("save-env")),
+		submits(chromedp.Click(testid("save-env"))),
 		chromedp.WaitVisible(testid("env-name")),
 	)
 	loc := get(t, ctx, "location", chromedp.Location())
@@ -180,7 +180,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.Click(envBox),
 		chromedp.Click(css(`input[name="default_environment_id"][value="`+envID+`"]`)),
 		chromedp.Click(css(`input[name="sandbox_mode"][value="off"]`)),
-		chromedp.Click(testid("save-agent")),
+		submits(chromedp.Click(testid("save-agent"))),
 		chromedp.WaitVisible(css(`#config-error`)),
 	)
 	mustContain(t, "config error", text(t, ctx, css(`#config-error`)), "modle")
@@ -193,7 +193,7 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 	do(t, ctx, "create the agent",
 		chromedp.Clear(css(`#config`)),
 		chromedp.SendKeys(css(`#config`), agentConfig),
-		chromedp.Click(testid("save-agent")),
+		submits(chromedp.Click(testid("save-agent"))),
 		chromedp.WaitVisible(testid("agent-name")),
 	)
 	if name := text(t, ctx, testid("agent-name")); name != "triage-bot" {

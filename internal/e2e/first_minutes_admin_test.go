@@ -133,7 +133,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 	})
 
 	t.Run("7: an empty org's home lists the steps in order, the first one next", func(t *testing.T) {
-		do(t, ctx, "enter acme", chromedp.Click(testid("enter")), chromedp.WaitVisible(testid("setup-checklist")))
+		do(t, ctx, "enter acme", submits(chromedp.Click(testid("enter"))), chromedp.WaitVisible(testid("setup-checklist")))
 		steps := checklist(t, ctx, srv.url)
 		wantSteps(t, steps, "people")
 		order := evalJS[[]string](t, ctx, "step order", `[...document.querySelectorAll('[data-testid="setup-checklist"] li')].map(li => li.dataset.testid)`)
@@ -151,7 +151,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 	var otp string
 	t.Run("8, 9: the one-time password stays with Copy until dismissed; the role form offers what can be completed", func(t *testing.T) {
 		do(t, ctx, "add a user", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.WaitVisible(testid("create-user")),
-			chromedp.SendKeys(css(`#email`), "ada@acme.test"), chromedp.SendKeys(css(`#name`), "Ada"), chromedp.Click(testid("create-user")),
+			chromedp.SendKeys(css(`#email`), "ada@acme.test"), chromedp.SendKeys(css(`#name`), "Ada"), submits(chromedp.Click(testid("create-user"))),
 			chromedp.WaitVisible(testid("one-time-password")))
 		otp = text(t, ctx, testid("one-time-password"))
 		if len(otp) < 12 {
@@ -176,7 +176,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 		if href := get(t, ctx, "link", chromedp.AttributeValue(css(`[data-testid="role-needs-department"] a`), "href")); href.Value != "/o/acme/departments" {
 			t.Errorf("the department link goes to %q", href.Value)
 		}
-		do(t, ctx, "assign the preselected role", chromedp.Click(testid("assign-role")), chromedp.WaitVisible(testid("role-name")))
+		do(t, ctx, "assign the preselected role", submits(chromedp.Click(testid("assign-role"))), chromedp.WaitVisible(testid("role-name")))
 		if got := text(t, ctx, testid("role-name")); got != "Auditor" {
 			t.Errorf("assigned role %q", got)
 		}
@@ -184,7 +184,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 			t.Errorf("after assigning a role the password reads %q, want it still shown (%q)", got, otp)
 		}
 		do(t, ctx, "reload", chromedp.Reload(), chromedp.WaitVisible(testid("one-time-password")))
-		do(t, ctx, "dismiss it", chromedp.Click(testid("dismiss-password")), chromedp.WaitVisible(testid("role-name")))
+		do(t, ctx, "dismiss it", submits(chromedp.Click(testid("dismiss-password"))), chromedp.WaitVisible(testid("role-name")))
 		do(t, ctx, "reload after dismissing", chromedp.Reload(), chromedp.WaitVisible(testid("role-name")))
 		noSecretInPage(t, ctx, "the user page after dismissing", otp)
 		// The password works as shown.
@@ -194,7 +194,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 
 	t.Run("8: a new API key stays with a curl example that works", func(t *testing.T) {
 		do(t, ctx, "create a key", chromedp.Navigate(srv.url+"/o/acme/api-keys"), chromedp.WaitVisible(testid("create-key")),
-			chromedp.SendKeys(css(`#name`), "ci"), chromedp.Click(testid("create-key")), chromedp.WaitVisible(testid("new-key-secret")))
+			chromedp.SendKeys(css(`#name`), "ci"), submits(chromedp.Click(testid("create-key"))), chromedp.WaitVisible(testid("new-key-secret")))
 		secret := text(t, ctx, testid("new-key-secret"))
 		mustContain(t, "usage", text(t, ctx, testid("key-usage")), "Authorization: Bearer")
 		curl := text(t, ctx, testid("key-curl"))
@@ -212,18 +212,18 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 			t.Errorf("the curl example answered %v: %s", err, out)
 		}
 		do(t, ctx, "reload the keys page", chromedp.Reload(), chromedp.WaitVisible(testid("new-key-secret")))
-		do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-key")), chromedp.WaitNotPresent(testid("new-key-secret")))
+		do(t, ctx, "dismiss the key", submits(chromedp.Click(testid("dismiss-key"))), chromedp.WaitNotPresent(testid("new-key-secret")))
 		noSecretInPage(t, ctx, "the keys page after dismissing", secret)
 	})
 
 	t.Run("7, 9: a department ticks its step and the role form turns to members", func(t *testing.T) {
 		do(t, ctx, "create a department", chromedp.Navigate(srv.url+"/o/acme/departments"), chromedp.WaitVisible(testid("create-department")),
-			chromedp.SendKeys(css(`#name`), "Research"), chromedp.Click(testid("create-department")), chromedp.WaitVisible(testid("flash")))
+			chromedp.SendKeys(css(`#name`), "Research"), submits(chromedp.Click(testid("create-department"))), chromedp.WaitVisible(testid("flash")))
 		wantSteps(t, checklist(t, ctx, srv.url), "environment", "people", "department")
 		if *updateScreenshots {
 			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-first-run.png")
 		}
-		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.Click(css(`[data-testid="user-row-ada@acme.test"] a`)),
+		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), submits(chromedp.Click(css(`[data-testid="user-row-ada@acme.test"] a`))),
 			chromedp.WaitVisible(css(`#domain`)))
 		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "member" {
 			t.Errorf("with a department the role form starts at %q, want member", v)
@@ -244,7 +244,7 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 			chromedp.SetValue(css(`#kind`), "host"))
 		mustContain(t, "URL help", text(t, ctx, css(`#url-help`)), "http://build-01:49984", "plain HTTP", "https://build-01", "TLS proxy")
 		do(t, ctx, "add a host at 127.0.0.1", chromedp.SendKeys(css(`#name`), "laptop"), chromedp.SendKeys(css(`#url`), "http://"+addr),
-			chromedp.Click(testid("save-env")), chromedp.WaitVisible(testid("cmd-linux")))
+			submits(chromedp.Click(testid("save-env"))), chromedp.WaitVisible(testid("cmd-linux")))
 		line := text(t, ctx, testid("cmd-linux"))
 		for _, want := range []string{"--listen " + addr, "--root $HOME/gatehouse-agentd", "mkdir -p $HOME/gatehouse-agentd && "} {
 			if !strings.Contains(line, want) {
@@ -280,8 +280,8 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 			"config": map[string]string{"model": "m"}, "environment_ids": []int64{envs.Items[0].ID}}, http.StatusCreated, &agent)
 		steps := checklist(t, ctx, srv.url)
 		wantSteps(t, steps, "session", "people", "department", "environment", "agent")
-		do(t, ctx, "start the first session from the checklist", chromedp.Click(css(`[data-testid="step-session"] a`)),
-			chromedp.Click(testid("new-session")), chromedp.WaitVisible(testid("session-facts")))
+		do(t, ctx, "start the first session from the checklist", submits(chromedp.Click(css(`[data-testid="step-session"] a`))),
+			submits(chromedp.Click(testid("new-session"))), chromedp.WaitVisible(testid("session-facts")))
 		loc := get(t, ctx, "location", chromedp.Location())
 		sid := loc[strings.LastIndex(loc, "/")+1:]
 		var out struct {

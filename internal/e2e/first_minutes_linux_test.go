@@ -69,7 +69,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		signIn(adminEmail, adminPassword),
 		chromedp.WaitVisible(testid("org-row-acme")),
 		chromedp.Navigate(srv.url+"/admin/orgs/acme"),
-		chromedp.Click(testid("enter")),
+		submits(chromedp.Click(testid("enter"))),
 		chromedp.WaitVisible(testid("org-glance")),
 	)
 
@@ -84,7 +84,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "environments-local.png")
 			do(t, ctx, "reset the viewport", chromedp.ResetViewport())
 		}
-		do(t, ctx, "use it", chromedp.Click(testid("use-local")), chromedp.WaitVisible(testid("templates-table")))
+		do(t, ctx, "use it", submits(chromedp.Click(testid("use-local"))), chromedp.WaitVisible(testid("templates-table")))
 		m := regexp.MustCompile(`/o/acme/environments/(\d+)$`).FindStringSubmatch(get(t, ctx, "location", chromedp.Location()))
 		if m == nil {
 			t.Fatal("registering did not land on the environment's page")
@@ -139,7 +139,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 			chromedp.Click(css(`input[name="environment_ids"][value="`+envID+`"]`)),
 			chromedp.Click(css(`input[name="default_environment_id"][value="`+envID+`"]`)),
 			chromedp.Click(css(`input[name="sandbox_mode"][value="per-session"]`)),
-			chromedp.Click(testid("save-agent")),
+			submits(chromedp.Click(testid("save-agent"))),
 			chromedp.WaitVisible(css(`[data-testid="agent-name"], [data-testid="form-error"]`)),
 		)
 		if n := evalJS[int](t, ctx, "form error", `document.querySelectorAll('[data-testid="form-error"]').length`); n != 0 {
@@ -151,7 +151,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 
 	var sessionPath string
 	t.Run("a failed start says what to do and marks the environment", func(t *testing.T) {
-		do(t, ctx, "new session", chromedp.Navigate(srv.url+agentPath), chromedp.Click(testid("new-session")), chromedp.WaitVisible(testid("session-state")))
+		do(t, ctx, "new session", chromedp.Navigate(srv.url+agentPath), submits(chromedp.Click(testid("new-session"))), chromedp.WaitVisible(testid("session-state")))
 		sessionPath = strings.TrimPrefix(get(t, ctx, "location", chromedp.Location()), srv.url)
 		remove := local.Server.InjectFault(e2bfake.Fault{Route: "POST /sandboxes", Status: 500})
 		defer remove() // whatever happens here, the next steps find the backend working
@@ -249,7 +249,7 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		waitStatus(t, tab, "Connected to shell #"+strconv.Itoa(shell))
 		do(t, ctx, "close, confirmed",
 			chromedp.Click(testid("session-close-open")),
-			chromedp.Click(testid("session-close")),
+			submits(chromedp.Click(testid("session-close"))),
 			waitText(testid("session-state"), "closed"),
 		)
 		row := css(`[data-testid="command-row-` + strconv.Itoa(shell) + `"]`)

@@ -57,7 +57,7 @@ func TestBrowserHostShellsAndClose(t *testing.T) {
 
 	t.Run("New shell opens another; a reload goes back to the newest", func(t *testing.T) {
 		// The page being left is connected too: wait for the new one's.
-		do(t, ctx, "new shell", chromedp.Click(testid("terminal-new-shell")),
+		do(t, ctx, "new shell", submits(chromedp.Click(testid("terminal-new-shell"))),
 			waitJS(`window.gatehouseTerminal && window.gatehouseTerminal.commandId > `+strconv.Itoa(first)+
 				` && document.getElementById("terminal-status").dataset.state === "connected"`))
 		if second = commandID(); second == first {
@@ -89,7 +89,7 @@ func TestBrowserHostShellsAndClose(t *testing.T) {
 		waitStatus(t, tab, "Connected to shell #"+strconv.Itoa(first))
 		do(t, ctx, "close, confirmed",
 			chromedp.Click(testid("session-close-open")),
-			chromedp.Click(testid("session-close")),
+			submits(chromedp.Click(testid("session-close"))),
 			waitText(testid("session-state"), "closed"),
 		)
 		for _, id := range []int{first, second} {

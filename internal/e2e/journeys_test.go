@@ -94,7 +94,7 @@ func (w *consoleWorld) asPlatformAdmin(t *testing.T) context.Context {
 		signIn(adminEmail, adminPassword),
 		chromedp.WaitVisible(testid("org-row-acme")),
 		chromedp.Navigate(w.srv.url+"/admin/orgs/acme"),
-		chromedp.Click(testid("enter")),
+		submits(chromedp.Click(testid("enter"))),
 		chromedp.WaitVisible(testid("org-glance")),
 	)
 	return ctx
@@ -153,7 +153,7 @@ func TestBrowserLeastPowerfulDefaults(t *testing.T) {
 		// item 8), then is gone for good.
 		do(t, ctx, "create a key with the defaults",
 			chromedp.SendKeys(css(`#name`), "ci"),
-			chromedp.Click(testid("create-key")),
+			submits(chromedp.Click(testid("create-key"))),
 			chromedp.WaitVisible(testid("new-key-secret")),
 		)
 		if loc := get(t, ctx, "location", chromedp.Location()); !strings.HasSuffix(loc, "/o/acme/api-keys") {
@@ -164,7 +164,7 @@ func TestBrowserLeastPowerfulDefaults(t *testing.T) {
 		if n := evalJS[int](t, ctx, "secrets after reload", `document.querySelectorAll('[data-testid="new-key-secret"]').length`); n != 1 {
 			t.Error("the key's secret is gone after a reload, before it was dismissed")
 		}
-		do(t, ctx, "dismiss the key", chromedp.Click(testid("dismiss-key")), chromedp.WaitNotPresent(testid("new-key-secret")),
+		do(t, ctx, "dismiss the key", submits(chromedp.Click(testid("dismiss-key"))), chromedp.WaitNotPresent(testid("new-key-secret")),
 			chromedp.Reload(), chromedp.WaitVisible(testid("keys-table")))
 		if n := evalJS[int](t, ctx, "secrets after dismissing", `document.querySelectorAll('[data-testid="new-key-secret"]').length`); n != 0 {
 			t.Error("the key's secret is shown again after it was dismissed")
@@ -228,7 +228,7 @@ func TestBrowserEnvironmentFormKinds(t *testing.T) {
 	}
 	// A field the server refuses is marked in the danger colour, not only
 	// by its message (the 3:1 control border must not override it).
-	do(t, ctx, "save a name the server refuses", chromedp.SetValue(css(`#name`), strings.Repeat("n", 101)), chromedp.Click(testid("save-env")),
+	do(t, ctx, "save a name the server refuses", chromedp.SetValue(css(`#name`), strings.Repeat("n", 101)), submits(chromedp.Click(testid("save-env"))),
 		chromedp.WaitVisible(testid("name-error")))
 	if got := evalJS[string](t, ctx, "name border", `getComputedStyle(document.querySelector('#name')).borderTopColor`); got != "rgb(180, 35, 24)" {
 		t.Errorf("the refused name field's border is %s, want the danger colour rgb(180, 35, 24)", got)
@@ -250,7 +250,7 @@ func TestBrowserOneConfirmationPattern(t *testing.T) {
 	}
 	do(t, ctx, "open the confirmation", chromedp.Click(testid("disable-user-open")), chromedp.WaitVisible(testid("disable-user")))
 	mustContain(t, "consequence", text(t, ctx, css(`[data-testid="disable-user-confirm"] [data-testid="consequence"]`)), w.memberEmail, "signed out", "cannot sign in")
-	do(t, ctx, "disable", chromedp.Click(testid("disable-user")), chromedp.WaitVisible(testid("enable-user")))
+	do(t, ctx, "disable", submits(chromedp.Click(testid("disable-user"))), chromedp.WaitVisible(testid("enable-user")))
 	if st := text(t, ctx, css(`dl.facts [data-testid="status"]`)); st != "disabled" {
 		t.Errorf("status after disabling %q", st)
 	}
@@ -258,7 +258,7 @@ func TestBrowserOneConfirmationPattern(t *testing.T) {
 	role := "remove-role-member-dept:" + idStr(w.deptID)
 	do(t, ctx, "open the role removal", chromedp.Click(testid(role+"-open")), chromedp.WaitVisible(testid(role)))
 	mustContain(t, "role consequence", text(t, ctx, css(`[data-testid="`+role+`-confirm"] [data-testid="consequence"]`)), w.memberEmail, "Member (Research)")
-	do(t, ctx, "remove the role", chromedp.Click(testid(role)), chromedp.WaitNotPresent(testid(role+"-open")))
+	do(t, ctx, "remove the role", submits(chromedp.Click(testid(role))), chromedp.WaitNotPresent(testid(role+"-open")))
 	if n := evalJS[int](t, ctx, "roles left", `document.querySelectorAll('[data-testid="role-name"]').length`); n != 0 {
 		t.Errorf("%d roles left after removing the only one", n)
 	}
@@ -294,7 +294,7 @@ func TestBrowserPeoplesWords(t *testing.T) {
 		chromedp.SetValue(css(`#config`), `"claude-sonnet-4"`),
 		chromedp.Click(css(`input[name="environment_ids"][value="`+idStr(w.envID)+`"]`)),
 		chromedp.Click(css(`input[name="default_environment_id"][value="`+idStr(w.envID)+`"]`)),
-		chromedp.Click(testid("save-agent")),
+		submits(chromedp.Click(testid("save-agent"))),
 		chromedp.WaitVisible(css(`#config-error`)),
 	)
 	msg := text(t, ctx, css(`#config-error`))
@@ -313,7 +313,7 @@ func TestBrowserPeoplesWords(t *testing.T) {
 
 	// The audit filter's own example finds the org's creation and the
 	// admin's entry, named the same as in the platform log.
-	do(t, ctx, "follow the audit example", chromedp.Navigate(w.srv.url+"/o/acme/audit"), chromedp.Click(testid("audit-example")), chromedp.WaitVisible(testid("audit-table")))
+	do(t, ctx, "follow the audit example", chromedp.Navigate(w.srv.url+"/o/acme/audit"), submits(chromedp.Click(testid("audit-example"))), chromedp.WaitVisible(testid("audit-table")))
 	actions := text(t, ctx, testid("audit-table"))
 	mustContain(t, "org log under action:org.", actions, "org.create", "org.enter")
 	do(t, ctx, "the platform log", chromedp.Navigate(w.srv.url+"/admin/audit?q="+url.QueryEscape("action:org.")), chromedp.WaitVisible(testid("audit-table")))
@@ -331,7 +331,7 @@ func TestBrowserAuditSearch(t *testing.T) {
 		chromedp.Navigate(w.srv.url+"/o/acme/audit"),
 		chromedp.WaitVisible(css(`#q`)),
 		chromedp.SendKeys(css(`#q`), "actor:OLIVE@"),
-		chromedp.Click(testid("audit-search")),
+		submits(chromedp.Click(testid("audit-search"))),
 		chromedp.WaitVisible(testid("audit-count")),
 	)
 	count := text(t, ctx, testid("audit-count"))
@@ -352,7 +352,7 @@ func TestBrowserAuditSearch(t *testing.T) {
 	}
 	do(t, ctx, "pick a range in the future",
 		chromedp.SetValue(css(`#from`), "2099-01-01"),
-		chromedp.Click(testid("audit-search")),
+		submits(chromedp.Click(testid("audit-search"))),
 		chromedp.WaitVisible(testid("audit-empty")),
 	)
 	mustContain(t, "future count", text(t, ctx, testid("audit-count")), "0 events match")
@@ -362,7 +362,7 @@ func TestBrowserAuditSearch(t *testing.T) {
 	if v := get(t, ctx, "query kept", chromedp.Value(css(`#q`))); v != "actor:OLIVE@" {
 		t.Errorf("the search box shows %q, want the filter without the dates", v)
 	}
-	do(t, ctx, "verify the chain", chromedp.Navigate(w.srv.url+"/o/acme/audit"), chromedp.Click(testid("verify-chain")), chromedp.WaitVisible(testid("flash")))
+	do(t, ctx, "verify the chain", chromedp.Navigate(w.srv.url+"/o/acme/audit"), submits(chromedp.Click(testid("verify-chain"))), chromedp.WaitVisible(testid("flash")))
 	mustContain(t, "verification", text(t, ctx, testid("flash")), "Chain intact")
 	if nav := evalJS[string](t, ctx, "navigation", `performance.getEntriesByType("navigation")[0].type`); nav != "navigate" {
 		t.Errorf("after verifying, the page was reached by %q, not a redirect to a GET", nav)
@@ -403,7 +403,7 @@ func TestBrowserConceptsAndNavigation(t *testing.T) {
 		do(t, ctx, "open "+p, chromedp.Navigate(w.srv.url+p), chromedp.WaitVisible(testid("concepts")))
 		mustContain(t, p+" concepts", text(t, ctx, testid("concepts")), "Agent", "Execution environment", "Template", "Sandbox mode")
 	}
-	do(t, ctx, "follow the docs link", chromedp.Click(testid("concepts-doc")), chromedp.WaitVisible(testid("doc")))
+	do(t, ctx, "follow the docs link", submits(chromedp.Click(testid("concepts-doc"))), chromedp.WaitVisible(testid("doc")))
 	mustContain(t, "docs page", text(t, ctx, css(`[data-testid="doc"] h1`)), "Agents, execution environments and templates")
 
 	do(t, ctx, "agent form without templates", chromedp.Navigate(w.srv.url+"/o/acme/agents"), chromedp.WaitVisible(testid("templates-none")))
@@ -422,7 +422,7 @@ func TestBrowserConceptsAndNavigation(t *testing.T) {
 	if got := names(); got != "alpha-bot,triage-bot" {
 		t.Errorf("agents by name: %s", got)
 	}
-	do(t, ctx, "reverse", chromedp.Click(testid("sort-name")), chromedp.WaitVisible(css(`th[aria-sort="descending"]`)))
+	do(t, ctx, "reverse", submits(chromedp.Click(testid("sort-name"))), chromedp.WaitVisible(css(`th[aria-sort="descending"]`)))
 	if got := names(); got != "triage-bot,alpha-bot" {
 		t.Errorf("agents by name, descending: %s", got)
 	}

@@ -44,10 +44,10 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 
 		// An invalid slug is refused inline and nothing is created.
 		do(t, ctx, "invalid slug",
-			chromedp.Click(testid("new-org")),
+			submits(chromedp.Click(testid("new-org"))),
 			chromedp.WaitVisible(css(`#slug`)),
 			chromedp.SendKeys(css(`#slug`), "Not A Slug"),
-			chromedp.Click(testid("create-org")),
+			submits(chromedp.Click(testid("create-org"))),
 		)
 		mustContain(t, "slug error", text(t, ctx, testid("slug-error")), "lowercase")
 
@@ -56,7 +56,7 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 			chromedp.Clear(css(`#slug`)),
 			chromedp.SendKeys(css(`#slug`), "acme"),
 			chromedp.SendKeys(css(`#name`), "Acme Corp"),
-			chromedp.Click(testid("create-org")),
+			submits(chromedp.Click(testid("create-org"))),
 		)
 		mustContain(t, "flash", text(t, ctx, testid("flash")), "acme", "created")
 		if name := text(t, ctx, testid("org-name")); name != "Acme Corp" {
@@ -70,9 +70,9 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 
 		// Suspend (confirmed first) and resume through the detail page.
 		do(t, ctx, "suspend",
-			chromedp.Click(css(`[data-testid="org-row-acme"] a`)),
+			submits(chromedp.Click(css(`[data-testid="org-row-acme"] a`))),
 			chromedp.Click(testid("suspend-open")),
-			chromedp.Click(testid("suspend")),
+			submits(chromedp.Click(testid("suspend"))),
 			chromedp.WaitVisible(testid("resume")),
 		)
 		if status := text(t, ctx, testid("status")); status != "suspended" {
@@ -82,7 +82,7 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 			t.Errorf("open suspended org: %v, want ErrSuspended", err)
 		}
 		do(t, ctx, "resume",
-			chromedp.Click(testid("resume")),
+			submits(chromedp.Click(testid("resume"))),
 			chromedp.WaitVisible(testid("suspend-open")),
 		)
 		if status := text(t, ctx, testid("status")); status != "active" {
@@ -91,22 +91,22 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 
 		// Delete asks for the slug; a wrong one is refused.
 		do(t, ctx, "delete with a wrong confirmation",
-			chromedp.Click(testid("delete")),
+			submits(chromedp.Click(testid("delete"))),
 			chromedp.WaitVisible(css(`#confirm`)),
 			chromedp.SendKeys(css(`#confirm`), "acne"),
-			chromedp.Click(testid("confirm-delete")),
+			submits(chromedp.Click(testid("confirm-delete"))),
 		)
 		mustContain(t, "confirm error", text(t, ctx, testid("confirm-error")), "acme")
 		do(t, ctx, "delete",
 			chromedp.SendKeys(css(`#confirm`), "acme"),
-			chromedp.Click(testid("confirm-delete")),
+			submits(chromedp.Click(testid("confirm-delete"))),
 			chromedp.WaitVisible(testid("orgs-empty")),
 		)
 		mustContain(t, "flash after delete", text(t, ctx, testid("flash")), "deleted")
 
 		// Signing out ends the session: the list asks for a sign-in again.
 		do(t, ctx, "sign out",
-			chromedp.Click(css(`form.logout button`)),
+			submits(chromedp.Click(css(`form.logout button`))),
 			chromedp.WaitVisible(testid("login-submit")),
 			chromedp.Navigate(srv.url+"/admin/orgs"),
 			chromedp.WaitVisible(testid("login-submit")),
@@ -174,7 +174,7 @@ func TestBrowserForcedPasswordChange(t *testing.T) {
 	)
 	mustContain(t, "flash", text(t, ctx, testid("flash")), "password was changed")
 	do(t, ctx, "sign out and in with the new password",
-		chromedp.Click(css(`form.logout button`)),
+		submits(chromedp.Click(css(`form.logout button`))),
 		signIn(adminEmail, adminPassword),
 		chromedp.WaitVisible(testid("orgs-empty")),
 	)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -53,14 +54,14 @@ func TestBrowserSessionPreparation(t *testing.T) {
 			chromedp.SetValue(css("#upload-kind"), "skill"),
 			chromedp.SendKeys(css("#upload-name"), "triage"),
 			chromedp.SetUploadFiles(css("#upload-file"), []string{bundle}),
-			chromedp.Click(testid("upload-submit")),
+			submits(chromedp.Click(testid("upload-submit"))),
 			chromedp.WaitVisible(testid("upload-skill-triage")),
 		)
 		do(t, ctx, "upload the file",
 			chromedp.SetValue(css("#upload-kind"), "file"),
 			chromedp.SendKeys(css("#upload-name"), "notes/brief.md"),
 			chromedp.SetUploadFiles(css("#upload-file"), []string{brief}),
-			chromedp.Click(testid("upload-submit")),
+			submits(chromedp.Click(testid("upload-submit"))),
 			chromedp.WaitVisible(testid("upload-file-notes/brief.md")),
 		)
 		mustContain(t, "bundle row", text(t, ctx, testid("upload-skill-triage")), bundleSum, "bytes")
@@ -77,7 +78,7 @@ func TestBrowserSessionPreparation(t *testing.T) {
 	t.Run("a new session, started, lists them verified", func(t *testing.T) {
 		do(t, ctx, "new session",
 			chromedp.Navigate(agentPage),
-			chromedp.Click(testid("new-session")),
+			submits(chromedp.Click(testid("new-session"))),
 			chromedp.WaitVisible(testid("session-start")),
 		)
 		if regexp.MustCompile(`/o/acme/sessions/\d+$`).FindString(get(t, ctx, "location", chromedp.Location())) == "" {
@@ -102,11 +103,18 @@ func TestBrowserSessionPreparation(t *testing.T) {
 }
 
 // clickNow clicks the element with data-testid id inside the page, in one
-// step, failing when there is none.
+// step (the page may be replacing the node under chromedp's Click), and
+// waits for the document the click navigates to; it fails when there is
+// no such element.
 func clickNow(t *testing.T, ctx context.Context, what, id string) {
 	t.Helper()
-	if !evalJS[bool](t, ctx, what, `(() => { const el = document.querySelector('[data-testid="`+id+`"]');
-		if (!el) return false; el.click(); return true; })()`) {
-		t.Fatalf("%s: no %s on the page", what, id)
+	click := func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		ok, err := chromedp.Evaluate[bool](`(() => { const el = document.querySelector('[data-testid="`+id+`"]');
+			if (!el) return false; el.click(); return true; })()`)(ctx, tg)
+		if err == nil && !ok {
+			return chromedp.Void{}, fmt.Errorf("no %s on the page", id)
+		}
+		return chromedp.Void{}, err
 	}
+	do(t, ctx, what, submits(click))
 }

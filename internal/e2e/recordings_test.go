@@ -264,7 +264,7 @@ func TestReplayInBrowser(t *testing.T) {
 		chromedp.Navigate(srv.url+"/o/acme/recordings"),
 		chromedp.WaitVisible(css("#q")),
 		chromedp.SendKeys(css("#q"), "capybara"),
-		chromedp.Click(testid("recordings-search")),
+		submits(chromedp.Click(testid("recordings-search"))),
 		chromedp.WaitVisible(testid("recording-hit-"+strconv.FormatInt(cid, 10))),
 	)
 	if s := text(t, ctx, testid("hit-snippet")); s != "line 1 of the capybara" {
@@ -274,7 +274,7 @@ func TestReplayInBrowser(t *testing.T) {
 	if w := evalJS[float64](t, ctx, "hidden heading", `document.querySelector("th .visually-hidden").getBoundingClientRect().width`); w > 1 {
 		t.Errorf("the screen-reader heading takes %.0f px on screen", w)
 	}
-	do(t, ctx, "follow the hit", chromedp.Click(testid("hit-replay")), chromedp.WaitVisible(testid("replay")))
+	do(t, ctx, "follow the hit", submits(chromedp.Click(testid("hit-replay"))), chromedp.WaitVisible(testid("replay")))
 	waitReplayScreen(t, ctx, txt)
 	do(t, ctx, "play at twice the speed", chromedp.Click(testid("replay-speed-2")))
 	if sp := get(t, ctx, "player speed", chromedp.Evaluate[float64]("window.gatehouseReplay.speed")); sp != 2 {
@@ -287,11 +287,11 @@ func TestReplayInBrowser(t *testing.T) {
 	if got := text(t, ctx, testid("session-lifecycle")); !strings.Contains(got, "nothing pauses or reclaims it") {
 		t.Fatalf("a host session's lifecycle reads %q", got)
 	}
-	do(t, ctx, "follow Replay", chromedp.Click(testid("command-replay")), chromedp.WaitVisible(testid("replay")))
+	do(t, ctx, "follow Replay", submits(chromedp.Click(testid("command-replay"))), chromedp.WaitVisible(testid("replay")))
 	waitReplayScreen(t, ctx, txt)
 
 	do(t, ctx, "open the audit log", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape("action:command.end")),
-		chromedp.WaitVisible(testid("audit-replay")), chromedp.Click(testid("audit-replay")), chromedp.WaitVisible(testid("replay")))
+		chromedp.WaitVisible(testid("audit-replay")), submits(chromedp.Click(testid("audit-replay"))), chromedp.WaitVisible(testid("replay")))
 	waitReplayScreen(t, ctx, txt)
 	if got := text(t, ctx, testid("replay-command")); !strings.Contains(got, "capybara") && !strings.Contains(got, "ca\"\"pybara") {
 		t.Fatalf("replay page names command %q", got)

@@ -66,7 +66,7 @@ func TestBrowserSession(t *testing.T) {
 		do(t, ctx, "open the agent",
 			chromedp.Navigate(srv.url+"/o/acme/agents/"+strconv.FormatInt(agent.ID, 10)),
 			chromedp.WaitVisible(testid("sessions-empty")),
-			chromedp.Click(testid("new-session")),
+			submits(chromedp.Click(testid("new-session"))),
 			chromedp.WaitVisible(testid("session-state")),
 		)
 		m := regexp.MustCompile(`/o/acme/sessions/(\d+)$`).FindStringSubmatch(get(t, ctx, "location", chromedp.Location()))
@@ -84,7 +84,7 @@ func TestBrowserSession(t *testing.T) {
 	})
 	var sandboxID string
 	t.Run("start it: a running sandbox", func(t *testing.T) {
-		do(t, ctx, "start", chromedp.Click(testid("session-start")), chromedp.WaitVisible(testid("session-pause")))
+		do(t, ctx, "start", submits(chromedp.Click(testid("session-start"))), chromedp.WaitVisible(testid("session-pause")))
 		if st := text(t, ctx, testid("session-state")); st != "running" {
 			t.Errorf("state %q, want running", st)
 		}
@@ -96,7 +96,7 @@ func TestBrowserSession(t *testing.T) {
 		mustContain(t, "backend state", text(t, ctx, testid("session-backend-state")), "running")
 	})
 	t.Run("close it: the sandbox is gone, the record stays", func(t *testing.T) {
-		do(t, ctx, "close, confirmed", chromedp.Click(testid("session-close-open")), chromedp.Click(testid("session-close")),
+		do(t, ctx, "close, confirmed", chromedp.Click(testid("session-close-open")), submits(chromedp.Click(testid("session-close"))),
 			// The old page has a state too: wait for the one after the close.
 			waitText(testid("session-state"), "closed"))
 		if st := text(t, ctx, testid("session-state")); st != "closed" {

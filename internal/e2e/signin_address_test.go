@@ -56,13 +56,13 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 
 	// A new user: the address beside their one-time password.
 	do(t, ctx, "add a user",
-		chromedp.Click(testid("enter")),
+		submits(chromedp.Click(testid("enter"))),
 		chromedp.WaitVisible(testid("acting-banner")),
 		chromedp.Navigate(srv.url+"/o/acme/users"),
 		chromedp.WaitVisible(testid("create-user")),
 		chromedp.SendKeys(css(`#email`), "new.user@acme.test"),
 		chromedp.SendKeys(css(`#name`), "New User"),
-		chromedp.Click(testid("create-user")),
+		submits(chromedp.Click(testid("create-user"))),
 		chromedp.WaitVisible(testid("one-time-password")),
 	)
 	otp := text(t, ctx, testid("one-time-password"))
@@ -101,7 +101,7 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 	// Naming a wrong organization says so, and keeps what was typed.
 	do(t, uctx, "name an unknown organization",
 		chromedp.SendKeys(css(`#org`), "acme-typo"),
-		chromedp.Click(testid("org-continue")),
+		submits(chromedp.Click(testid("org-continue"))),
 		chromedp.WaitVisible(testid("org-error")),
 	)
 	mustContain(t, "unknown organization", text(t, uctx, testid("org-error")), `No organization is called "acme-typo"`)
@@ -114,7 +114,7 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 	do(t, uctx, "name the organization",
 		chromedp.Clear(css(`#org`)),
 		chromedp.SendKeys(css(`#org`), "Acme"),
-		chromedp.Click(testid("org-continue")),
+		submits(chromedp.Click(testid("org-continue"))),
 		atOrgLogin,
 	)
 	if loc := get(t, uctx, "location", chromedp.Location()); loc != signInURL {
@@ -134,7 +134,7 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 		chromedp.Navigate(srv.url+"/login"),
 		chromedp.WaitVisible(css(`#org`)),
 		chromedp.SendKeys(css(`#org`), signInURL),
-		chromedp.Click(testid("org-continue")),
+		submits(chromedp.Click(testid("org-continue"))),
 		atOrgLogin,
 	)
 	if loc := get(t, uctx, "location", chromedp.Location()); loc != signInURL {

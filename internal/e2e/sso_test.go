@@ -164,11 +164,11 @@ func TestBrowserSSOSignIn(t *testing.T) {
 	do(t, ctx, "sign in through the provider",
 		chromedp.Navigate(srv.url+"/o/acme/login"),
 		chromedp.WaitVisible(testid("sso-login")),
-		chromedp.Click(testid("sso-login")),
+		submits(chromedp.Click(testid("sso-login"))),
 		chromedp.WaitVisible(testid("idp-submit")),
 		chromedp.SendKeys(css(`#idp-username`), "alice"),
 		chromedp.SendKeys(css(`#idp-password`), "alice-pw"),
-		chromedp.Click(testid("idp-submit")),
+		submits(chromedp.Click(testid("idp-submit"))),
 		chromedp.WaitVisible(css(`form.logout button`)),
 	)
 	if loc := get(t, ctx, "location", chromedp.Location()); !strings.HasSuffix(loc, "/o/acme/") {
