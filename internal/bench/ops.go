@@ -9,11 +9,11 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 )
 
 // output is an output answer of either path, in the gateway's shape.
-type output = proxy.Output
+type output = gateway.Output
 
 func fromAgentd(r *agentd.SessionResponse) output {
 	return output{State: r.State, ExitCode: r.ExitCode, Chunks: r.Chunks, NextCursor: r.NextCursor, More: r.More, DroppedBytes: r.DroppedBytes}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 )
 
 // The commit times printed with the exec and keystroke figures are the
@@ -25,18 +25,18 @@ func TestTimeRecordedKeepsOnlyTheTimedRunsCommits(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := &Stack{records: &recordTimes{}}
-			s.records.add(proxy.RecordedExec, time.Hour) // from an earlier phase
+			s.records.add(gateway.RecordedExec, time.Hour) // from an earlier phase
 			calls := 0
 			direct := func() (time.Duration, error) { return time.Millisecond, nil }
-			gateway := func() (time.Duration, error) {
+			viaGateway := func() (time.Duration, error) {
 				calls++
 				// The gateway's commit of this run, numbered by call; a
 				// keystroke's record is told under another operation.
-				s.records.add(proxy.RecordedExec, time.Duration(calls))
-				s.records.add(proxy.RecordedStdin, time.Minute)
+				s.records.add(gateway.RecordedExec, time.Duration(calls))
+				s.records.add(gateway.RecordedStdin, time.Minute)
 				return 2 * time.Millisecond, nil
 			}
-			da, db, rec, err := s.timeRecorded(context.Background(), proxy.RecordedExec, tc.n, direct, gateway)
+			da, db, rec, err := s.timeRecorded(context.Background(), gateway.RecordedExec, tc.n, direct, viaGateway)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
@@ -112,7 +112,7 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 	if err != nil {
 		return r, err
 	}
-	r.ExecDirect, r.ExecGW, r.ExecRecord, err = s.timeRecorded(ctx, proxy.RecordedExec, cfg.Runs,
+	r.ExecDirect, r.ExecGW, r.ExecRecord, err = s.timeRecorded(ctx, gateway.RecordedExec, cfg.Runs,
 		func() (time.Duration, error) { return ExecTrue(ctx, direct) },
 		func() (time.Duration, error) { return ExecTrue(ctx, gw) })
 	stopCPU()
@@ -137,7 +137,7 @@ func Run(ctx context.Context, s *Stack, cfg Config, progress io.Writer) (*Result
 		_ = tyG.Close(ctx)
 		return r, err
 	}
-	r.KeyDirect, r.KeyGW, r.KeyRecord, err = s.timeRecorded(ctx, proxy.RecordedStdin, cfg.Runs,
+	r.KeyDirect, r.KeyGW, r.KeyRecord, err = s.timeRecorded(ctx, gateway.RecordedStdin, cfg.Runs,
 		func() (time.Duration, error) { return tyD.Key(ctx) },
 		func() (time.Duration, error) { return tyG.Key(ctx) })
 	stopCPU()

@@ -22,11 +22,11 @@ import (
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
 	"github.com/gatehouse/gatehouse/internal/e2benvd"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/handlers"
 	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/retention"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -63,7 +63,7 @@ type Console struct {
 	// SessionsRT is the agent-session runtime shared by every request.
 	SessionsRT *sessions.Runtime
 	// Gateway is the terminal gateway; its followers record commands.
-	Gateway *proxy.Gateway
+	Gateway *gateway.Gateway
 	// Terminal bridges browser terminals to the gateway.
 	Terminal *terminal.Bridge
 	// Envd is the E2B-compatible data plane (envd's API over the
@@ -202,7 +202,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.Envd = &e2benvd.Server{Gateway: c.Gateway, Resolver: e2benvd.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Recorded = c.Metrics.GatewayRecorded
-	c.Gateway.Limits = proxy.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
+	c.Gateway.Limits = gateway.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
 	c.Reclaim = &sessions.Reclaimer{
 		ListOrgs: c.activeOrgs,
 		OpenOrg: func(ctx context.Context, slug string) (sessions.OrgDeps, error) {

@@ -12,8 +12,8 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/netguard"
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -50,7 +50,7 @@ func agentdClient(rule func(netip.Addr) string) *http.Client {
 }
 
 // newGateway builds the terminal gateway and its recording followers.
-func (c *Console) newGateway() *proxy.Gateway {
+func (c *Console) newGateway() *gateway.Gateway {
 	hc := agentdHTTP()
 	f := &recorder.Followers{
 		Owner:    "console-" + uuid.NewString(),
@@ -63,7 +63,7 @@ func (c *Console) newGateway() *proxy.Gateway {
 		// connects: no handshake reaches the console's own machine.
 		Clients: envs.AgentdClients{Private: agentdClient(netguard.Blocked)},
 	}
-	return &proxy.Gateway{HTTP: hc, Followers: f, Logger: c.Logger}
+	return &gateway.Gateway{HTTP: hc, Followers: f, Logger: c.Logger}
 }
 
 // followerOrg opens an org for a recording follower, acting as the system.

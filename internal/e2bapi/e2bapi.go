@@ -25,7 +25,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -368,7 +368,7 @@ func SetTimeout(ctx context.Context, db *gorm.DB, id int64, seconds int, endAt t
 
 // Binding names what a data-plane request reaches.
 type Binding struct {
-	Org       proxy.Org    // the org handle proxy.Gateway methods take
+	Org       gateway.Org  // the org handle gateway.Gateway methods take
 	Actor     *authz.Actor // the key owner's actor, with the api_key credential
 	SessionID int64
 	User      string // the run-as user the SDK asked for, if the data plane needs it ("" = default)
@@ -484,7 +484,7 @@ func (s *Service) resolve(ctx context.Context, t *tenant.Tenant, sandboxID, acce
 	if err != nil {
 		return Binding{}, err
 	}
-	return Binding{Org: proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()},
+	return Binding{Org: gateway.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: svc, Revoked: t.Context()},
 		Actor: actor, SessionID: l.sessionID, Release: t.Release,
 		Recheck: func(ctx context.Context) error {
 			_, err := s.resolve(ctx, t, sandboxID, accessToken)

@@ -1,7 +1,7 @@
 // Package e2benvd is the data plane of the E2B-compatible endpoint: the
 // console itself speaks envd's API (Connect RPC process and filesystem
 // services, REST /files) to the E2B SDK, and carries out every call
-// through the audited terminal gateway (internal/proxy). It never
+// through the audited terminal gateway (internal/gateway). It never
 // forwards to a backend's envd: a command the SDK starts is authorized by
 // the agent's command policy, audited as command.exec and recorded like
 // any other command of the session, and the backend's envd token never
@@ -26,7 +26,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -50,7 +50,7 @@ const SandboxHeader = "E2b-Sandbox-Id"
 // Binding is what a sandbox id and its access token resolve to: the
 // session the sandbox is, in its org, and the principal acting in it.
 type Binding struct {
-	Org       proxy.Org
+	Org       gateway.Org
 	Actor     *authz.Actor
 	SessionID int64
 	// User is the run-as user the SDK asked for; the gateway runs every
@@ -83,15 +83,15 @@ func (f ResolverFunc) ResolveSandbox(ctx context.Context, sandboxID, accessToken
 
 // Gateway is what the data plane needs of the audited terminal gateway.
 type Gateway interface {
-	Exec(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, req proxy.ExecRequest) (proxy.Output, error)
-	Poll(ctx context.Context, org proxy.Org, a *authz.Actor, sessionID, commandID int64, cursor uint64, waitMS int64) (proxy.Output, error)
-	Stdin(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64, data []byte, eof bool) error
-	Resize(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64, rows, cols uint16) error
-	Kill(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID, commandID int64) (proxy.Output, error)
-	Commands(ctx context.Context, org proxy.Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error)
-	WriteFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, req proxy.WriteRequest) (*agentd.WriteResponse, error)
-	ReadFile(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, p string, offset, limit int64) (*agentd.FileRange, error)
-	Stat(ctx context.Context, org proxy.Org, a *authz.Actor, m proxy.Meta, sessionID int64, paths []string) ([]agentd.FileStat, error)
+	Exec(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID int64, req gateway.ExecRequest) (gateway.Output, error)
+	Poll(ctx context.Context, org gateway.Org, a *authz.Actor, sessionID, commandID int64, cursor uint64, waitMS int64) (gateway.Output, error)
+	Stdin(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64, data []byte, eof bool) error
+	Resize(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64, rows, cols uint16) error
+	Kill(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64) (gateway.Output, error)
+	Commands(ctx context.Context, org gateway.Org, a *authz.Actor, f recordings.Filter) ([]recordings.Command, error)
+	WriteFile(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID int64, req gateway.WriteRequest) (*agentd.WriteResponse, error)
+	ReadFile(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID int64, p string, offset, limit int64) (*agentd.FileRange, error)
+	Stat(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID int64, paths []string) ([]agentd.FileStat, error)
 }
 
 // Server serves envd's API for every sandbox of every org.
@@ -158,7 +158,7 @@ type bindingKey struct{}
 // call is one data-plane request as the gateway sees it.
 type call struct {
 	Binding
-	meta proxy.Meta
+	meta gateway.Meta
 }
 
 // recheck is checked on every operation after a request's first: a key
@@ -273,7 +273,7 @@ func (s *Server) resolve(next http.Handler) http.Handler {
 		if u := runAsUser(r); u != "" {
 			b.User = u
 		}
-		c := call{Binding: b, meta: proxy.Meta{SourceIP: s.sourceIP(r), UserAgent: r.UserAgent()}}
+		c := call{Binding: b, meta: gateway.Meta{SourceIP: s.sourceIP(r), UserAgent: r.UserAgent()}}
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bindingKey{}, c)))
 	})
 }
@@ -315,7 +315,7 @@ func (f flushDenials) after(ctx context.Context, procedure string, err error) er
 	c := callOf(ctx)
 	if c.Actor != nil {
 		if ferr := c.Actor.Flush(ctx); ferr != nil {
-			err = proxy.Unrecorded(ferr)
+			err = gateway.Unrecorded(ferr)
 		}
 	}
 	cerr := toConnect(err)
@@ -349,7 +349,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 	c := callOf(r.Context())
 	t, err := c.Org.Sessions.Locate(r.Context(), c.Actor, c.SessionID)
 	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
-		err = proxy.Unrecorded(ferr)
+		err = gateway.Unrecorded(ferr)
 	}
 	switch {
 	case err == nil && t.Session.State == sessions.StateRunning:

@@ -16,7 +16,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 )
 
 // readFile is envd's GET /files?path=: the file's bytes, read through the
@@ -25,7 +25,7 @@ func (s *Server) readFile(w http.ResponseWriter, r *http.Request) {
 	c := callOf(r.Context())
 	err := s.streamFile(w, r, c)
 	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
-		err = proxy.Unrecorded(ferr)
+		err = gateway.Unrecorded(ferr)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -53,7 +53,7 @@ func (s *Server) streamFile(w http.ResponseWriter, r *http.Request, c call) erro
 		w.Header().Set("Content-Length", strconv.FormatInt(f.Length, 10))
 	}
 	w.WriteHeader(http.StatusOK)
-	if _, err := proxy.CopyFile(w, f.Body); err != nil {
+	if _, err := gateway.CopyFile(w, f.Body); err != nil {
 		// The status is sent: the client sees a short body.
 		s.logger().Warn("e2b data plane: file read ended early", "session_id", c.SessionID, "error", err)
 	}
@@ -76,7 +76,7 @@ func (s *Server) writeFile(w http.ResponseWriter, r *http.Request) {
 	c := callOf(r.Context())
 	entries, err := s.writeFiles(r, c, http.NewResponseController(w).SetReadDeadline)
 	if ferr := c.Actor.Flush(r.Context()); ferr != nil && err == nil {
-		err = proxy.Unrecorded(ferr)
+		err = gateway.Unrecorded(ferr)
 	}
 	if err != nil {
 		s.fail(w, r, err)
@@ -160,10 +160,10 @@ func entry(p string) entryJSON { return entryJSON{Path: p, Name: path.Base(p), T
 
 // writeOne writes one file through the gateway's audited write: the
 // file.write record (path, size, SHA-256) is durable before agentd hears
-// of it, and at most proxy.MaxWriteBytes of content (after gzip decoding)
+// of it, and at most gateway.MaxWriteBytes of content (after gzip decoding)
 // is read, so a small compressed body cannot inflate without bound. A
 // body that stops arriving ends the write (deadline, the connection's).
 func (s *Server) writeOne(ctx context.Context, c call, p string, content io.Reader, deadline func(time.Time) error) error {
-	_, err := s.Gateway.WriteFile(ctx, c.Org, c.Actor, c.meta, c.SessionID, proxy.WriteRequest{Path: p, Body: content, ReadDeadline: deadline})
+	_, err := s.Gateway.WriteFile(ctx, c.Org, c.Actor, c.meta, c.SessionID, gateway.WriteRequest{Path: p, Body: content, ReadDeadline: deadline})
 	return err
 }

@@ -16,7 +16,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
 	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 )
 
@@ -110,7 +110,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 	if cfg == nil || cfg.GetCmd() == "" {
 		return refuse(connect.CodeInvalidArgument, "Give the process to start (process.cmd).")
 	}
-	ex := proxy.ExecRequest{Command: commandLine(cfg), Cwd: cfg.GetCwd(), Env: cfg.GetEnvs(),
+	ex := gateway.ExecRequest{Command: commandLine(cfg), Cwd: cfg.GetCwd(), Env: cfg.GetEnvs(),
 		// envd's default for an SDK that does not say: stdin open.
 		Stdin: req.Msg.Stdin == nil || req.Msg.GetStdin()}
 	if pty := req.Msg.GetPty(); pty != nil {
@@ -164,19 +164,19 @@ func (p *processService) Connect(ctx context.Context, req *connect.Request[proce
 // as each poll returns it (sent and flushed before the next poll), then
 // its end. With a keepalive interval, a poll that returned nothing is
 // answered with a keepalive event.
-func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every time.Duration, send func(*process.ProcessEvent) error) error {
+func (s *Server) follow(ctx context.Context, c call, out gateway.Output, every time.Duration, send func(*process.ProcessEvent) error) error {
 	wait := pollWait
 	if every > 0 {
 		wait = every
 	}
-	// A revocation ends the stream within proxy.RecheckEvery, whatever
+	// A revocation ends the stream within gateway.RecheckEvery, whatever
 	// its keepalive: each poll waits on a context the recheck ends, as the
 	// gateway's own long-polls do, not only until its own wait is over.
 	var recheck func(context.Context) (*authz.Actor, error)
 	if c.Recheck != nil {
 		recheck = func(ctx context.Context) (*authz.Actor, error) { return c.Actor, c.Recheck(ctx) }
 	}
-	watched, stop := proxy.WatchPrincipal(ctx, recheck)
+	watched, stop := gateway.WatchPrincipal(ctx, recheck)
 	defer stop()
 	polled := false
 	for {
@@ -198,7 +198,7 @@ func (s *Server) follow(ctx context.Context, c call, out proxy.Output, every tim
 			return err
 		}
 		next, err := s.Gateway.Poll(watched, c.Org, c.Actor, c.SessionID, out.CommandID, out.NextCursor, wait.Milliseconds())
-		if revoked := proxy.EndedBy(watched); revoked != nil && ctx.Err() == nil {
+		if revoked := gateway.EndedBy(watched); revoked != nil && ctx.Err() == nil {
 			return revoked
 		}
 		if err != nil {
@@ -224,7 +224,7 @@ func dataEvent(ch agentd.Chunk, tty bool) *process.ProcessEvent {
 
 // endEvent is envd's end of a process: exited with its code, or (killed,
 // timed out, lost) not exited, with -1 and why.
-func endEvent(out proxy.Output) *process.ProcessEvent {
+func endEvent(out gateway.Output) *process.ProcessEvent {
 	end := &process.ProcessEvent_EndEvent{ExitCode: -1, Status: out.State}
 	if out.ExitCode != nil {
 		end.ExitCode = int32(*out.ExitCode)

@@ -18,7 +18,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 	"github.com/gatehouse/gatehouse/internal/terminal"
@@ -229,7 +229,7 @@ func (s *Server) runSessionOp(c echo.Context, op sessionOp) (sessions.Session, e
 // the gateway first ends the commands running in it, killed and recorded
 // to the end, then the sessions service closes it and kills its sandbox.
 func (s *Server) closeSession(svc *sessions.Service, ctx context.Context, a *authz.Actor, id int64) (sessions.Session, error) {
-	org := proxy.Org{Slug: svc.Org, DB: svc.DB, Audit: svc.Audit, Sessions: svc}
+	org := gateway.Org{Slug: svc.Org, DB: svc.DB, Audit: svc.Audit, Sessions: svc}
 	if err := s.Gateway.EndCommands(ctx, org, a, id); err != nil {
 		return sessions.Session{}, err
 	}

@@ -12,7 +12,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/terminal"
@@ -22,7 +22,7 @@ import (
 // registerTerminal is the terminal gateway's route table, mounted under an
 // org's JSON API. Every route passes any signed-in principal of the org;
 // the gateway authorizes each operation on the session's terminal
-// (internal/proxy), records it and only then forwards it.
+// (internal/gateway), records it and only then forwards it.
 func (s *Server) registerTerminal(api *group) {
 	api.handle(http.MethodPost, "/sessions/:id/commands", rbac.Authenticated(), s.apiExec)
 	api.handle(http.MethodGet, "/sessions/:id/commands", rbac.Authenticated(), s.apiCommands)
@@ -46,13 +46,13 @@ func (s *Server) registerTerminalPages(pg *group) {
 }
 
 // terminalOrg is the request's org as the gateway needs it.
-func (s *Server) terminalOrg(c echo.Context) proxy.Org {
+func (s *Server) terminalOrg(c echo.Context) gateway.Org {
 	t := tenantOf(c)
-	return proxy.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: s.sessionService(c), Revoked: t.Context()}
+	return gateway.Org{Slug: t.Org.Slug, DB: t.DB, Audit: t.Audit, Sessions: s.sessionService(c), Revoked: t.Context()}
 }
 
-func meta(c echo.Context) proxy.Meta {
-	return proxy.Meta{SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent()}
+func meta(c echo.Context) gateway.Meta {
+	return gateway.Meta{SourceIP: c.RealIP(), UserAgent: c.Request().UserAgent()}
 }
 
 func (s *Server) apiExec(c echo.Context) error {
@@ -60,11 +60,11 @@ func (s *Server) apiExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return jsonCall(c, http.StatusCreated, func(req proxy.ExecRequest) (proxy.Output, error) {
+	return jsonCall(c, http.StatusCreated, func(req gateway.ExecRequest) (gateway.Output, error) {
 		// Checked before anything is recorded: a refused exec leaves no
 		// command and no audit record, and reaches no agentd.
 		if err := req.Validate(); err != nil {
-			return proxy.Output{}, err
+			return gateway.Output{}, err
 		}
 		return s.Gateway.Exec(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
 	})
@@ -186,7 +186,7 @@ func (s *Server) apiOutput(c echo.Context) error {
 	ctx := c.Request().Context()
 	if wait > 0 {
 		var stop func()
-		ctx, stop = proxy.WatchPrincipal(ctx, s.terminalRecheck(c))
+		ctx, stop = gateway.WatchPrincipal(ctx, s.terminalRecheck(c))
 		defer stop()
 	}
 	out, err := s.Gateway.Poll(ctx, s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)
@@ -289,7 +289,7 @@ func (s *Server) apiReadFile(c echo.Context) error {
 		h.Set(echo.HeaderContentLength, strconv.FormatInt(f.Length, 10))
 	}
 	c.Response().WriteHeader(http.StatusOK)
-	if n, err := proxy.CopyFile(c.Response(), f.Body); err != nil {
+	if n, err := gateway.CopyFile(c.Response(), f.Body); err != nil {
 		// The status is sent: the only way left to say the body is
 		// incomplete is to break the response, so that no client takes
 		// a cut file (sent without a length) for a whole one.
@@ -299,7 +299,7 @@ func (s *Server) apiReadFile(c echo.Context) error {
 	return nil
 }
 
-// apiWriteFile writes the raw request body (at most proxy.MaxWriteBytes,
+// apiWriteFile writes the raw request body (at most gateway.MaxWriteBytes,
 // exempt from the 1 MiB limit of JSON bodies) to path in the session's
 // environment.
 func (s *Server) apiWriteFile(c echo.Context) error {
@@ -307,7 +307,7 @@ func (s *Server) apiWriteFile(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	req := proxy.WriteRequest{Path: c.QueryParam("path"), Body: c.Request().Body,
+	req := gateway.WriteRequest{Path: c.QueryParam("path"), Body: c.Request().Body,
 		ReadDeadline: http.NewResponseController(c.Response()).SetReadDeadline}
 	if m := c.QueryParam("mode"); m != "" {
 		v, err := strconv.ParseUint(m, 8, 32)

@@ -19,10 +19,10 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apidoc"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/platform"
-	"github.com/gatehouse/gatehouse/internal/proxy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -50,7 +50,7 @@ type Deps struct {
 	// from it (or from the host the browser addressed).
 	BaseURL string
 	// Gateway is the audited terminal gateway.
-	Gateway *proxy.Gateway
+	Gateway *gateway.Gateway
 	// Terminal bridges browser terminals to the gateway (nil: one over
 	// Gateway).
 	Terminal *terminal.Bridge
@@ -117,7 +117,7 @@ func New(d Deps) *Server {
 	e.Use(s.accessLog)
 	e.Use(securityHeaders)
 	e.Use(limitBody(maxBodyBytes, map[string]int64{
-		http.MethodPut + " /api/v1/orgs/:org/sessions/:id/files": proxy.MaxWriteBytes,
+		http.MethodPut + " /api/v1/orgs/:org/sessions/:id/files": gateway.MaxWriteBytes,
 	}))
 	e.Use(s.csrf)
 

@@ -13,7 +13,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
@@ -38,7 +38,7 @@ func TestOutputInAgentdFraming(t *testing.T) {
 			wantStatus(t, "poll "+accept, r, http.StatusOK)
 			return r
 		}
-		decodeBinary := func(r response) proxy.Output {
+		decodeBinary := func(r response) gateway.Output {
 			t.Helper()
 			if v := r.header.Values("Vary"); !slices.Contains(v, "Accept") {
 				t.Errorf("Vary %q: a cache could mix the binary and JSON answers", v)
@@ -46,7 +46,7 @@ func TestOutputInAgentdFraming(t *testing.T) {
 			if ct := r.header.Get("Content-Type"); ct != agentd.ChunksMediaType {
 				t.Fatalf("Content-Type %q, want %s", ct, agentd.ChunksMediaType)
 			}
-			var o proxy.Output
+			var o gateway.Output
 			chunks, err := agentd.ReadChunks(bytes.NewReader(r.body), int64(len(r.body)), &o)
 			if err != nil {
 				t.Fatalf("decode the binary answer: %v", err)
@@ -54,15 +54,15 @@ func TestOutputInAgentdFraming(t *testing.T) {
 			o.Chunks = chunks
 			return o
 		}
-		decodeJSON := func(r response) proxy.Output {
+		decodeJSON := func(r response) gateway.Output {
 			t.Helper()
-			var o proxy.Output
+			var o gateway.Output
 			if err := json.Unmarshal(r.body, &o); err != nil {
 				t.Fatalf("decode the JSON answer: %v", err)
 			}
 			return o
 		}
-		same := func(what string, bin, js proxy.Output) {
+		same := func(what string, bin, js gateway.Output) {
 			t.Helper()
 			if bin.CommandID != js.CommandID || bin.State != js.State || bin.NextCursor != js.NextCursor || bin.More != js.More || len(bin.Chunks) != len(js.Chunks) {
 				t.Fatalf("%s: binary %+v differs from JSON %+v", what, bin, js)
@@ -81,11 +81,11 @@ func TestOutputInAgentdFraming(t *testing.T) {
 		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
 			"command": `printf 'one\000\377\n'; printf 'err\n' >&2; read line; printf 'two\n'`, "stdin": true, "wait_ms": 0})
 		wantStatus(t, "exec", r, http.StatusCreated)
-		var started proxy.Output
+		var started gateway.Output
 		r.decode(t, &started)
 		cid := started.CommandID
 
-		var live proxy.Output
+		var live gateway.Output
 		for deadline := time.Now().Add(20 * time.Second); len(live.Chunks) < 2; {
 			live = decodeBinary(poll(cid, 0, agentd.ChunksMediaType))
 			if live.State != agentd.StateRunning || time.Now().After(deadline) {
@@ -174,7 +174,7 @@ func TestRecordingDrainsASmallAgentdBuffer(t *testing.T) {
 				r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{
 					"command": fmt.Sprintf(`head -c %d /dev/zero | tr '\000' a`, size), "wait_ms": 0})
 				wantStatus(t, "exec", r, http.StatusCreated)
-				var started proxy.Output
+				var started gateway.Output
 				r.decode(t, &started)
 				// Nobody polls: the follower alone drains agentd.
 				c := waitCommandEnded(t, f, started.CommandID)
@@ -227,7 +227,7 @@ func TestFollowerEndsWhenEnvironmentDeleted(t *testing.T) {
 		f.e.c.Gateway.Followers.Wait = time.Second
 		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "sleep 60", "wait_ms": 0})
 		wantStatus(t, "exec", r, http.StatusCreated)
-		var started proxy.Output
+		var started gateway.Output
 		r.decode(t, &started)
 
 		agentPath := fmt.Sprintf("/api/v1/orgs/acme/agents/%d", f.agentID)

@@ -12,13 +12,13 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/proxy"
+	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
 // Package terminal is the browser terminal: a WebSocket bridged to the
-// terminal gateway's operations (internal/proxy), each checked, recorded and
+// terminal gateway's operations (internal/gateway), each checked, recorded and
 // audited there as if it came through the JSON API. It keeps the open
 // connections, so they can be dropped (tests) and closed on revocation.
 //
@@ -68,7 +68,7 @@ type Attach struct {
 	Rows, Cols uint16
 	// Recheck authenticates the connection's credential again and returns
 	// the actor to act as now (roles as they stand). It runs before every
-	// keystroke, window change and poll, and every proxy.RecheckEvery while the
+	// keystroke, window change and poll, and every gateway.RecheckEvery while the
 	// terminal is idle; its error (signed out, access removed) closes the
 	// terminal with its message. Nil keeps the handshake's actor.
 	Recheck func(ctx context.Context) (*authz.Actor, error)
@@ -129,7 +129,7 @@ const idlePollPause = 250 * time.Millisecond
 
 // Bridge serves browser terminals through a gateway. One per process.
 type Bridge struct {
-	Gateway *proxy.Gateway
+	Gateway *gateway.Gateway
 	Logger  *slog.Logger
 	// Open are the open browser terminals.
 	Open Terminals
@@ -143,7 +143,7 @@ func (b *Bridge) logger() *slog.Logger {
 }
 
 // Serve serves one browser terminal over conn until either side ends it.
-func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org, a *authz.Actor, m proxy.Meta, at Attach) error {
+func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org gateway.Org, a *authz.Actor, m gateway.Meta, at Attach) error {
 	g := b.Gateway
 	b.Open.add(conn)
 	defer b.Open.remove(conn)
@@ -153,8 +153,8 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
 	// The credential is checked again while the terminal is open, typed
-	// into or not: a revocation closes it within proxy.RecheckEvery.
-	ctx, stopWatch := proxy.WatchPrincipal(ctx, at.Recheck)
+	// into or not: a revocation closes it within gateway.RecheckEvery.
+	ctx, stopWatch := gateway.WatchPrincipal(ctx, at.Recheck)
 	defer stopWatch()
 	// now is the actor of one operation: the credential checked again,
 	// with its roles as they stand.
@@ -168,7 +168,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 	// when the connection ends (a crash would lose them).
 	done := func(act *authz.Actor, err error) error {
 		if ferr := act.Flush(context.WithoutCancel(ctx)); ferr != nil {
-			return proxy.Unrecorded(ferr)
+			return gateway.Unrecorded(ferr)
 		}
 		return err
 	}
@@ -223,7 +223,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			return fail(err)
 		}
 	} else if cid == 0 {
-		out, err := g.Exec(ctx, org, a, m, at.SessionID, proxy.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
+		out, err := g.Exec(ctx, org, a, m, at.SessionID, gateway.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
 		if err != nil {
 			return fail(err)
 		}
@@ -357,7 +357,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 			}
 		}
 	}
-	if cause := proxy.EndedBy(ctx); cause != nil {
+	if cause := gateway.EndedBy(ctx); cause != nil {
 		// Revoked (signed out, access removed, org suspended): say why.
 		return fail(cause)
 	}
@@ -369,7 +369,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org proxy.Org,
 // when its session's close did (the close records why before it kills
 // anything, so the reason is there by the time agentd reports the end).
 // A failed read says nothing more rather than fail the terminal.
-func endedBy(ctx context.Context, org proxy.Org, sessionID, commandID int64) string {
+func endedBy(ctx context.Context, org gateway.Org, sessionID, commandID int64) string {
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	c, err := recordings.GetInSession(rctx, org.DB, sessionID, commandID)

@@ -1,4 +1,4 @@
-package proxy
+package gateway
 
 import (
 	"context"
@@ -158,7 +158,7 @@ func (g *Gateway) writeSlot(ctx context.Context, org string) (release func(), er
 	if err := g.spooling.Acquire(wctx, 1); err != nil {
 		leave()
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("proxy: wait for a write slot: %w", ctx.Err())
+			return nil, fmt.Errorf("gateway: wait for a write slot: %w", ctx.Err())
 		}
 		return nil, busy("This console server is busy with other file uploads (it takes %d at a time); try again in a few seconds.", slots)
 	}
@@ -182,7 +182,7 @@ func (i *idleReader) Read(p []byte) (int, error) {
 func spoolBody(body io.Reader) (*os.File, int64, string, error) {
 	f, err := os.CreateTemp("", "gatehouse-write-*")
 	if err != nil {
-		return nil, 0, "", fmt.Errorf("proxy: spool write: %w", err)
+		return nil, 0, "", fmt.Errorf("gateway: spool write: %w", err)
 	}
 	fail := func(err error) (*os.File, int64, string, error) {
 		f.Close()
@@ -200,7 +200,7 @@ func spoolBody(body io.Reader) (*os.File, int64, string, error) {
 		return fail(apperr.New(apperr.ErrInvalid, "body_incomplete", "The request body ended after %d bytes, before it was complete; nothing was written.", n))
 	}
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return fail(fmt.Errorf("proxy: rewind spool: %w", err))
+		return fail(fmt.Errorf("gateway: rewind spool: %w", err))
 	}
 	return f, n, hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -1,14 +1,15 @@
-// Package proxy is the audited terminal gateway: every operation an agent
-// runtime or a person runs in a session's environment goes through it.
-// Each operation is split the same way: resolve and authorize (resolve.go:
-// the org, the session and its environment, the principal, the casbin
-// decision and the agent's command policy), make it durable (its audit
-// event, or for stdin its recording chunk; if that cannot be written,
-// nothing is forwarded), then forward (forward.go: agentd with the
-// environment's token injected, a bounded timeout, agentd's states mapped
-// onto the command's). Output is recorded by a follower per running command
-// (follower.go), independent of any client.
-package proxy
+// Package gateway is the audited terminal gateway: every operation an
+// agent runtime or a person runs in a session's environment goes through
+// it, split the same way. Resolve and authorize (resolve.go: the org, the
+// session and its environment, the principal, the casbin decision and the
+// agent's rules); make it durable (its audit event, or for stdin its
+// recording frame: if that cannot be written, nothing is forwarded); then
+// forward (forward.go: agentd with the environment's token injected, a
+// bounded timeout, agentd's states mapped onto the command's). One file
+// per operation: exec.go, poll.go, input.go, kill.go, files.go, write.go,
+// resize.go, close.go. Output is recorded by internal/recorder, one
+// follower per running command, independent of any client.
+package gateway
 
 import (
 	"context"
