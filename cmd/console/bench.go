@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/bench"
+	"github.com/gatehouse/gatehouse/internal/chaos"
 )
 
 // benchCmd runs `console bench gateway`: the terminal gateway against
@@ -137,7 +138,7 @@ func benchOne(ctx context.Context, dsn string, ad *bench.Agentd, cfg bench.Confi
 func chaosCmd(ctx context.Context, args []string, getenv func(string) string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("console bench chaos", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	var o bench.ChaosOptions
+	var o chaos.Options
 	fs.DurationVar(&o.Duration, "duration", 5*time.Minute, "how long the driver runs and the chaos loop injects faults")
 	fs.DurationVar(&o.KillEvery, "kill-every", 5*time.Second, "mean time between console SIGKILLs (each is restarted at once)")
 	fs.IntVar(&o.Replicas, "replicas", 3, "console processes")
@@ -165,7 +166,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	if !*quiet {
 		o.Progress = stderr
 	}
-	rep, err := bench.RunChaos(ctx, o)
+	rep, err := chaos.Run(ctx, o)
 	if err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package bench_test
+package chaos_test
 
 import (
 	"bytes"
@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/bench"
+	"github.com/gatehouse/gatehouse/internal/chaos"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
 
@@ -18,16 +18,16 @@ import (
 // two agentd hosts and the E2B fake, drives twenty sessions through a
 // balancer while a chaos loop SIGKILLs and restarts consoles, restarts an
 // agentd once and cuts Postgres once, and then checks the invariants (see
-// bench.RunChaos and docs/operations.md, "Chaos run").
+// chaos.Run and docs/operations.md, "Chaos run").
 //
 // Without GATEHOUSE_CHAOS it is the short version every test run makes
 // (20 s of chaos, a kill every ~4 s); GATEHOUSE_CHAOS=5m makes it a long
 // run of that duration (GATEHOUSE_CHAOS_KILL_EVERY sets the mean time
 // between kills, default 5 s):
 //
-//	GATEHOUSE_CHAOS=5m go test -count=1 -run TestChaos ./internal/bench/ -timeout 30m -v
+//	GATEHOUSE_CHAOS=5m go test -count=1 -run TestChaos ./internal/chaos/ -timeout 30m -v
 func TestChaos(t *testing.T) {
-	o := bench.ChaosOptions{Duration: 20 * time.Second, KillEvery: 4 * time.Second}
+	o := chaos.Options{Duration: 20 * time.Second, KillEvery: 4 * time.Second}
 	if v := os.Getenv("GATEHOUSE_CHAOS"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d <= 0 {
@@ -49,7 +49,7 @@ func TestChaos(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), o.Duration+10*time.Minute)
 	defer cancel()
-	rep, err := bench.RunChaos(ctx, o)
+	rep, err := chaos.Run(ctx, o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,10 @@
-package bench
+// Package chaos is the chaos harness: console replicas run as real
+// processes on one Postgres, driven through a balancer by sessions of real
+// agentd hosts and the E2B fake while a loop kills, cuts and restarts
+// them; afterwards every recording, session and audit invariant is
+// checked (`console bench chaos`, TestChaos; docs/operations.md, "Chaos
+// run").
+package chaos
 
 import (
 	"context"
@@ -18,14 +24,15 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/bench"
 	"github.com/gatehouse/gatehouse/internal/netfault"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
-// ChaosOptions size a chaos run: several console replicas on one Postgres,
+// Options size a chaos run: several console replicas on one Postgres,
 // driven through a balancer while a chaos loop kills and cuts things.
-type ChaosOptions struct {
+type Options struct {
 	// ConsoleBin and AgentdBin are the built binaries (cmd/console,
 	// cmd/agentd) the run starts as real processes.
 	ConsoleBin, AgentdBin string
@@ -45,7 +52,7 @@ type ChaosOptions struct {
 	Progress io.Writer
 }
 
-func (o ChaosOptions) withDefaults() ChaosOptions {
+func (o Options) withDefaults() Options {
 	if o.Replicas <= 0 {
 		o.Replicas = 3
 	}
@@ -74,8 +81,8 @@ const (
 	chaosAdmin  = "chaos-admin@example.com"
 )
 
-// ChaosReport is what a chaos run measured and found.
-type ChaosReport struct {
+// Report is what a chaos run measured and found.
+type Report struct {
 	Duration time.Duration
 	Replicas int
 	Sessions int
@@ -105,11 +112,11 @@ type Recovery struct {
 }
 
 // OK reports whether every invariant held.
-func (r *ChaosReport) OK() bool { return len(r.Violation) == 0 }
+func (r *Report) OK() bool { return len(r.Violation) == 0 }
 
 // Print writes the report's figures.
-func (r *ChaosReport) Print(w io.Writer) {
-	fmt.Fprintf(w, "\nGatehouse chaos run (%s): %d console replicas on one Postgres, %d sessions, %s\n", Machine(), r.Replicas, r.Sessions,
+func (r *Report) Print(w io.Writer) {
+	fmt.Fprintf(w, "\nGatehouse chaos run (%s): %d console replicas on one Postgres, %d sessions, %s\n", bench.Machine(), r.Replicas, r.Sessions,
 		r.Duration.Round(time.Second))
 	fmt.Fprintf(w, "requests: %d sent, %d served (2xx), %d retried after a killed replica dropped them\n", r.Requests, r.Served, r.Retries)
 	fmt.Fprintf(w, "balancer: %d connections to replicas, %d times a refusing (killed) replica was passed over\n", r.Connections, r.PassedOver)
@@ -128,8 +135,8 @@ func (r *ChaosReport) Print(w io.Writer) {
 				break
 			}
 		}
-		fmt.Fprintf(w, "recovery after %s (%s): n=%d p50 %s, max %s\n", f, what, len(ds), Percentile(ds, 50).Round(time.Millisecond),
-			Percentile(ds, 100).Round(time.Millisecond))
+		fmt.Fprintf(w, "recovery after %s (%s): n=%d p50 %s, max %s\n", f, what, len(ds), bench.Percentile(ds, 50).Round(time.Millisecond),
+			bench.Percentile(ds, 100).Round(time.Millisecond))
 	}
 	fmt.Fprintf(w, "settled (every command ended) %s after the chaos stopped\n", r.Settle.Round(time.Millisecond))
 	fmt.Fprintf(w, "documented error answers: %s\n", countsLine(r.Errors))
@@ -170,7 +177,7 @@ func sortedKeys[V any](m map[string]V) []string {
 
 // chaosRun is one run's state.
 type chaosRun struct {
-	o       ChaosOptions
+	o       Options
 	t0      time.Time
 	dir     string
 	prefix  string // org database name prefix
@@ -237,10 +244,10 @@ func (r *chaosRun) recovered(fault, what string, at time.Time, took time.Duratio
 	r.logf("recovered from %s in %s (%s)", fault, took.Round(time.Millisecond), what)
 }
 
-// RunChaos runs the chaos scenario and reports. An error means the run
+// Run runs the chaos scenario and reports. An error means the run
 // itself could not be carried out (a binary would not start, the setup
 // failed); what the run found is in the report.
-func RunChaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error) {
+func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	o = o.withDefaults()
 	if o.ConsoleBin == "" || o.AgentdBin == "" || o.PostgresDSN == "" {
 		return nil, errors.New("chaos: the console and agentd binaries and a Postgres DSN are required")
@@ -288,7 +295,7 @@ func RunChaos(ctx context.Context, o ChaosOptions) (rep *ChaosReport, err error)
 	for _, a := range undocumented {
 		r.violate("undocumented error answer: %s", a.describe(r.t0))
 	}
-	rep = &ChaosReport{Duration: o.Duration, Replicas: o.Replicas, Sessions: len(r.sessions),
+	rep = &Report{Duration: o.Duration, Replicas: o.Replicas, Sessions: len(r.sessions),
 		Requests: r.c.requests.Load(), Served: r.c.served.Load(), Retries: r.c.retries.Load(),
 		Ops: r.ops, Faults: r.faults, Recovery: r.recovery, Checks: checks, Errors: documented, Violation: r.violation, Settle: settle,
 		Commands: len(r.commands), Connections: r.lb.Accepted.Load(), PassedOver: r.lb.Skipped.Load()}
