@@ -13,6 +13,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -175,7 +176,7 @@ func isWrite(q string) bool {
 func normalizeSQL(q string) string {
 	q = strings.Join(strings.Fields(q), " ")
 	if len(q) > 90 {
-		q = q[:90] + "…"
+		q = clip.String(q, 90)
 	}
 	return q
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/gatehouse/gatehouse/internal/clip"
 )
 
 // chaosClient is the driver's HTTP client of the console replicas, through
@@ -171,7 +173,7 @@ func (c *chaosClient) record(r request, status int, code string, body []byte) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.errors = append(c.errors, answerRecord{At: time.Now(), Org: r.org, Env: r.env, Method: r.method, Path: r.path,
-		Status: status, Code: code, Body: truncateString(string(body), 300)})
+		Status: status, Code: code, Body: clip.String(string(body), 300)})
 }
 
 func (c *chaosClient) answers() []answerRecord {
@@ -191,13 +193,6 @@ func errorCode(body []byte) string {
 		return ""
 	}
 	return env.Error.Code
-}
-
-func truncateString(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // isCode reports whether err is an answer with code.

@@ -23,6 +23,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2b"
@@ -666,9 +667,9 @@ func (s *Service) RecordHealth(ctx context.Context, id int64, h Health) (prev st
 		return "", err
 	}
 	now := s.now()
-	updates := map[string]any{"health_status": h.Status, "health_error": truncate(h.Error, 500), "health_checked_at": now,
+	updates := map[string]any{"health_status": h.Status, "health_error": clip.String(h.Error, 500), "health_checked_at": now,
 		"health_latency_ms": int(h.Latency / time.Millisecond), "agentd_version": h.Version, "active_sessions": h.ActiveSessions,
-		"exec_reporting": h.ExecReporting, "exec_reporting_reason": truncate(h.ExecReportingReason, 500)}
+		"exec_reporting": h.ExecReporting, "exec_reporting_reason": clip.String(h.ExecReportingReason, 500)}
 	if e.HealthStatus != h.Status {
 		updates["health_changed_at"] = now
 		prev = e.HealthStatus
@@ -677,11 +678,4 @@ func (s *Service) RecordHealth(ctx context.Context, id int64, h Health) (prev st
 		return "", fmt.Errorf("record health: %w", err)
 	}
 	return prev, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

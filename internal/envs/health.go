@@ -19,6 +19,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -188,7 +189,7 @@ func explain(err error) string {
 // (validation refuses them) and tokens travel only in headers.
 func scrub(msg string) string {
 	msg = strings.ReplaceAll(msg, "\n", " ")
-	return truncate(msg, 300)
+	return clip.String(msg, 300)
 }
 
 // CheckAndRecord probes e, stores the result (as Shown) and audits a

@@ -16,6 +16,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -471,4 +472,24 @@ func TestHealthExplainsFailures(t *testing.T) {
 	if h.Status != envs.HealthUnreachable || !strings.Contains(h.Error, "Connection refused: is agentd") {
 		t.Fatalf("health = %+v, want an unreachable status that says the connection was refused", h)
 	}
+}
+
+// TestRecordHealthKeepsLongNonASCIIReasons: an error or exec-reporting
+// reason over its column's budget, in characters of several bytes, is
+// cut on a character, so Postgres stores it.
+func TestRecordHealthKeepsLongNonASCIIReasons(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := setup(t, d)
+		e := f.mustCreate(t, hostInput("build-01", "http://127.0.0.1:9", "0123456789abcdef0123"))
+		long := strings.Repeat("日", 200) // 600 bytes: the 500-byte cut falls inside a character
+		if _, err := f.envs.RecordHealth(context.Background(), e.ID, envs.Health{Status: envs.HealthUnreachable, Error: long,
+			ExecReporting: "unavailable", ExecReportingReason: long}); err != nil {
+			t.Fatalf("RecordHealth: %v", err)
+		}
+		got := statusOf(t, f, e.ID)
+		if !utf8.ValidString(got.HealthError) || !strings.HasPrefix(got.HealthError, "日日") || len(got.HealthError) > 503 {
+			t.Errorf("stored health error %q (%d bytes)", got.HealthError, len(got.HealthError))
+		}
+	})
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
@@ -101,7 +102,7 @@ func authorize(ctx context.Context, a *authz.Actor, t sessions.Target, act strin
 // defence in depth, not a boundary: an interactive shell can type anything.
 func policyCheck(a *authz.Actor, t sessions.Target, command string, env map[string]string) error {
 	deny := func(pattern, what string) error {
-		return a.Deny(authz.Denial{Target: audit.Target{Type: "command", Name: truncate(command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
+		return a.Deny(authz.Denial{Target: audit.Target{Type: "command", Name: clip.String(command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
 			Object: terminalObject(t.Session.ID), Action: ActExec, Rule: "command policy of agent " + t.Agent.Name + ": " + pattern + what},
 			"The command matches the agent's command policy ("+pattern+")"+what+" and was not run.")
 	}
@@ -115,11 +116,4 @@ func policyCheck(a *authz.Actor, t sessions.Target, command string, env map[stri
 		}
 	}
 	return nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"gorm.io/gorm"
 )
 
@@ -156,7 +157,7 @@ func WriteCast(ctx context.Context, db *gorm.DB, w io.Writer, c Command, opts Ca
 	bw := bufio.NewWriterSize(w, 64<<10)
 	enc := json.NewEncoder(bw)
 	enc.SetEscapeHTML(false)
-	hdr := castHeader{Version: 2, Width: DefaultCols, Height: DefaultRows, Timestamp: c.StartedAt.Unix(), Title: truncate(c.Command, 200)}
+	hdr := castHeader{Version: 2, Width: DefaultCols, Height: DefaultRows, Timestamp: c.StartedAt.Unix(), Title: clip.String(c.Command, 200)}
 	if len(resizes) > 0 {
 		hdr.Width, hdr.Height, resizes = resizes[0].Cols, resizes[0].Rows, resizes[1:]
 	}

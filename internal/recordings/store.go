@@ -15,6 +15,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -80,7 +81,7 @@ func (c Command) Ended() bool { return c.State != StateRunning }
 
 // Target names a command in the audit log.
 func (c Command) Target() audit.Target {
-	return audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(c.Command, 200)}
+	return audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: clip.String(c.Command, 200)}
 }
 
 type frame struct {
@@ -553,13 +554,6 @@ func Verify(ctx context.Context, db *gorm.DB, id int64, wantOut, wantIn string) 
 		v.OK = true
 	}
 	return v, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // ReadAfter returns the chunks of kind after seq, in order, up to about

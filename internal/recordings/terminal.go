@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/clip"
 )
 
 // StreamExec holds agentd's exec records: the programs the kernel saw
@@ -131,7 +132,7 @@ func terminalCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Comm
 		}
 		name := strings.TrimPrefix(agentd.ExecLine(p.rec), "$ ")
 		if _, err := log.AppendTx(ctx, tx, audit.Event{Actor: typist, Action: ActionTerminalCommand,
-			Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(name, terminalCommandName)},
+			Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: clip.String(name, terminalCommandName)},
 			Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
 			return fmt.Errorf("audit terminal command: %w", err)
 		}
@@ -159,7 +160,7 @@ func coalescedCommandsTx(ctx context.Context, tx *gorm.DB, log *audit.Log, c Com
 		"last_argv": last.Argv, "at": lastAt.UTC().Format(time.RFC3339Nano)}
 	name := strconv.Itoa(len(rest)) + " more programs, the last " + strings.TrimPrefix(agentd.ExecLine(last), "$ ")
 	if _, err := log.AppendTx(ctx, tx, audit.Event{Actor: typist, Action: ActionTerminalCommand,
-		Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: truncate(name, terminalCommandName)},
+		Target:   audit.Target{Type: "command", ID: strconv.FormatInt(c.ID, 10), Name: clip.String(name, terminalCommandName)},
 		Decision: audit.Allow, Details: audit.Details(details)}); err != nil {
 		return fmt.Errorf("audit coalesced terminal commands: %w", err)
 	}

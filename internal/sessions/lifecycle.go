@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
 )
@@ -721,7 +722,7 @@ func (s *Service) ReportUnreachable(ctx context.Context, sessionID int64, cause 
 	}
 	msg := "unknown error"
 	if cause != nil {
-		msg = truncate(failure(cause), 200)
+		msg = clip.String(failure(cause), 200)
 	}
 	if sess.SandboxMode == agents.SandboxPerSession && sess.SandboxID != "" {
 		b, _, err := s.backendOf(ctx, sess)

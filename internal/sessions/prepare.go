@@ -19,6 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/envs"
 )
 
@@ -307,7 +308,7 @@ func (s *Service) uploadBytes(ctx context.Context, it *plannedItem, fail func(st
 // agentd reports (size, hash) or the exact failure.
 func (s *Service) place(ctx context.Context, c *agentd.Client, it *plannedItem) {
 	fail := func(format string, args ...any) {
-		it.Status, it.Error = ItemFailed, truncate(fmt.Sprintf(format, args...), 300)
+		it.Status, it.Error = ItemFailed, clip.String(fmt.Sprintf(format, args...), 300)
 	}
 	pin := it.skill.SHA256
 	switch {
@@ -473,7 +474,7 @@ func (s *Service) recordPreparation(ctx context.Context, a *authz.Actor, t Targe
 	now := s.now()
 	status, reason := PrepPrepared, fmt.Sprintf("%d item(s) placed and verified", len(items))
 	if failed != "" {
-		status, reason = PrepFailed, truncate(failed, 400)
+		status, reason = PrepFailed, clip.String(failed, 400)
 	}
 	set := map[string]any{"workspace": key, "sandbox_id": sess.SandboxID, "status": status, "reason": reason, "items": string(raw), "updated_at": now}
 	if failed == "" {

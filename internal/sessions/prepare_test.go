@@ -12,6 +12,7 @@ import (
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gatehouse/gatehouse/internal/archivetest"
 
@@ -149,6 +150,36 @@ func TestSandboxPreparation(t *testing.T) {
 			}
 			if _, err := os.Stat("/etc/gatehouse-docs"); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("the skill was placed outside agentd's root: %v", err)
+			}
+		})
+
+		t.Run("a failure whose reason quotes a long non-ASCII path is recorded: the sandbox killed, the session pending", func(t *testing.T) {
+			// 3-byte characters put the reason's 400-byte cut inside one,
+			// which Postgres refuses as invalid UTF-8 unless it is cut on
+			// a character.
+			long := "/etc/" + strings.Repeat("日", 150)
+			cfg := fmt.Sprintf(`{"model":"m","skills":[{"name":"docs","source":"upload:docs","mount_path":%q}]}`, long)
+			if _, _, err := w.ags.Update(ctx, sys(), w.agent.ID, agents.Input{Config: &cfg}); err != nil {
+				t.Fatal(err)
+			}
+			defer setPin(t, hexSum(docs))
+			svc := w.svc(nil)
+			sess := w.newSession(t, svc, sys())
+			_, err := svc.Ensure(ctx, sys(), sess.ID)
+			var ae *apperr.Error
+			if !errors.As(err, &ae) || ae.Code != "session_not_prepared" {
+				t.Fatalf("ensure: %v, want session_not_prepared", err)
+			}
+			back := wantState(t, svc, sess.ID, sessions.StatePending)
+			if back.SandboxID != "" || !utf8.ValidString(back.Reason) {
+				t.Fatalf("after the failure: %+v", back)
+			}
+			if ids := w.tagged(t, sess.ID); len(ids) != 0 {
+				t.Errorf("the half-prepared sandbox is still there: %v", ids)
+			}
+			p, err := svc.Preparation(ctx, sys(), sess.ID)
+			if err != nil || p == nil || p.Status != sessions.PrepFailed || !strings.Contains(p.Reason, "日日") || !utf8.ValidString(p.Reason) {
+				t.Fatalf("preparation %+v, %v: want it failed, quoting the path", p, err)
 			}
 		})
 

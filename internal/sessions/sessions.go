@@ -31,6 +31,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/envs"
 )
 
@@ -557,7 +558,7 @@ type Page struct {
 func (s *Service) transition(ctx context.Context, sess Session, from []string, to, reason string, actor audit.Actor, action string,
 	updates map[string]any, details map[string]any) (Session, error) {
 	now := s.now()
-	set := map[string]any{"state": to, "reason": truncate(reason, 500), "updated_at": now, "version": gorm.Expr("version + 1")}
+	set := map[string]any{"state": to, "reason": clip.String(reason, 500), "updated_at": now, "version": gorm.Expr("version + 1")}
 	for k, v := range updates {
 		set[k] = v
 	}
@@ -608,13 +609,6 @@ func (s *Service) record(ctx context.Context, tx *gorm.DB, sess Session, actor a
 	}
 	_, err := s.Audit.AppendTx(ctx, tx, ev)
 	return err
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
 
 // SystemActor is how the reclaimer and the lost-session checks appear in

@@ -9,6 +9,7 @@ import (
 	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -64,7 +65,7 @@ func Resolve(ctx context.Context, tx *gorm.DB, cfg Config, id Identity, now time
 			}
 			outcome = OutcomeLinked
 		case errors.Is(err, apperr.ErrNotFound):
-			u = directory.User{Email: id.Email, Name: truncate(id.Name, 200), Status: directory.StatusActive, CreatedAt: now, UpdatedAt: now}
+			u = directory.User{Email: id.Email, Name: clip.String(id.Name, 200), Status: directory.StatusActive, CreatedAt: now, UpdatedAt: now}
 			// No password: the account signs in through the provider (an
 			// admin may still reset one for it).
 			if err := tx.WithContext(ctx).Create(&u).Error; err != nil {
@@ -93,13 +94,6 @@ func Resolve(ctx context.Context, tx *gorm.DB, cfg Config, id Identity, now time
 		return u, "", fmt.Errorf("record sso identity: %w", err)
 	}
 	return u, outcome, nil
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n]
 }
 
 type grantRow struct {

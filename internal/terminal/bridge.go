@@ -12,6 +12,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/tenant"
@@ -210,7 +211,7 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org gateway.Or
 		// closed, which is not why.
 		leave("the terminal was ended: " + msg)
 		_ = send(ServerMessage{Type: "error", Message: msg})
-		_ = conn.Close(websocket.StatusPolicyViolation, truncate(msg, 120))
+		_ = conn.Close(websocket.StatusPolicyViolation, clip.String(msg, 120))
 		return err
 	}
 
@@ -377,11 +378,4 @@ func endedBy(ctx context.Context, org gateway.Org, sessionID, commandID int64) s
 		return "session_close"
 	}
 	return ""
-}
-
-func truncate(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[:n] + "…"
 }
