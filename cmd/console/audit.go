@@ -220,6 +220,12 @@ func printAnchor(res audit.VerifyResult, stdout io.Writer) {
 
 // reportBroken prints where what breaks and fails the command.
 func reportBroken(res audit.VerifyResult, what string, logger *slog.Logger, stdout io.Writer) error {
+	if res.BrokenAt == 0 {
+		// The chain links; its checkpoints do not hold.
+		fmt.Fprintf(stdout, "verification failed: %s\n", res.Reason)
+		logger.Error("audit checkpoints do not verify", "log", what, "checked", res.Checked)
+		return errChainBroken
+	}
 	fmt.Fprintf(stdout, "broken at sequence %d: %s\n", res.BrokenAt, res.Reason)
 	logger.Error("audit chain broken", "log", what, "broken_at", res.BrokenAt, "checked", res.Checked)
 	return errChainBroken

@@ -44,29 +44,41 @@ const KeepPerOrg = 1000
 
 // Checkpoint is one signed record of an org's chain head.
 type Checkpoint struct {
-	OrgID     int64
-	Org       string // the org's slug
-	Seq       int64
-	Hash      string
-	TakenAt   time.Time // whole seconds, UTC
-	KeyID     string
+	OrgID   int64
+	Org     string // the org's slug
+	Seq     int64
+	Hash    string
+	TakenAt time.Time // whole seconds, UTC
+	KeyID   string
+	// PrevSeq is the sequence number of the org's checkpoint before this
+	// one (0 for its first), signed with it; nil on checkpoints signed
+	// before checkpoints named their predecessor (version 1).
+	PrevSeq   *int64
 	Signature []byte
 }
 
-// signedPrefix starts the text a signature covers, naming its version.
-const signedPrefix = "gatehouse-audit-checkpoint-v1\n"
+// The first line of the text a signature covers names its version.
+const (
+	signedPrefixV1 = "gatehouse-audit-checkpoint-v1\n"
+	signedPrefixV2 = "gatehouse-audit-checkpoint-v2\n"
+)
 
 // SignedText is the exact bytes the signature covers: a fixed first line
 // and one "name: value" line per field, each ending in a newline,
-// taken_at in RFC 3339 UTC whole seconds. docs/operations.md shows how to
-// rebuild it from an export with jq and check it with openssl.
+// taken_at in RFC 3339 UTC whole seconds, and (version 2) prev_seq last.
+// docs/operations.md shows how to rebuild it from an export with jq and
+// check it with openssl.
 func (c Checkpoint) SignedText() []byte {
-	return signedText(c.Org, c.OrgID, c.Seq, c.Hash, c.TakenAt.UTC().Format(time.RFC3339), c.KeyID)
+	return signedText(c.Org, c.OrgID, c.Seq, c.Hash, c.TakenAt.UTC().Format(time.RFC3339), c.KeyID, c.PrevSeq)
 }
 
-func signedText(org string, orgID, seq int64, hash, takenAt, keyID string) []byte {
-	return fmt.Appendf(nil, "%sorg: %s\norg_id: %d\nseq: %d\nhash: %s\ntaken_at: %s\nkey_id: %s\n",
-		signedPrefix, org, orgID, seq, hash, takenAt, keyID)
+func signedText(org string, orgID, seq int64, hash, takenAt, keyID string, prevSeq *int64) []byte {
+	if prevSeq == nil {
+		return fmt.Appendf(nil, "%sorg: %s\norg_id: %d\nseq: %d\nhash: %s\ntaken_at: %s\nkey_id: %s\n",
+			signedPrefixV1, org, orgID, seq, hash, takenAt, keyID)
+	}
+	return fmt.Appendf(nil, "%sorg: %s\norg_id: %d\nseq: %d\nhash: %s\ntaken_at: %s\nkey_id: %s\nprev_seq: %d\n",
+		signedPrefixV2, org, orgID, seq, hash, takenAt, keyID, *prevSeq)
 }
 
 // Anchor is the position the checkpoint holds the log to.
@@ -82,6 +94,7 @@ type checkpointRow struct {
 	Hash      string
 	TakenAt   time.Time
 	KeyID     string `gorm:"column:key_id"`
+	PrevSeq   *int64 `gorm:"column:prev_seq"`
 	Signature string // standard base64
 }
 
@@ -89,7 +102,7 @@ func (checkpointRow) TableName() string { return "audit_anchors" }
 
 func (r checkpointRow) checkpoint(slug string) Checkpoint {
 	sig, _ := base64.StdEncoding.DecodeString(r.Signature)
-	return Checkpoint{OrgID: r.OrgID, Org: slug, Seq: r.Seq, Hash: r.Hash, TakenAt: r.TakenAt.UTC(), KeyID: r.KeyID, Signature: sig}
+	return Checkpoint{OrgID: r.OrgID, Org: slug, Seq: r.Seq, Hash: r.Hash, TakenAt: r.TakenAt.UTC(), KeyID: r.KeyID, PrevSeq: r.PrevSeq, Signature: sig}
 }
 
 // keyRow is the catalog's audit_anchor_keys table: an org's signing key,
@@ -159,14 +172,36 @@ func (s *Service) Check(ctx context.Context, org orgs.Org, log *audit.Log) (ac a
 	return ac, err == nil, err
 }
 
-// Verify folds the comparison with the org's checkpoints into a
+// Verify folds the check of the org's checkpoints themselves (see
+// CheckSignatures) and the comparison of its log with them into a
 // verification of its chain.
 func (s *Service) Verify(ctx context.Context, org orgs.Org, log *audit.Log, res audit.VerifyResult) (audit.VerifyResult, error) {
+	cc, err := s.CheckSignatures(ctx, org)
+	if err != nil {
+		return res, err
+	}
+	if cc.Checked > 0 || !cc.OK {
+		res = res.WithCheckpoints(cc)
+	}
 	ac, ok, err := s.Check(ctx, org, log)
 	if err != nil || !ok {
 		return res, err
 	}
 	return res.WithAnchor(ac), nil
+}
+
+// verifyOne checks cp's signature against the org's key it names; the
+// problem is nil when it verifies.
+func (s *Service) verifyOne(ctx context.Context, org orgs.Org, cp Checkpoint) (*audit.CheckpointProblem, error) {
+	keys, err := s.publicKeys(ctx, org)
+	if err != nil {
+		return nil, err
+	}
+	if pub, ok := keys[cp.KeyID]; ok && ed25519.Verify(pub, cp.SignedText(), cp.Signature) {
+		return nil, nil
+	}
+	return &audit.CheckpointProblem{FromSeq: cp.Seq, ThroughSeq: cp.Seq,
+		Reason: fmt.Sprintf("the newest checkpoint, of event %d, does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)}, nil
 }
 
 // Result says what Take did.
@@ -180,6 +215,9 @@ type Result struct {
 	// checkpoint recorded: nothing is written (a checkpoint of the cut
 	// or restored log would hide it) until the log is repaired.
 	Mismatch *audit.AnchorCheck
+	// Forged is set when the newest checkpoint's signature does not
+	// verify: nothing is written until it is repaired.
+	Forged *audit.CheckpointProblem
 }
 
 // Take checkpoints the org's chain head when it moved past the newest
@@ -196,6 +234,12 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 	if err != nil && !errors.Is(err, ErrNone) {
 		return res, err
 	}
+	if hasPrev {
+		if res.Forged, err = s.verifyOne(ctx, org, prev); err != nil || res.Forged != nil {
+			res.Checkpoint = prev
+			return res, err
+		}
+	}
 	head, ok, err := s.headAgainst(ctx, log, prev, hasPrev, &res)
 	if err != nil {
 		return Result{}, err
@@ -210,6 +254,7 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 		cur, err := s.latest(tx, org)
 		switch {
 		case errors.Is(err, ErrNone):
+			cur = Checkpoint{}
 		case err != nil:
 			return err
 		case cur.Seq >= head.Seq:
@@ -226,7 +271,7 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 				return nil
 			}
 		}
-		cp, err := s.write(ctx, tx, org, head)
+		cp, err := s.write(ctx, tx, org, head, cur.Seq)
 		if err != nil {
 			return err
 		}
@@ -284,16 +329,17 @@ func (s *Service) headAgainst(ctx context.Context, log *audit.Log, prev Checkpoi
 	return audit.Anchor{Seq: ac.HeadSeq, Hash: ac.HeadHash}, true, nil
 }
 
-// write signs head and stores it with its platform audit record.
-func (s *Service) write(ctx context.Context, tx *gorm.DB, org orgs.Org, head audit.Anchor) (Checkpoint, error) {
+// write signs head, naming prevSeq (the newest checkpoint under the lock,
+// 0 for none) before it, and stores it with its platform audit record.
+func (s *Service) write(ctx context.Context, tx *gorm.DB, org orgs.Org, head audit.Anchor, prevSeq int64) (Checkpoint, error) {
 	keyID, priv, err := s.signingKey(tx, org)
 	if err != nil {
 		return Checkpoint{}, err
 	}
 	cp := Checkpoint{OrgID: org.ID, Org: org.Slug, Seq: head.Seq, Hash: head.Hash,
-		TakenAt: s.now().UTC().Truncate(time.Second), KeyID: keyID}
+		TakenAt: s.now().UTC().Truncate(time.Second), KeyID: keyID, PrevSeq: &prevSeq}
 	cp.Signature = ed25519.Sign(priv, cp.SignedText())
-	r := checkpointRow{OrgID: org.ID, Seq: cp.Seq, Hash: cp.Hash, TakenAt: cp.TakenAt, KeyID: cp.KeyID,
+	r := checkpointRow{OrgID: org.ID, Seq: cp.Seq, Hash: cp.Hash, TakenAt: cp.TakenAt, KeyID: cp.KeyID, PrevSeq: cp.PrevSeq,
 		Signature: base64.StdEncoding.EncodeToString(cp.Signature)}
 	if err := tx.Create(&r).Error; err != nil {
 		return Checkpoint{}, fmt.Errorf("store audit checkpoint: %w", err)
@@ -312,7 +358,7 @@ func (s *Service) write(ctx context.Context, tx *gorm.DB, org orgs.Org, head aud
 		Action: Action,
 		Target: audit.Target{Type: "organization", ID: org.Slug, Name: org.Name},
 		Details: audit.Details(map[string]any{"org_id": org.ID, "seq": cp.Seq, "hash": cp.Hash,
-			"taken_at": cp.TakenAt.Format(time.RFC3339), "key_id": cp.KeyID, "signature": r.Signature}),
+			"taken_at": cp.TakenAt.Format(time.RFC3339), "key_id": cp.KeyID, "prev_seq": prevSeq, "signature": r.Signature}),
 	})
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("record audit checkpoint: %w", err)

@@ -16,15 +16,20 @@ import (
 	"github.com/gatehouse/gatehouse/internal/orgs"
 )
 
-// Format names the export's version.
-const Format = "gatehouse-audit-checkpoint-v1"
+// Format names the export's version: v2 for checkpoints that sign their
+// predecessor's sequence number (prev_seq), v1 for those before.
+const (
+	Format   = "gatehouse-audit-checkpoint-v2"
+	FormatV1 = "gatehouse-audit-checkpoint-v1"
+)
 
 // Algorithm is the signature algorithm of every checkpoint.
 const Algorithm = "Ed25519"
 
 // Export is a checkpoint as handed to an auditor: everything needed to
 // check its signature offline. The signature covers Checkpoint.SignedText
-// of the fields org, org_id, seq, hash, taken_at and key_id; public_key is
+// of the fields org, org_id, seq, hash, taken_at, key_id and (v2)
+// prev_seq; public_key is
 // a PEM "PUBLIC KEY" (SubjectPublicKeyInfo) that openssl reads, and
 // public_key_sha256 the SHA-256 of the raw 32-byte key, to pin it. The
 // key in the file only proves the file is self-consistent: compare its
@@ -37,6 +42,7 @@ type Export struct {
 	Hash            string `json:"hash"`
 	TakenAt         string `json:"taken_at"`
 	KeyID           string `json:"key_id"`
+	PrevSeq         *int64 `json:"prev_seq,omitempty"`
 	Algorithm       string `json:"algorithm"`
 	Signature       string `json:"signature"`
 	PublicKey       string `json:"public_key"`
@@ -66,8 +72,12 @@ func NewExport(cp Checkpoint, pub ed25519.PublicKey) (Export, error) {
 	if err != nil {
 		return Export{}, fmt.Errorf("encode public key: %w", err)
 	}
+	format := Format
+	if cp.PrevSeq == nil {
+		format = FormatV1
+	}
 	return Export{
-		Format: Format, Org: cp.Org, OrgID: cp.OrgID, Seq: cp.Seq, Hash: cp.Hash,
+		Format: format, Org: cp.Org, OrgID: cp.OrgID, Seq: cp.Seq, Hash: cp.Hash, PrevSeq: cp.PrevSeq,
 		TakenAt: cp.TakenAt.UTC().Format(time.RFC3339), KeyID: cp.KeyID, Algorithm: Algorithm,
 		Signature:       base64.StdEncoding.EncodeToString(cp.Signature),
 		PublicKey:       string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})),
@@ -90,8 +100,9 @@ func ReadExport(r io.Reader) (Export, error) {
 // when pin is set, that the key's SHA-256 fingerprint is pin. It needs
 // nothing but the export. It returns the checkpoint's anchor.
 func (e Export) Verify(pin string) (audit.Anchor, error) {
-	if e.Format != Format || e.Algorithm != Algorithm {
-		return audit.Anchor{}, fmt.Errorf("unsupported checkpoint format %q / algorithm %q (want %s, %s)", e.Format, e.Algorithm, Format, Algorithm)
+	if (e.Format != Format || e.PrevSeq == nil) && (e.Format != FormatV1 || e.PrevSeq != nil) || e.Algorithm != Algorithm {
+		return audit.Anchor{}, fmt.Errorf("unsupported checkpoint format %q / algorithm %q (want %s with prev_seq or %s without, and %s)",
+			e.Format, e.Algorithm, Format, FormatV1, Algorithm)
 	}
 	block, _ := pem.Decode([]byte(e.PublicKey))
 	if block == nil || block.Type != "PUBLIC KEY" {
@@ -119,7 +130,7 @@ func (e Export) Verify(pin string) (audit.Anchor, error) {
 	}
 	// The text is rebuilt from the fields as they stand in the file, as
 	// an offline check with openssl does.
-	if !ed25519.Verify(pub, signedText(e.Org, e.OrgID, e.Seq, e.Hash, e.TakenAt, e.KeyID), sig) {
+	if !ed25519.Verify(pub, signedText(e.Org, e.OrgID, e.Seq, e.Hash, e.TakenAt, e.KeyID, e.PrevSeq), sig) {
 		return audit.Anchor{}, fmt.Errorf("the checkpoint's signature does not verify: it was altered or not signed by this key")
 	}
 	return audit.Anchor{Seq: e.Seq, Hash: e.Hash, TakenAt: at}, nil

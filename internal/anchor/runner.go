@@ -3,6 +3,7 @@ package anchor
 import (
 	"context"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -37,14 +38,29 @@ type Stats struct {
 	Failed     int
 }
 
+// MismatchAction is the platform audit action recording that a round
+// found an org's log not holding its newest checkpoint, or that
+// checkpoint not verifying. It is written when what was found changes,
+// not every round.
+const MismatchAction = "audit.checkpoint_mismatch"
+
 // Runner checkpoints every active org's head on each tick.
 type Runner struct {
 	Anchors  *Service
 	ListOrgs func(ctx context.Context) ([]string, error)
 	OpenOrg  func(ctx context.Context, slug string) (OrgDeps, error)
 	Logger   *slog.Logger
+	// Mismatch, when set, is told of each round's mismatch by org and
+	// kind ("log" or "checkpoint"): the console counts them in a metric.
+	Mismatch func(org, kind string)
 	// Stats, when set, receives every round's stats (tests wait on it).
 	Stats chan<- Stats
+
+	// reported is each org's last mismatch written to the platform log,
+	// so a lasting one is recorded once, not every round (per process:
+	// another replica taking over the rounds records it once more).
+	mu       sync.Mutex
+	reported map[string]string
 }
 
 // Run runs a round at start and one per tick until ctx ends.
@@ -97,17 +113,66 @@ func (r *Runner) Round(ctx context.Context) Stats {
 		case err != nil:
 			st.Failed++
 			r.logger().Warn("audit checkpoint failed; retried next round", "org", slug, "error", err)
+		case res.Forged != nil:
+			st.Mismatched++
+			r.logger().Error("the newest audit checkpoint does not verify; no newer checkpoint is taken until it does",
+				"org", slug, "checkpoint_seq", res.Forged.FromSeq, "reason", res.Forged.Reason)
+			r.mismatch(ctx, slug, "checkpoint", res.Forged.Reason, map[string]any{"checkpoint_seq": res.Forged.FromSeq})
 		case res.Mismatch != nil:
 			st.Mismatched++
 			r.logger().Error("audit log no longer holds its newest checkpoint; no newer checkpoint is taken until it does",
 				"org", slug, "checkpoint_seq", res.Mismatch.Anchor.Seq, "head_seq", res.Mismatch.HeadSeq, "reason", res.Mismatch.Reason)
+			r.mismatch(ctx, slug, "log", res.Mismatch.Reason, map[string]any{"checkpoint_seq": res.Mismatch.Anchor.Seq,
+				"head_seq": res.Mismatch.HeadSeq, "missing_from": res.Mismatch.MissingFrom, "missing_through": res.Mismatch.MissingThrough})
 		case res.Written:
 			st.Written++
+			r.cleared(slug)
 		default:
 			st.Unchanged++
+			r.cleared(slug)
 		}
 	}
 	return st
+}
+
+// mismatch reports what a round found to the metric, and to the platform
+// audit log when it differs from what was last recorded for slug.
+func (r *Runner) mismatch(ctx context.Context, slug, kind, reason string, details map[string]any) {
+	if r.Mismatch != nil {
+		r.Mismatch(slug, kind)
+	}
+	r.mu.Lock()
+	same := r.reported[slug] == kind+": "+reason
+	r.mu.Unlock()
+	if same || r.Anchors.Audit == nil {
+		return
+	}
+	details["kind"], details["reason"] = kind, reason
+	_, err := r.Anchors.Audit.Append(ctx, audit.Event{
+		Actor:    audit.Actor{Type: audit.ActorSystem, Name: "audit-checkpoint"},
+		Action:   MismatchAction,
+		Target:   audit.Target{Type: "organization", ID: slug},
+		Decision: audit.Deny,
+		Details:  audit.Details(details),
+	})
+	if err != nil {
+		r.logger().Warn("audit checkpoint mismatch not recorded; retried next round", "org", slug, "error", err)
+		return
+	}
+	r.mu.Lock()
+	if r.reported == nil {
+		r.reported = map[string]string{}
+	}
+	r.reported[slug] = kind + ": " + reason
+	r.mu.Unlock()
+}
+
+// cleared forgets slug's recorded mismatch once its log and checkpoint
+// agree again, so a new one is recorded.
+func (r *Runner) cleared(slug string) {
+	r.mu.Lock()
+	delete(r.reported, slug)
+	r.mu.Unlock()
 }
 
 func (r *Runner) takeOrg(ctx context.Context, slug string) (Result, error) {

@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -334,6 +335,49 @@ type VerifyResult struct {
 	// Anchor is the comparison with the checkpoints kept outside the
 	// log's database, when there are any.
 	Anchor *AnchorCheck `json:"anchor,omitempty"`
+	// Checkpoints is the check of those checkpoints themselves (their
+	// signatures and their signed order), when there are any.
+	Checkpoints *CheckpointCheck `json:"checkpoints,omitempty"`
+}
+
+// CheckpointCheck is what checking the kept checkpoints of a log found:
+// each must carry a valid signature by the org's key and name, signed,
+// the checkpoint kept before it; the newest must be the newest the
+// platform log recorded.
+type CheckpointCheck struct {
+	OK bool `json:"ok"`
+	// Checked counts the checkpoints whose signature was checked.
+	Checked  int                 `json:"checked"`
+	Problems []CheckpointProblem `json:"problems,omitempty"`
+}
+
+// CheckpointProblem is one edited, forged or missing stretch of
+// checkpoints, by the sequence numbers of the events they record.
+type CheckpointProblem struct {
+	FromSeq    int64  `json:"from_seq"`
+	ThroughSeq int64  `json:"through_seq"`
+	Reason     string `json:"reason"`
+}
+
+// WithCheckpoints folds a check of the checkpoints into a verification:
+// a checkpoint that was edited, forged or deleted fails it, even when
+// the chain itself links.
+func (r VerifyResult) WithCheckpoints(cc CheckpointCheck) VerifyResult {
+	r.Checkpoints = &cc
+	if cc.OK {
+		return r
+	}
+	var reasons []string
+	for _, p := range cc.Problems {
+		reasons = append(reasons, p.Reason)
+	}
+	reason := "the checkpoints kept outside the log were tampered with: " + strings.Join(reasons, "; ")
+	if !r.OK {
+		r.Reason += "; also, " + reason
+		return r
+	}
+	r.OK, r.Reason = false, reason
+	return r
 }
 
 // Verify walks the whole chain in sequence order, in batches, and reports

@@ -20,6 +20,7 @@ func (c *Console) newCheckpoints() *anchor.Runner {
 			}
 			return anchor.OrgDeps{Org: t.Org, Audit: t.Audit, Release: t.Release}, nil
 		},
-		Logger: c.Logger,
+		Logger:   c.Logger,
+		Mismatch: c.Metrics.CheckpointMismatch,
 	}
 }

@@ -231,6 +231,9 @@ func auditSearch(ap *views.AuditPage, q string, aq auditQuery) {
 
 // verifyMessage says what a verification found, for pages.
 func verifyMessage(res audit.VerifyResult) string {
+	if !res.OK && res.BrokenAt == 0 {
+		return "Verification failed: " + res.Reason + "."
+	}
 	if !res.OK {
 		return fmt.Sprintf("Chain broken at sequence %d: %s", res.BrokenAt, res.Reason)
 	}

@@ -46,6 +46,7 @@ type Metrics struct {
 	lifecycle    *prometheus.CounterVec
 	retention    *prometheus.CounterVec
 	rounds       *prometheus.CounterVec
+	checkpoints  *prometheus.CounterVec
 }
 
 // New registers the console's collectors (and the Go and process ones) in
@@ -74,8 +75,10 @@ func New(opts Options) *Metrics {
 			Help: "Audit events and recorded commands removed by retention, by org (\"all\" unless per-org labels are on) and kind."}, []string{"org", "kind"}),
 		rounds: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "retention_rounds_total",
 			Help: "Retention rounds by org (\"all\" unless per-org labels are on) and outcome (removed, nothing, keep_all, busy, error)."}, []string{"org", "outcome"}),
+		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "audit_checkpoint_mismatches_total",
+			Help: "Checkpoint rounds that found an org's log not holding its newest checkpoint (log) or that checkpoint not verifying (checkpoint), by org (\"all\" unless per-org labels are on) and kind."}, []string{"org", "kind"}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.recorded, m.lifecycle, m.retention, m.rounds,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.recorded, m.lifecycle, m.retention, m.rounds, m.checkpoints,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -169,6 +172,16 @@ func (m *Metrics) RetentionRound(org, outcome string) {
 		return
 	}
 	m.rounds.WithLabelValues(m.orgLabel(org), boundLabel(outcome)).Inc()
+}
+
+// CheckpointMismatch counts one checkpoint round that found org's log
+// not holding its newest checkpoint (kind "log") or that checkpoint not
+// verifying (kind "checkpoint").
+func (m *Metrics) CheckpointMismatch(org, kind string) {
+	if m == nil {
+		return
+	}
+	m.checkpoints.WithLabelValues(m.orgLabel(org), boundLabel(kind)).Inc()
 }
 
 // orgLabel is the org label's value: the slug when the operator opted in

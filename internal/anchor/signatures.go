@@ -1,0 +1,114 @@
+package anchor
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/orgs"
+)
+
+// CheckSignatures checks the org's kept checkpoints themselves: each
+// signature against the org's public key it names (an edited row or a
+// replaced signature fails), each checkpoint's signed prev_seq against
+// the one kept before it (a deleted checkpoint leaves a gap), and the
+// newest against the newest checkpoint the platform audit log recorded
+// (a deleted newest one). Checkpoints signed before prev_seq existed are
+// checked by signature only. Whoever holds the master key can still sign
+// new ones; an exported checkpoint kept elsewhere guards against that.
+func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.CheckpointCheck, error) {
+	var rows []checkpointRow
+	if err := s.Catalog.WithContext(ctx).Where("org_id = ?", org.ID).Order("seq").Find(&rows).Error; err != nil {
+		return audit.CheckpointCheck{}, fmt.Errorf("read audit checkpoints of %s: %w", org.Slug, err)
+	}
+	keys, err := s.publicKeys(ctx, org)
+	if err != nil {
+		return audit.CheckpointCheck{}, err
+	}
+	cc := audit.CheckpointCheck{OK: true}
+	problem := func(from, through int64, format string, args ...any) {
+		cc.OK = false
+		cc.Problems = append(cc.Problems, audit.CheckpointProblem{FromSeq: from, ThroughSeq: through, Reason: fmt.Sprintf(format, args...)})
+	}
+	for i, r := range rows {
+		cp := r.checkpoint(org.Slug)
+		cc.Checked++
+		pub, ok := keys[cp.KeyID]
+		switch {
+		case !ok:
+			problem(cp.Seq, cp.Seq, "the checkpoint of event %d names key %s, which the organization does not have", cp.Seq, cp.KeyID)
+		case !ed25519.Verify(pub, cp.SignedText(), cp.Signature):
+			problem(cp.Seq, cp.Seq, "the checkpoint of event %d does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)
+		}
+		if cp.PrevSeq == nil {
+			continue
+		}
+		switch {
+		case i > 0 && *cp.PrevSeq != rows[i-1].Seq:
+			problem(rows[i-1].Seq, cp.Seq, "checkpoints between those of events %d and %d were deleted: the checkpoint of event %d was signed after one of event %d",
+				rows[i-1].Seq, cp.Seq, cp.Seq, *cp.PrevSeq)
+		case i == 0 && *cp.PrevSeq != 0 && len(rows) < KeepPerOrg:
+			problem(*cp.PrevSeq, cp.Seq, "checkpoints up to that of event %d were deleted: the oldest kept, of event %d, was signed after one of event %d",
+				*cp.PrevSeq, cp.Seq, *cp.PrevSeq)
+		}
+	}
+	recorded, ok, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return audit.CheckpointCheck{}, err
+	}
+	var newest int64
+	if len(rows) > 0 {
+		newest = rows[len(rows)-1].Seq
+	}
+	if ok && recorded > newest {
+		problem(newest+1, recorded, "the platform audit log records a checkpoint of event %d, newer than the newest kept (%d): it was deleted", recorded, newest)
+	}
+	return cc, nil
+}
+
+// publicKeys are the org's checkpoint keys by key id.
+func (s *Service) publicKeys(ctx context.Context, org orgs.Org) (map[string]ed25519.PublicKey, error) {
+	var rows []keyRow
+	if err := s.Catalog.WithContext(ctx).Select("key_id, public_key").Where("org_id = ?", org.ID).Find(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read audit checkpoint keys of %s: %w", org.Slug, err)
+	}
+	keys := make(map[string]ed25519.PublicKey, len(rows))
+	for _, r := range rows {
+		pub, err := base64.StdEncoding.DecodeString(r.PublicKey)
+		if err == nil && len(pub) == ed25519.PublicKeySize && KeyID(pub) == r.KeyID {
+			keys[r.KeyID] = pub
+		}
+	}
+	return keys, nil
+}
+
+// newestRecorded is the event sequence number of the newest checkpoint
+// the platform audit log recorded for org (ok false when it recorded
+// none among its newest checkpoint events).
+func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool, error) {
+	if s.Audit == nil {
+		return 0, false, nil
+	}
+	// The action filter matches by prefix: exports and mismatches of the
+	// org come back too and are skipped.
+	evs, err := s.Audit.Query(ctx, audit.Filter{Action: Action, Target: org.Slug}, 0, 50)
+	if err != nil {
+		return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
+	}
+	for _, e := range evs {
+		if e.Action != Action {
+			continue
+		}
+		var d struct {
+			OrgID int64 `json:"org_id"`
+			Seq   int64 `json:"seq"`
+		}
+		if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
+			return d.Seq, true, nil
+		}
+	}
+	return 0, false, nil
+}

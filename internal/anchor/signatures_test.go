@@ -1,0 +1,192 @@
+package anchor_test
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/base64"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/anchor"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/store"
+	"github.com/gatehouse/gatehouse/internal/store/storetest"
+)
+
+// threeCheckpoints gives the org checkpoints of events 2, 4 and 6.
+func threeCheckpoints(t *testing.T, f *fixture) {
+	t.Helper()
+	for range 3 {
+		f.append(t, 2)
+		if res := f.take(t); !res.Written {
+			t.Fatalf("take: %+v", res)
+		}
+	}
+}
+
+// Verify checks the checkpoints themselves: an edited row, a replaced
+// signature, a deleted one in the middle and a deleted newest one each
+// fail verification, named with the checkpoints' range, although the
+// chain links and holds what is left.
+func TestVerifyChecksCheckpointSignatures(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		for _, tc := range []struct {
+			name          string
+			tamper        func(t *testing.T, f *fixture)
+			from, through int64
+			reason        string
+		}{
+			{"an edited hash", func(t *testing.T, f *fixture) {
+				f.exec(t, "UPDATE audit_anchors SET hash = ? WHERE org_id = ? AND seq = 4", strings.Repeat("0", 64), f.org.ID)
+			}, 4, 4, "checkpoint of event 4 does not verify"},
+			{"a replaced signature", func(t *testing.T, f *fixture) {
+				f.exec(t, "UPDATE audit_anchors SET signature = ? WHERE org_id = ? AND seq = 6", base64.StdEncoding.EncodeToString(make([]byte, 64)), f.org.ID)
+			}, 6, 6, "checkpoint of event 6 does not verify"},
+			{"a deleted checkpoint between two", func(t *testing.T, f *fixture) {
+				f.exec(t, "DELETE FROM audit_anchors WHERE org_id = ? AND seq = 4", f.org.ID)
+			}, 2, 6, "between those of events 2 and 6 were deleted"},
+			{"the oldest deleted", func(t *testing.T, f *fixture) {
+				f.exec(t, "DELETE FROM audit_anchors WHERE org_id = ? AND seq = 2", f.org.ID)
+			}, 2, 4, "up to that of event 2 were deleted"},
+			{"the newest deleted", func(t *testing.T, f *fixture) {
+				f.exec(t, "DELETE FROM audit_anchors WHERE org_id = ? AND seq = 6", f.org.ID)
+			}, 5, 6, "records a checkpoint of event 6, newer than the newest kept (4)"},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				f := newFixture(t, d)
+				threeCheckpoints(t, f)
+				if res := f.verify(t); !res.OK || res.Checkpoints == nil || !res.Checkpoints.OK || res.Checkpoints.Checked != 3 {
+					t.Fatalf("before tampering: %+v %+v", res, res.Checkpoints)
+				}
+				tc.tamper(t, f)
+				res := f.verify(t)
+				if res.OK || res.Checkpoints == nil || res.Checkpoints.OK {
+					t.Fatalf("after tampering verification passed: %+v", res)
+				}
+				found := false
+				for _, p := range res.Checkpoints.Problems {
+					if p.FromSeq == tc.from && p.ThroughSeq == tc.through && strings.Contains(p.Reason, tc.reason) {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("problems %+v, want %d–%d %q", res.Checkpoints.Problems, tc.from, tc.through, tc.reason)
+				}
+				if !strings.Contains(res.Reason, tc.reason) {
+					t.Errorf("reason %q does not say %q", res.Reason, tc.reason)
+				}
+			})
+		}
+	})
+}
+
+// The loop does not build on a newest checkpoint that does not verify:
+// it writes none, counts the mismatch and records it in the platform log
+// once, however many rounds find it.
+func TestRoundReportsForgedCheckpoint(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		threeCheckpoints(t, f)
+		f.exec(t, "UPDATE audit_anchors SET hash = ? WHERE org_id = ? AND seq = 6", strings.Repeat("0", 64), f.org.ID)
+		f.append(t, 2)
+		var kinds []string
+		r := &anchor.Runner{Anchors: f.svc,
+			ListOrgs: func(context.Context) ([]string, error) { return []string{"acme"}, nil },
+			OpenOrg: func(context.Context, string) (anchor.OrgDeps, error) {
+				return anchor.OrgDeps{Org: f.org, Audit: f.log, Release: func() {}}, nil
+			},
+			Mismatch: func(org, kind string) { kinds = append(kinds, org+"/"+kind) },
+		}
+		for range 2 {
+			if st := r.Round(context.Background()); st.Mismatched != 1 || st.Written != 0 {
+				t.Fatalf("round: %+v", st)
+			}
+		}
+		if strings.Join(kinds, ",") != "acme/checkpoint,acme/checkpoint" {
+			t.Errorf("mismatches told %v", kinds)
+		}
+		if rows, _ := f.counts(t); rows != 3 {
+			t.Errorf("%d checkpoints after the rounds, want no new one on a forged newest", rows)
+		}
+		evs, err := f.platform.Query(context.Background(), audit.Filter{Action: anchor.MismatchAction}, 0, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(evs) != 1 || evs[0].Target.ID != "acme" || !strings.Contains(string(evs[0].Details), "does not verify") {
+			t.Errorf("platform log has %d mismatch events (%+v), want one naming the forged checkpoint", len(evs), evs)
+		}
+	})
+}
+
+// A mismatch of the log with its checkpoint found by the loop is counted
+// and recorded in the platform log too, not only logged.
+func TestRoundReportsLogMismatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newFixture(t, d)
+		threeCheckpoints(t, f)
+		f.cut(t, 4)
+		var kinds []string
+		r := &anchor.Runner{Anchors: f.svc,
+			ListOrgs: func(context.Context) ([]string, error) { return []string{"acme"}, nil },
+			OpenOrg: func(context.Context, string) (anchor.OrgDeps, error) {
+				return anchor.OrgDeps{Org: f.org, Audit: f.log, Release: func() {}}, nil
+			},
+			Mismatch: func(org, kind string) { kinds = append(kinds, org+"/"+kind) },
+		}
+		if st := r.Round(context.Background()); st.Mismatched != 1 {
+			t.Fatalf("round: %+v", st)
+		}
+		if strings.Join(kinds, ",") != "acme/log" {
+			t.Errorf("mismatches told %v", kinds)
+		}
+		evs, err := f.platform.Query(context.Background(), audit.Filter{Action: anchor.MismatchAction}, 0, 10)
+		if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Details), "missing") {
+			t.Fatalf("platform mismatch events %+v, %v", evs, err)
+		}
+	})
+}
+
+func (f *fixture) exec(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	if err := f.catalog.Exec(sql, args...).Error; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Exports of both versions verify offline; one whose prev_seq was added,
+// removed or changed does not.
+func TestExportVersions(t *testing.T) {
+	t.Parallel()
+	pub, priv, _ := ed25519.GenerateKey(nil)
+	prev := int64(7)
+	for _, prevSeq := range []*int64{nil, &prev} {
+		cp := anchor.Checkpoint{OrgID: 1, Org: "acme", Seq: 9, Hash: strings.Repeat("a", 64), TakenAt: time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC),
+			KeyID: anchor.KeyID(pub), PrevSeq: prevSeq}
+		cp.Signature = ed25519.Sign(priv, cp.SignedText())
+		exp, err := anchor.NewExport(cp, pub)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := exp.Verify(exp.PublicKeySHA256); err != nil {
+			t.Errorf("%s export: %v", exp.Format, err)
+		}
+		other := int64(6)
+		for name, edit := range map[string]func(*anchor.Export){
+			"prev_seq changed": func(e *anchor.Export) { e.PrevSeq = &other },
+			"prev_seq removed": func(e *anchor.Export) { e.PrevSeq = nil },
+		} {
+			e := exp
+			edit(&e)
+			if e.PrevSeq == exp.PrevSeq {
+				continue
+			}
+			if _, err := e.Verify(""); err == nil {
+				t.Errorf("%s export with %s verified", exp.Format, name)
+			}
+		}
+	}
+}
