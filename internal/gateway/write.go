@@ -109,10 +109,24 @@ func (g *Gateway) WriteFile(ctx context.Context, org Org, a *authz.Actor, m Meta
 		return nil, g.upstream(ctx, org, t, err)
 	}
 	if res.SHA256 != sum || res.Size != size {
-		return nil, apperr.New(apperr.ErrUpstream, "write_mismatch",
-			"The environment stored %d bytes with SHA-256 %s; %d bytes with SHA-256 %s were sent.", res.Size, res.SHA256, size, sum)
+		return nil, g.writeMismatch(ctx, org, a, m, t, full, size, sum, res)
 	}
 	return res, nil
+}
+
+// writeMismatch records that the environment stored something other than
+// what file.write audited (file.write_mismatch, with both sizes and
+// hashes), so the log does not go on saying the audited bytes were
+// written, and answers 502 write_mismatch. The answer is the same when the
+// record cannot be written; the failure is logged.
+func (g *Gateway) writeMismatch(ctx context.Context, org Org, a *authz.Actor, m Meta, t sessions.Target, full string, size int64, sum string, res *agentd.WriteResponse) error {
+	details := map[string]any{"path": full, "sent_size": size, "sent_sha256": sum, "stored_size": res.Size, "stored_sha256": res.SHA256}
+	e := event(a, m, "file.write_mismatch", sessions.AuditTarget(t.Session), details)
+	if _, err := org.Audit.Append(context.WithoutCancel(ctx), e); err != nil {
+		g.logger().Error("file write mismatch not recorded", "org", org.Slug, "session", t.Session.ID, "error", err)
+	}
+	return apperr.New(apperr.ErrUpstream, "write_mismatch",
+		"The environment stored %d bytes with SHA-256 %s; %d bytes with SHA-256 %s were sent.", res.Size, res.SHA256, size, sum)
 }
 
 // writeSlot takes one of the replica's WriteSlots for a write, from its

@@ -159,7 +159,9 @@ func TestTerminalFileWrite(t *testing.T) {
 }
 
 // TestTerminalFileWriteMismatch: an agentd answering a write with another
-// hash than the bytes sent is reported (502 write_mismatch), not believed.
+// hash than the bytes sent is reported (502 write_mismatch), not believed,
+// and the audit log records the mismatch with both hashes after the
+// file.write it contradicts.
 func TestTerminalFileWriteMismatch(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
@@ -187,6 +189,15 @@ func TestTerminalFileWriteMismatch(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusBadGateway || !strings.Contains(string(body), "write_mismatch") {
 			t.Fatalf("%d %s", resp.StatusCode, body)
+		}
+		evs := f.auditEvents(t, "action:file.write_mismatch")
+		if len(evs) != 1 {
+			t.Fatalf("%d file.write_mismatch events, want 1", len(evs))
+		}
+		sum := sha256.Sum256([]byte("hello"))
+		det := evs[0].Details
+		if det["sent_sha256"] != hex.EncodeToString(sum[:]) || det["stored_sha256"] != strings.Repeat("0", 64) || det["sent_size"] != 5.0 || det["stored_size"] != 5.0 {
+			t.Errorf("file.write_mismatch details %v, want both sizes and hashes", det)
 		}
 	})
 }
