@@ -65,6 +65,12 @@ func checkLinkTarget(name, target string) error {
 	return nil
 }
 
+// topNotDir refuses an entry that names the archive's top directory but
+// is not a directory.
+func topNotDir(name string) error {
+	return newError(CodeBadRequest, "The archive entry %q names the archive's top directory but is not a directory; such entries are refused.", name)
+}
+
 func unpackTarGz(t *treeWriter, file *os.File) error {
 	if _, err := file.Seek(0, io.SeekStart); err != nil {
 		return err
@@ -90,6 +96,11 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 		if name == "" {
 			// The top directory itself: nothing to create, but counted
 			// toward the limit, so an archive of nothing else meets it.
+			// Anything else by that name is refused before its body is
+			// read (skipping it would decompress it uncounted).
+			if h.Typeflag != tar.TypeDir {
+				return topNotDir(h.Name)
+			}
 			if err := t.top(h.Name); err != nil {
 				return err
 			}
@@ -134,6 +145,9 @@ func unpackZip(t *treeWriter, file *os.File, size int64) error {
 			return err
 		}
 		if name == "" {
+			if !zf.Mode().IsDir() && !strings.HasSuffix(zf.Name, "/") {
+				return topNotDir(zf.Name)
+			}
 			if err := t.top(zf.Name); err != nil {
 				return err
 			}

@@ -288,6 +288,9 @@ func TestWriteArchive(t *testing.T) {
 		{"too many entries", tooMany, agentd.ErrTooLarge, "more than 20 entries"},
 		{"too many top directories", tooManyTops, agentd.ErrTooLarge, "more than 20 entries"},
 		{"bomb", []entry{bomb}, agentd.ErrTooLarge, "more than 1048576 bytes"},
+		// A file named as the top directory was skipped, its body
+		// decompressed uncounted: a bomb the limit never saw.
+		{"a file named as the top directory", []entry{{name: ".", body: bomb.body}}, agentd.ErrBadRequest, "top directory"},
 	}
 	tarOnly := []struct {
 		name    string
