@@ -99,3 +99,53 @@ func TestCopySourceSwappedForASymlink(t *testing.T) {
 		})
 	}
 }
+
+// TestCopyTreeEntrySwappedAfterListing: a tree copy for commands of
+// another user checks that others may read each entry; an entry replaced,
+// between the listing and the open, by a file only its owner may read
+// must not be copied: the check applies to the file opened, which must
+// be the one listed.
+func TestCopyTreeEntrySwappedAfterListing(t *testing.T) {
+	t.Parallel()
+	base := t.TempDir()
+	for _, dir := range []string{filepath.Dir(base), base} {
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	skill := filepath.Join(base, "skill")
+	if err := os.Mkdir(skill, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(skill, "tool.sh"), []byte("echo tool\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	secret := filepath.Join(skill, ".secret")
+	root := t.TempDir()
+	f, err := newFileSystem(root, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	f.sourcesForOthers = true
+	f.beforeEntryOpen = func(name string) {
+		if name != "tool.sh" {
+			return
+		}
+		if err := os.WriteFile(secret, []byte("agentd's secret\n"), 0o600); err != nil {
+			t.Error(err)
+		}
+		if err := os.Rename(secret, filepath.Join(skill, "tool.sh")); err != nil {
+			t.Error(err)
+		}
+	}
+	_, err = f.copyIn(skill, "copied", writeLimits{maxBytes: 1 << 20, unpackBytes: 1 << 20, unpackFiles: 100})
+	if err == nil {
+		b, _ := os.ReadFile(filepath.Join(root, "copied", "tool.sh"))
+		t.Fatalf("the copy read the swapped-in file (%q)", b)
+	}
+	var e *Error
+	if !errors.As(err, &e) || (e.Code != CodeBadRequest && e.Code != CodePathOutsideRoot) {
+		t.Fatalf("got %v; want a refusal", err)
+	}
+}

@@ -31,6 +31,9 @@ type fileSystem struct {
 	// afterResolve, when set (by tests), runs between resolving a copy's
 	// source and opening it: where a swapped-in symlink would strike.
 	afterResolve func()
+	// beforeEntryOpen, when set (by tests), runs between listing an entry
+	// of a copied tree and opening it.
+	beforeEntryOpen func(name string)
 }
 
 func newFileSystem(dir string, refuseLinked bool) (*fileSystem, error) {

@@ -78,7 +78,7 @@ func (f *fileSystem) copyIn(from, to string, lim writeLimits) (*CopyResponse, er
 
 // errSourceChanged refuses a source that changed while it was opened.
 func errSourceChanged(from string) error {
-	return newError(CodeBadRequest, "The source %q changed while it was being read (it, or a directory on its way, became a symbolic link).", from)
+	return newError(CodeBadRequest, "The source %q changed while it was being read (it was replaced, or it or a directory on its way became a symbolic link).", from)
 }
 
 // openSourceParent opens the directory holding src (absolute, symlinks
@@ -302,18 +302,30 @@ func (f *fileSystem) copyEntry(t *treeWriter, sr *os.Root, from, name string, d 
 		}
 		return t.symlink(local, target)
 	case info.Mode().IsRegular():
+		if f.beforeEntryOpen != nil {
+			f.beforeEntryOpen(local)
+		}
 		in, err := sr.OpenFile(local, os.O_RDONLY|openNonblock, 0)
 		if err != nil {
 			return sourceError(full, err)
 		}
 		defer in.Close()
-		// Check what was opened: the entry may have been swapped.
+		// Check what was opened, as copyFile does: the entry may have
+		// been swapped for another (one others may not read) since the
+		// listing.
 		fi, err := in.Stat()
 		if err != nil || !fi.Mode().IsRegular() {
 			return newError(CodeBadRequest, "The source entry %q is not a regular file.", full)
 		}
-		err = t.file(local, fi.Mode(), in)
-		return err
+		if !os.SameFile(info, fi) {
+			return errSourceChanged(full)
+		}
+		if f.sourcesForOthers {
+			if err := othersMayRead(full, fi); err != nil {
+				return err
+			}
+		}
+		return t.file(local, fi.Mode(), in)
 	default:
 		return newError(CodeBadRequest, "The source entry %q is a device, pipe or socket; those are refused.", full)
 	}
