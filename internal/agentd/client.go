@@ -219,8 +219,19 @@ func (c *Client) Resize(ctx context.Context, id string, rows, cols uint16) error
 
 // Kill kills the session's process group and returns its final state.
 func (c *Client) Kill(ctx context.Context, id string) (*SessionResponse, error) {
+	return c.kill(ctx, "/v1/sessions/"+url.PathEscape(id))
+}
+
+// KillNow is Kill without the kill grace: every process of the session
+// gets SIGKILL at once. An agentd that does not know grace=0 kills with
+// its grace.
+func (c *Client) KillNow(ctx context.Context, id string) (*SessionResponse, error) {
+	return c.kill(ctx, "/v1/sessions/"+url.PathEscape(id)+"?grace=0")
+}
+
+func (c *Client) kill(ctx context.Context, path string) (*SessionResponse, error) {
 	var resp SessionResponse
-	if err := c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(id), nil, &resp, MaxOutputAnswer); err != nil {
+	if err := c.do(ctx, http.MethodDelete, path, nil, &resp, MaxOutputAnswer); err != nil {
 		return nil, err
 	}
 	return &resp, nil

@@ -321,6 +321,11 @@ func (s *Server) handleDeleteSession(w http.ResponseWriter, r *http.Request) err
 		return err
 	}
 	sess.kill(StateKilled)
+	if r.URL.Query().Get("grace") == "0" {
+		// No grace: whoever asks again after a kill that did not end the
+		// session wants it ended now.
+		sess.proc.killAll()
+	}
 	wait := time.NewTimer(s.cfg.KillGrace + s.cfg.DrainGrace + time.Second)
 	defer wait.Stop()
 	select {

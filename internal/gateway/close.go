@@ -8,6 +8,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -29,6 +30,10 @@ const (
 	closeKillTimeout = 10 * time.Second
 	// closeKillers bounds the kills a close sends at once.
 	closeKillers = 8
+	// closeKillAttempts and closeKillBackoff: a kill agentd refuses is
+	// sent again, without grace, after 250 ms and after another 500 ms.
+	closeKillAttempts = 3
+	closeKillBackoff  = 250 * time.Millisecond
 	// endedPollEvery is how often a close looks whether its commands'
 	// ends are recorded.
 	endedPollEvery = 100 * time.Millisecond
@@ -55,14 +60,15 @@ const (
 // (the environment unreachable, the sandbox paused) is ended lost by its
 // follower once the session closed, its reason saying why. EndCommands
 // fails only when the close must not go on: a refused caller, or commands
-// that cannot be read or marked.
-func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sessionID int64) error {
+// that cannot be read or marked. It returns the commands agentd would not
+// end, for the close to report (a sandbox's kill ends them after all).
+func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sessionID int64) ([]sessions.LeftRunning, error) {
 	t, err := org.Sessions.LocateForClose(ctx, a, sessionID)
 	if err != nil && t.Session.ID == 0 {
-		return err
+		return nil, err
 	}
 	if t.Session.Final() {
-		return nil
+		return nil, nil
 	}
 	located := err
 	// A caller that leaves does not stop a close half-way.
@@ -71,11 +77,11 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 	// First, and durable: no command starts in the session from now on
 	// (an exec's commit checks the mark), so the list below is complete.
 	if err := markClosing(ctx, org, a, t.Session); err != nil {
-		return err
+		return nil, err
 	}
 	running, err := runningCommands(ctx, org, sessionID)
 	if err != nil || len(running) == 0 {
-		return err
+		return nil, err
 	}
 	ids := make([]int64, len(running))
 	for i, c := range running {
@@ -95,21 +101,21 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 	// Durable before anything is forwarded: whoever records the ends
 	// (this replica's followers or another's) records this reason.
 	if err := recordings.MarkEnding(ctx, org.DB, ids, reason); err != nil {
-		return err
+		return nil, err
 	}
 	if reason != reasonClosed {
 		g.followAll(org, ids)
-		return nil
+		return nil, nil
 	}
-	killed := g.killAll(ctx, org, t, running)
+	killed, notEnded := g.killAll(ctx, org, t, running)
 	g.followAll(org, ids)
 	if len(killed) == 0 {
-		return nil
+		return notEnded, nil
 	}
 	if left := waitEnded(ctx, org, sessionID, killed); len(left) > 0 {
 		log.Warn("gateway: closing a session before the ends of its killed commands were recorded", "commands", left)
 	}
-	return nil
+	return notEnded, nil
 }
 
 // markClosing records that the session's close began, with who closed it,
@@ -137,8 +143,10 @@ func runningCommands(ctx context.Context, org Org, sessionID int64) ([]recording
 }
 
 // killAll kills running, a few at a time, and returns the ids of the
-// commands agentd ended: those the close waits for.
-func (g *Gateway) killAll(ctx context.Context, org Org, t sessions.Target, running []recordings.Command) []int64 {
+// commands agentd ended (those the close waits for) and those it could
+// not end.
+func (g *Gateway) killAll(ctx context.Context, org Org, t sessions.Target, running []recordings.Command) ([]int64, []sessions.LeftRunning) {
+	var left leftRunning
 	ended := make([]bool, len(running))
 	slots := make(chan struct{}, closeKillers)
 	var wg sync.WaitGroup
@@ -148,7 +156,7 @@ func (g *Gateway) killAll(ctx context.Context, org Org, t sessions.Target, runni
 			defer wg.Done()
 			slots <- struct{}{}
 			defer func() { <-slots }()
-			ended[i] = g.killForClose(ctx, org, t, c)
+			ended[i] = g.killForClose(ctx, org, t, c, &left)
 		}()
 	}
 	wg.Wait()
@@ -158,18 +166,50 @@ func (g *Gateway) killAll(ctx context.Context, org Org, t sessions.Target, runni
 			out = append(out, c.ID)
 		}
 	}
-	return out
+	return out, left.list
 }
 
 // killForClose kills one command of a closing session and reports whether
-// agentd ended it, so that its follower will record the end soon.
-func (g *Gateway) killForClose(ctx context.Context, org Org, t sessions.Target, c recordings.Command) bool {
+// agentd ended it, so that its follower will record the end soon. A kill
+// agentd refuses is sent again, escalated (every process killed at once,
+// without grace), up to closeKillAttempts times; a command still not
+// ended is reported in *left.
+func (g *Gateway) killForClose(ctx context.Context, org Org, t sessions.Target, c recordings.Command, left *leftRunning) bool {
+	var err error
+	for attempt := range closeKillAttempts {
+		if attempt > 0 {
+			select {
+			case <-ctx.Done():
+			case <-time.After(time.Duration(attempt) * closeKillBackoff):
+			}
+		}
+		if err = g.killOnce(ctx, t, c, attempt > 0); err == nil {
+			return true
+		}
+		var ae *agentd.Error
+		if agentd.Unanswered(err) || (errors.As(err, &ae) && ae.Unknown()) || ctx.Err() != nil {
+			break
+		}
+	}
+	return g.killFailed(ctx, org, c, err, left)
+}
+
+// killOnce asks agentd to kill c, at once when now.
+func (g *Gateway) killOnce(ctx context.Context, t sessions.Target, c recordings.Command, now bool) error {
 	kctx, cancel := context.WithTimeout(ctx, min(g.callTimeout(), closeKillTimeout))
 	defer cancel()
-	_, err := g.client(t).Kill(kctx, c.AgentdID)
-	if err == nil {
-		return true
+	var err error
+	if now {
+		_, err = g.client(t).KillNow(kctx, c.AgentdID)
+	} else {
+		_, err = g.client(t).Kill(kctx, c.AgentdID)
 	}
+	return err
+}
+
+// killFailed sorts out a kill that did not end c, reporting whether its
+// end will be recorded soon anyway.
+func (g *Gateway) killFailed(ctx context.Context, org Org, c recordings.Command, err error, left *leftRunning) bool {
 	log := g.logger().With("org", org.Slug, "session", c.SessionID, "command", c.ID, "error", err)
 	var ae *agentd.Error
 	switch {
@@ -191,10 +231,24 @@ func (g *Gateway) killForClose(ctx context.Context, org Org, t sessions.Target, 
 		}
 		return false
 	default:
-		// A refusal: agentd knows the command and has not ended it.
-		log.Warn("gateway: agentd refused to kill a closing session's command")
+		// A refusal, escalated in vain: agentd knows the command and has
+		// not ended it. The close says so.
+		log.Warn("gateway: agentd refused to kill a closing session's command, also without grace")
+		left.add(sessions.LeftRunning{CommandID: c.ID, Reason: "agentd refused to kill it: " + clip.String(err.Error(), 300)})
 		return false
 	}
+}
+
+// leftRunning collects the commands a close could not end.
+type leftRunning struct {
+	mu   sync.Mutex
+	list []sessions.LeftRunning
+}
+
+func (l *leftRunning) add(c sessions.LeftRunning) {
+	l.mu.Lock()
+	l.list = append(l.list, c)
+	l.mu.Unlock()
 }
 
 // followAll makes sure each command has a follower to record its end.

@@ -230,10 +230,11 @@ func (s *Server) runSessionOp(c echo.Context, op sessionOp) (sessions.Session, e
 // to the end, then the sessions service closes it and kills its sandbox.
 func (s *Server) closeSession(svc *sessions.Service, ctx context.Context, a *authz.Actor, id int64) (sessions.Session, error) {
 	org := gateway.Org{Slug: svc.Org, DB: svc.DB, Audit: svc.Audit, Sessions: svc}
-	if err := s.Gateway.EndCommands(ctx, org, a, id); err != nil {
+	left, err := s.Gateway.EndCommands(ctx, org, a, id)
+	if err != nil {
 		return sessions.Session{}, err
 	}
-	return svc.Close(ctx, a, id)
+	return svc.CloseLeaving(ctx, a, id, left)
 }
 
 // apiSessionOp answers a lifecycle operation with the session afterwards.

@@ -10,7 +10,9 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -238,6 +240,67 @@ func TestSessionCloseEndsCommands(t *testing.T) {
 				t.Error("the page's close left the command running")
 			}
 		})
+
+		// A kill agentd refuses is sent again without grace; a command it
+		// still will not end is named by the close (its audit event and
+		// the session's reason), not passed over.
+		for _, tc := range []struct {
+			name      string
+			refuseAll bool
+			sleep     string
+		}{{"a refused kill is escalated and ends the command", false, "2"}, {"a command agentd will not kill is reported by the close", true, "3"}} {
+			t.Run(tc.name, func(t *testing.T) {
+				var deletes, withoutGrace atomic.Int32
+				h := startHostileAgentd(t, func(h *hostileAgentd, w http.ResponseWriter, r *http.Request) bool {
+					if r.Method != http.MethodDelete || !strings.HasPrefix(r.URL.Path, "/v1/sessions/") {
+						return false
+					}
+					deletes.Add(1)
+					if r.URL.Query().Get("grace") == "0" {
+						withoutGrace.Add(1)
+						if !tc.refuseAll {
+							return false
+						}
+					}
+					w.Header().Set("Content-Type", "application/json")
+					w.WriteHeader(http.StatusConflict)
+					w.Write([]byte(`{"error":{"code":"busy","message":"not now"}}` + "\n"))
+					return true
+				})
+				_, sid := f.hostSession(t, "refusing-"+strconv.FormatBool(tc.refuseAll), h.url, h.token)
+				r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/commands", sid), "member", map[string]any{"command": "sleep " + marker + tc.sleep})
+				wantStatus(t, "exec", r, http.StatusCreated)
+				var o outputJSON
+				r.decode(t, &o)
+				r = f.call(http.MethodDelete, fmt.Sprintf("/sessions/%d", sid), "member", nil)
+				wantStatus(t, "close", r, http.StatusOK)
+				var closed struct{ State, Reason string }
+				r.decode(t, &closed)
+				if withoutGrace.Load() == 0 {
+					t.Fatalf("%d kills, none without grace: the refusal was not escalated", deletes.Load())
+				}
+				evs := f.auditEvents(t, "action:session.close")
+				var notEnded []any
+				for _, e := range evs {
+					if e.Target.ID == strconv.FormatInt(sid, 10) {
+						notEnded, _ = e.Details["not_ended"].([]any)
+					}
+				}
+				if !tc.refuseAll {
+					f.wantClosedByClose(t, sid, o.CommandID)
+					if len(notEnded) != 0 || strings.Contains(closed.Reason, "could not be ended") {
+						t.Errorf("an ended command is reported as left running: %v, %q", notEnded, closed.Reason)
+					}
+					return
+				}
+				if len(notEnded) != 1 || !strings.Contains(fmt.Sprint(notEnded[0]), strconv.FormatInt(o.CommandID, 10)) {
+					t.Errorf("session.close lists %v as not ended, want command %d", notEnded, o.CommandID)
+				}
+				if closed.State != "closed" || !strings.Contains(closed.Reason, "1 command(s) could not be ended") || !strings.Contains(closed.Reason, "#"+strconv.FormatInt(o.CommandID, 10)) {
+					t.Errorf("the closed session says %q (%s)", closed.Reason, closed.State)
+				}
+			})
+		}
 
 		t.Run("an unreachable environment does not hold the close", func(t *testing.T) {
 			down := startCountingAgentd(t)

@@ -633,6 +633,21 @@ func (s *Service) Resume(ctx context.Context, a *authz.Actor, id int64) (Session
 // When the backend cannot be reached the session is closed anyway and the
 // reclaimer kills the sandbox (closed sessions' sandboxes are orphans).
 func (s *Service) Close(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	return s.CloseLeaving(ctx, a, id, nil)
+}
+
+// LeftRunning is a command a session's close could not end (agentd
+// refused to kill it): the close records it, and the session's reason
+// names it, unless the kill of the session's sandbox ended it after all.
+type LeftRunning struct {
+	CommandID int64  `json:"command_id"`
+	Reason    string `json:"reason"`
+}
+
+// CloseLeaving is Close after the gateway ended the session's commands,
+// with those it could not end: session.close lists them (not_ended) and
+// the session's reason says how many, for its page.
+func (s *Service) CloseLeaving(ctx context.Context, a *authz.Actor, id int64, left []LeftRunning) (Session, error) {
 	sess, err := s.visible(ctx, a, id, true)
 	if err != nil {
 		return sess, err
@@ -642,13 +657,23 @@ func (s *Service) Close(ctx context.Context, a *authz.Actor, id int64) (Session,
 	}
 	reason := "closed by " + a.Name
 	details := map[string]any{}
+	killed := false
 	if sess.SandboxID != "" {
 		if kerr := s.killSandbox(ctx, sess); kerr != nil {
 			reason += "; killing its sandbox failed, the reclaimer will retry"
 			details["kill_error"] = failure(kerr)
 		} else {
-			details["killed"] = true
+			details["killed"], killed = true, true
 		}
+	}
+	if len(left) > 0 && !killed {
+		details["not_ended"] = left
+		ids := make([]string, len(left))
+		for i, l := range left {
+			ids[i] = "#" + strconv.FormatInt(l.CommandID, 10)
+		}
+		reason += fmt.Sprintf("; %d command(s) could not be ended and may still run in the environment (%s): agentd refused to kill them",
+			len(left), strings.Join(ids, ", "))
 	}
 	s.rt().forget(s.key(id))
 	return s.transition(ctx, sess, []string{StatePending, StateRunning, StatePaused, StateLost}, StateClosed, reason, a.AuditActor(),
