@@ -132,8 +132,8 @@ func (t *tracker) close() {
 	t.wg.Wait()
 	t.spawn.close()
 	if t.parent == "" {
-		// What the sessions' ends left outside their groups (found by the
-		// scans that no longer run) is killed now.
+		// What the sessions' ends left outside their groups (the scans
+		// that would find it no longer run) is killed now.
 		t.mu.Lock()
 		busy := len(t.sessions) > 0
 		t.mu.Unlock()

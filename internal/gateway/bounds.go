@@ -15,8 +15,8 @@ import (
 // Limits of what a client may ask of the gateway. Each is what agentd
 // accepts (or the most it would use), checked before anything is recorded,
 // audited or forwarded: a request agentd would refuse is refused here, and
-// no duration overflows when converted (a fetch timeout of 1e13 ms used to
-// wrap into an immediate deadline, which counted as an agentd failure).
+// no duration overflows when converted (an overflowing timeout would wrap
+// into an immediate deadline, counted as an agentd failure).
 const (
 	// maxExecTimeout is agentd's largest timeout_ms of a command.
 	maxExecTimeout = agentd.MaxTimeout

@@ -46,11 +46,9 @@ func (g *Gateway) ReadFile(ctx context.Context, org Org, a *authz.Actor, m Meta,
 }
 
 // CopyFile passes a file ReadFile opened on to w as agentd sends it, each
-// read flushed to the client at once: net/http holds the tail of a write
-// (up to its 4 KiB buffer) until the next one, so the last bytes agentd
-// sent so far waited for its next ones, and a file whose writer waits on
-// its reader (a pipe, a growing log) stalled (TestTerminalFileReadStreams
-// failed now and then on it).
+// read flushed to the client at once: net/http would hold the tail of a
+// write (up to its 4 KiB buffer) until the next one, so a file whose
+// writer waits on its reader (a pipe, a growing log) would stall.
 func CopyFile(w http.ResponseWriter, body io.Reader) (int64, error) {
 	return io.Copy(flushEach{w: w, rc: http.NewResponseController(w)}, body)
 }

@@ -162,8 +162,8 @@ func NewEnforcer(ctx context.Context, db *gorm.DB) (*Enforcer, error) {
 	// lands in between then shows as a newer version at the next check and
 	// is loaded. Read after, it would be taken for what was loaded, and
 	// this replica would decide on the older policies until the next
-	// change (found by the chaos run: a role assigned while another
-	// replica first opened the org was refused there for good).
+	// change (a role assigned while another replica first opened the org
+	// would be refused there for good).
 	loaded, err := en.readVersion(ctx)
 	if err != nil {
 		return nil, err
