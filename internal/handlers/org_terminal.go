@@ -181,12 +181,13 @@ func (s *Server) apiOutput(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// A long-poll ends as soon as its credential is revoked, with why. A
-	// poll that does not wait was checked as it came in: no watcher.
+	// A long-poll ends as soon as its credential is revoked or its reader
+	// may no longer read the session's output, with why. A poll that does
+	// not wait was checked as it came in: no watcher.
 	ctx := c.Request().Context()
 	if wait > 0 {
 		var stop func()
-		ctx, stop = gateway.WatchPrincipal(ctx, s.terminalRecheck(c))
+		ctx, stop = gateway.WatchPrincipal(ctx, s.outputRecheck(c, sid))
 		defer stop()
 	}
 	out, err := s.Gateway.Poll(ctx, s.terminalOrg(c), actorOf(c), sid, cid, uint64(cursor), wait)

@@ -38,6 +38,23 @@ func (s *Server) terminalRecheck(c echo.Context) func(ctx context.Context) (*aut
 	}
 }
 
+// outputRecheck is terminalRecheck for a waiting output poll of session
+// sid: the reader must also still be allowed to read its output (an owner
+// removed from the agent's department is not).
+func (s *Server) outputRecheck(c echo.Context, sid int64) func(ctx context.Context) (*authz.Actor, error) {
+	recheck := s.terminalRecheck(c)
+	return func(ctx context.Context) (*authz.Actor, error) {
+		a, err := recheck(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if err := s.Gateway.AuthorizeRead(ctx, s.terminalOrg(c), a, sid); err != nil {
+			return nil, err
+		}
+		return a, nil
+	}
+}
+
 // revocationCause says, for the person whose credential no longer stands,
 // why: it reads the sign-in only on this failure path.
 func (s *Server) revocationCause(ctx context.Context, c echo.Context, p *authz.Principal) error {

@@ -291,3 +291,54 @@ func TestRevocationReachesOtherReplica(t *testing.T) {
 		t.Fatalf("the terminal on replica B closed with %q, want it to say signed out", msg)
 	}
 }
+
+// TestOutputReadsFollowUse: a session's owner reads its output and
+// recordings only while they may use its agent. Removed from the agent's
+// department, their waiting long-poll ends within about a second (not
+// when its wait runs out), a fresh poll and the recording are refused,
+// and auditors and admins keep reading by their own roles.
+func TestOutputReadsFollowUse(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		admin := f.tokens["admin"]
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo early; sleep 60"})
+		wantStatus(t, "exec", r, http.StatusCreated)
+		var o outputJSON
+		r.decode(t, &o)
+		output := f.sessionPath("/commands/%d/output?cursor=0", o.CommandID)
+		recording := f.sessionPath("/commands/%d/recording", o.CommandID)
+		wantStatus(t, "the owner's poll before", f.call(http.MethodGet, output, "member", nil), http.StatusOK)
+
+		polled := make(chan response, 1)
+		go func() {
+			polled <- f.call(http.MethodGet, output+"&wait_ms=30000", "member", nil)
+		}()
+		// The poll waits on the quiet command (cursor past "early").
+		time.Sleep(500 * time.Millisecond)
+		removed := time.Now()
+		r = f.e.json(http.MethodDelete, "/api/v1/orgs/acme/roles", admin, rbac.Assignment{
+			Subject: fmt.Sprintf("user:%d", f.ids["member"]), Role: rbac.RoleMember, Domain: rbac.DeptDomain(f.dept1)})
+		wantStatus(t, "remove the member's role", r, http.StatusNoContent)
+		r = <-polled
+		if r.status == http.StatusOK {
+			// The first answer may have carried "early": ask again from its cursor.
+			var first outputJSON
+			r.decode(t, &first)
+			go func() {
+				polled <- f.call(http.MethodGet, f.sessionPath("/commands/%d/output?cursor=%d&wait_ms=30000", o.CommandID, first.NextCursor), "member", nil)
+			}()
+			r = <-polled
+		}
+		wantStatus(t, "the waiting long-poll", r, http.StatusForbidden)
+		if took := time.Since(removed); took > 5*time.Second {
+			t.Errorf("the waiting poll ended %s after the removal", took)
+		}
+		wantStatus(t, "a fresh poll", f.call(http.MethodGet, output, "member", nil), http.StatusForbidden)
+		wantStatus(t, "the recording", f.call(http.MethodGet, recording, "member", nil), http.StatusForbidden)
+		for _, who := range []string{"auditor", "admin"} {
+			wantStatus(t, who+"'s poll", f.call(http.MethodGet, output, who, nil), http.StatusOK)
+			wantStatus(t, who+"'s recording", f.call(http.MethodGet, recording, who, nil), http.StatusOK)
+		}
+	})
+}

@@ -108,6 +108,27 @@ func (s *Service) authorize(ctx context.Context, a *authz.Actor, sess Session, u
 	return nil
 }
 
+// authorizeOutput checks a's reading of sess's output and recordings: by
+// one's role, as whoever may see it (department owners, org admins,
+// auditors), and by its owner only while they may still use its agent, as
+// for use. An owner who lost the agent is refused (403), not hidden.
+func (s *Service) authorizeOutput(ctx context.Context, a *authz.Actor, sess Session) error {
+	if !Owns(a, sess) {
+		return s.authorize(ctx, a, sess, false)
+	}
+	ok, rule, err := mayUseAgent(ctx, a, sess.AgentID, sess.AgentDepartmentID)
+	if err != nil || ok {
+		return err
+	}
+	byRole, _, err := decideSession(ctx, a, sess, "read")
+	if err != nil || byRole {
+		return err
+	}
+	return a.Deny(authz.Denial{Target: AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID), Object: sessionObject(sess.ID),
+		Action: "read", Rule: "owner of the session, no longer allowed to use its agent (" + rule + ")"},
+		"You may no longer read session "+strconv.FormatInt(sess.ID, 10)+"'s output: you may not use its agent any more.")
+}
+
 // visible loads id for a: hidden when a may not see it, forbidden when use
 // is set and a may not use it.
 func (s *Service) visible(ctx context.Context, a *authz.Actor, id int64, use bool) (Session, error) {

@@ -14,20 +14,25 @@ import (
 	"github.com/gatehouse/gatehouse/internal/authz"
 )
 
-// Locate says where a session a may see runs, without changing it: no
-// sandbox is created or resumed and no timeout refreshed. It is for reading
-// (a command's output, its history); a session not running answers a
-// conflict naming its state.
+// Locate says where a session runs whose output a may read, without
+// changing it: no sandbox is created or resumed and no timeout refreshed.
+// It is for reading (a command's output, its history, its recordings),
+// which follows the rule of use for the session's owner (see
+// authorizeOutput); a session not running answers a conflict naming its
+// state.
 func (s *Service) Locate(ctx context.Context, a *authz.Actor, sessionID int64) (Target, error) {
 	if c, ok := s.fresh(ctx, s.key(sessionID), false); ok {
-		if err := s.authorize(ctx, a, c.target.Session, false); err != nil {
+		if err := s.authorizeOutput(ctx, a, c.target.Session); err != nil {
 			return Target{}, err
 		}
 		return c.target, nil
 	}
 	st := s.stampNow(ctx)
-	sess, err := s.visible(ctx, a, sessionID, false)
+	sess, err := s.load(ctx, sessionID)
 	if err != nil {
+		return Target{}, err
+	}
+	if err := s.authorizeOutput(ctx, a, sess); err != nil {
 		return Target{}, err
 	}
 	if sess.Final() {
