@@ -3,6 +3,7 @@ package policy
 import (
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -50,7 +51,7 @@ func (p *Network) DecideConn(c Conn) Decision {
 			continue
 		}
 		if !matched || r.Action.Stricter(best.Action) {
-			best = Decision{Action: r.Action, Rule: i, Why: "rule " + itoa(i+1) + " (" + string(r.Action) + " " + r.Host + ")"}
+			best = Decision{Action: r.Action, Rule: i, Why: "rule " + strconv.Itoa(i+1) + " (" + string(r.Action) + " " + r.Host + ")"}
 			matched = true
 		}
 	}
