@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 )
 
 // Exec is an agent's execution policy: ordered rules over programs and
@@ -232,6 +233,9 @@ func onceHash(f func() (string, error)) func() (string, error) {
 type Checker struct {
 	p     Exec
 	rules []rule
+	// parsers are shell parsers to reuse: a parser is not safe for
+	// concurrent use, and making one costs more than a short line's parse.
+	parsers sync.Pool
 }
 
 type rule struct {
