@@ -1,8 +1,3 @@
-// Package policy holds what an agent may run and reach without a person:
-// execution rules over programs and their arguments, network rules over
-// hosts and ports, their validation, and their evaluation. The console
-// checks requests against them; agentd applies the same rules where
-// programs start and connections leave, from the copy each create carries.
 package policy
 
 import (
