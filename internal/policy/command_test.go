@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -231,4 +232,37 @@ func TestDecideCommandRefusesBrokenPolicies(t *testing.T) {
 	if _, err := p.DecideCommand("ls", nil); !errors.As(err, &pe) {
 		t.Fatalf("DecideCommand error %v, want a *PolicyError", err)
 	}
+}
+
+func TestCheckerIsSafeForConcurrentUse(t *testing.T) {
+	t.Parallel()
+	p := corpusPolicy(policy.Ask)
+	c, err := p.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := []string{"bash -c 'rm x'", "git push origin", "ls | grep x", "$X y", "find . -exec rm {} +"}
+	want := make([]policy.Action, len(lines))
+	for i, l := range lines {
+		d, _ := c.DecideCommand(l, nil)
+		want[i] = d.Action
+	}
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for n := range 200 {
+				i := (g + n) % len(lines)
+				d, err := c.DecideCommand(lines[i], map[string]string{"N": "1"})
+				if err != nil || d.Action != want[i] {
+					t.Errorf("%q: %s, %v; want %s", lines[i], d.Action, err, want[i])
+					return
+				}
+				if pd := c.DecideProgram(policy.Program{Path: "/bin/rm", Argv: []string{"rm"}}); pd.Action != policy.Deny {
+					t.Errorf("DecideProgram: %+v", pd)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
 }
