@@ -19,6 +19,7 @@ require (
 	gorm.io/gorm v1.31.2
 	k8s.io/api v0.37.2
 	k8s.io/apimachinery v0.37.2
+	mvdan.cc/sh/v3 v3.14.1
 	sigs.k8s.io/yaml v1.6.0
 )
 
