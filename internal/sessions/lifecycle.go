@@ -498,6 +498,12 @@ func (s *Service) attach(ctx context.Context, actor audit.Actor, sess Session, t
 			if cur.Final() {
 				return cur, finalError(cur)
 			}
+			if startedMeanwhile(cur) {
+				// Another first use attached its sandbox: this one's is
+				// killed, and the caller uses the session as it is.
+				s.rt().forget(s.key(sess.ID))
+				return cur, nil
+			}
 			return cur, apperr.New(apperr.ErrConflict, "session_state_changed", "Session %d changed while its sandbox was created; try again.", sess.ID)
 		}
 		return sess, fmt.Errorf("attach sandbox %s: %w", sb.ID, err)
@@ -531,8 +537,19 @@ func (s *Service) makeHostWorkspace(ctx context.Context, a *authz.Actor, sess Se
 			sess.Workspace, env.Name, strings.TrimSpace(string(res.Stderr)))
 	}
 	now := s.now()
-	return s.transition(ctx, sess, []string{StatePending}, StateRunning, "workspace "+sess.Workspace+" ready on "+env.Name, a.AuditActor(),
+	started, err := s.transition(ctx, sess, []string{StatePending}, StateRunning, "workspace "+sess.Workspace+" ready on "+env.Name, a.AuditActor(),
 		"session.start", map[string]any{"started_at": now, "last_used_at": now}, nil)
+	if err != nil && startedMeanwhile(started) {
+		// A first use on another replica started it: what this one wanted.
+		return started, nil
+	}
+	return started, err
+}
+
+// startedMeanwhile reports whether a session a start found moved on is
+// running now: another first use started it, and the caller may use it.
+func startedMeanwhile(cur Session) bool {
+	return cur.State == StateRunning && (cur.SandboxMode != agents.SandboxPerSession || cur.SandboxID != "")
 }
 
 func shellQuote(p string) string { return "'" + strings.ReplaceAll(p, "'", `'\''`) + "'" }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -629,6 +630,31 @@ func TestHostSessions(t *testing.T) {
 		if _, err := svc.Pause(ctx, sys(), sess.ID); !errors.Is(err, apperr.ErrConflict) {
 			t.Errorf("pause on a host = %v", err)
 		}
+
+		t.Run("first uses racing on several replicas all get the started session", func(t *testing.T) {
+			for round := range 5 {
+				raced, err := svc.Create(ctx, sys(), sessions.CreateInput{AgentID: ag.ID})
+				if err != nil {
+					t.Fatal(err)
+				}
+				var wg sync.WaitGroup
+				errs := make([]error, 6)
+				for i := range errs {
+					replica := w.svc(&sessions.Runtime{Now: w.clock.Now}) // a gate of its own
+					wg.Add(1)
+					go func() {
+						defer wg.Done()
+						_, errs[i] = replica.Ensure(ctx, sys(), raced.ID)
+					}()
+				}
+				wg.Wait()
+				for i, err := range errs {
+					if err != nil {
+						t.Fatalf("round %d, use %d: %v (want every racing first use to proceed once the session started)", round, i, err)
+					}
+				}
+			}
+		})
 	})
 }
 

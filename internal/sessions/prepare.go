@@ -245,12 +245,20 @@ func (s *Service) prepare(ctx context.Context, a *authz.Actor, t Target) error {
 	if len(items) == 0 && !ok {
 		return nil // nothing to put anywhere, and nothing was ever put
 	}
-	token, won, err := s.claimPreparation(ctx, sess.ID)
-	if err != nil {
-		return err
-	}
-	if !won {
-		return s.awaitPreparation(ctx, sess, key)
+	var token string
+	for {
+		var won bool
+		if token, won, err = s.claimPreparation(ctx, sess.ID); err != nil {
+			return err
+		}
+		if won {
+			break
+		}
+		// Another use prepares: its outcome is this one's, unless it
+		// went away without one, and then this use takes over.
+		if err := s.awaitPreparation(ctx, sess, key); !errors.Is(err, errPreparerGone) {
+			return err
+		}
 	}
 	defer s.releasePreparation(sess.ID, token)
 	// Whoever held the claim before may have prepared it meanwhile.
@@ -549,7 +557,7 @@ func (s *Service) releasePreparation(sessionID int64, token string) {
 
 // awaitPreparation waits for another caller's preparation of the session
 // and answers its outcome: nil once the workspace is prepared, the failure
-// otherwise.
+// otherwise, errPreparerGone when it ended without one.
 func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string) error {
 	wait := 20 * time.Millisecond
 	for {
@@ -564,8 +572,8 @@ func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string
 			return err
 		}
 		if ok && row.ClaimToken != "" && row.ClaimedAt != nil && s.now().Sub(*row.ClaimedAt) > s.rt().createLease() {
-			// The preparer went away mid-way: the next use takes over.
-			return apperr.New(apperr.ErrConflict, "session_state_changed", "Session %d's preparation was interrupted; try again.", sess.ID)
+			// The preparer went away mid-way: the waiting use takes over.
+			return errPreparerGone
 		}
 		if !ok || row.ClaimToken != "" {
 			continue
@@ -577,7 +585,11 @@ func (s *Service) awaitPreparation(ctx context.Context, sess Session, key string
 			return notPrepared(sess.ID, row.Reason)
 		}
 		// Released without an outcome (the preparer's caller left): the
-		// next use prepares.
-		return apperr.New(apperr.ErrConflict, "session_state_changed", "Session %d's preparation was interrupted; try again.", sess.ID)
+		// waiting use prepares.
+		return errPreparerGone
 	}
 }
+
+// errPreparerGone says the preparation awaited ended without an outcome:
+// the preparer's caller left, or it stopped mid-way.
+var errPreparerGone = errors.New("the session's preparer went away")
