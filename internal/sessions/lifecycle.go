@@ -22,6 +22,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/sandbox"
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // Target is where a session's commands go: everything the terminal gateway
@@ -117,6 +118,16 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 		return checked(c.target, check)
 	}
 	var err error
+	if sess.SandboxMode == agents.SandboxPerSession {
+		// Its backend may be called (created, resumed, refreshed): one
+		// lifecycle change of the session at a time, on every replica.
+		unlock, err := s.lockAcrossReplicas(ctx, sess.ID)
+		if err != nil {
+			return Target{}, err
+		}
+		defer unlock()
+		contended = true // another replica may have changed it meanwhile
+	}
 	if contended {
 		if sess, err = s.load(ctx, sess.ID); err != nil {
 			return Target{}, err
@@ -599,8 +610,57 @@ func (s *Service) usableSandbox(ctx context.Context, a *authz.Actor, id int64, v
 	return sess, nil
 }
 
-// Pause snapshots a running per-session sandbox a may use.
+// lifecycleLockWait bounds how long a lifecycle change waits for another
+// one of the same session (a pause, a resume, an exec's start or resume):
+// longer than a backend call takes.
+const lifecycleLockWait = 60 * time.Second
+
+// lockLifecycle serializes the lifecycle changes of one session that call
+// its backend: an exec arriving during a pause waits for it and then
+// resumes the sandbox; a pause arriving during an exec's start waits for
+// the start. It holds the process's gate of the session and, on Postgres,
+// an advisory lock of it across replicas; whoever holds it reads the
+// session again before acting.
+func (s *Service) lockLifecycle(ctx context.Context, id int64) (unlock func(), err error) {
+	g := s.rt().gate(s.key(id))
+	g.Lock()
+	unlockDB, err := s.lockAcrossReplicas(ctx, id)
+	if err != nil {
+		g.Unlock()
+		return nil, err
+	}
+	return func() {
+		unlockDB()
+		g.Unlock()
+	}, nil
+}
+
+// lockAcrossReplicas is lockLifecycle's advisory lock (nothing on SQLite,
+// which is single-node: the process's gate suffices).
+func (s *Service) lockAcrossReplicas(ctx context.Context, id int64) (unlock func(), err error) {
+	key := store.LockKey(fmt.Sprintf("gatehouse-session-lifecycle:%s:%d", s.Org, id))
+	unlock, ok, err := store.AdvisoryLock(ctx, s.DB, key, lifecycleLockWait)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		return nil, apperr.New(apperr.ErrUnavailable, "session_busy",
+			"Session %d is being started, paused or resumed by another request that has not finished within %s; try again.", id, lifecycleLockWait)
+	}
+	return unlock, nil
+}
+
+// Pause snapshots a running per-session sandbox a may use. It waits for a
+// lifecycle change of the session under way (see lockLifecycle).
 func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	if _, err := s.usableSandbox(ctx, a, id, "pause"); err != nil {
+		return Session{}, err
+	}
+	unlock, err := s.lockLifecycle(ctx, id)
+	if err != nil {
+		return Session{}, err
+	}
+	defer unlock()
 	sess, err := s.usableSandbox(ctx, a, id, "pause")
 	if err != nil {
 		return sess, err
@@ -625,8 +685,17 @@ func (s *Service) Pause(ctx context.Context, a *authz.Actor, id int64) (Session,
 		map[string]any{"backend_state": string(sandbox.StatePaused), "backend_seen_at": now}, nil)
 }
 
-// Resume resumes a paused per-session sandbox a may use.
+// Resume resumes a paused per-session sandbox a may use. It waits for a
+// lifecycle change of the session under way (see lockLifecycle).
 func (s *Service) Resume(ctx context.Context, a *authz.Actor, id int64) (Session, error) {
+	if _, err := s.usableSandbox(ctx, a, id, "resume"); err != nil {
+		return Session{}, err
+	}
+	unlock, err := s.lockLifecycle(ctx, id)
+	if err != nil {
+		return Session{}, err
+	}
+	defer unlock()
 	sess, err := s.usableSandbox(ctx, a, id, "resume")
 	if err != nil {
 		return sess, err

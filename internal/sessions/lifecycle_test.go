@@ -1,8 +1,12 @@
 package sessions_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"strings"
 	"sync"
@@ -11,6 +15,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/agentd/agentdtest"
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
@@ -669,4 +674,92 @@ func wantFieldError(t *testing.T, err error, field, want string) {
 	if got := v.Fields[field]; !strings.Contains(got, want) {
 		t.Errorf("%s: %q, want it to say %q (all: %v)", field, got, want, v.Fields)
 	}
+}
+
+// TestLifecycleRaces: pauses, resumes and uses of one sandbox session
+// issued together (on two replicas, on Postgres) are serialized: each
+// answers what happened (done, a conflict naming the state it found, or
+// the backend's own failure as backend_error: the fake's freeze fails now
+// and then on a process in uninterruptible sleep), the console's state
+// ends equal to the backend's, and the session is usable afterwards
+// (never left running at the console with its sandbox frozen).
+func TestLifecycleRaces(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		var logs bytes.Buffer
+		w := newWorld(t, d, e2bfake.Config{Logger: slog.New(slog.NewTextHandler(&syncWriter{w: &logs}, nil))})
+		ctx := context.Background()
+		replicas := []*sessions.Service{w.svc(nil), w.svc(&sessions.Runtime{Now: w.clock.Now})}
+		if d == store.SQLite {
+			// Single-node: one process, one runtime.
+			replicas[1] = replicas[0]
+		}
+		defer func() {
+			if t.Failed() {
+				t.Logf("fake backend log:\n%s", logs.String())
+			}
+		}()
+		sess := w.newSession(t, replicas[0], sys())
+		if _, err := replicas[0].Ensure(ctx, sys(), sess.ID); err != nil {
+			t.Fatal(err)
+		}
+		for round := range 3 {
+			var wg sync.WaitGroup
+			errs := make(chan error, 18)
+			for i := range 18 {
+				svc := replicas[i%2]
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					var err error
+					switch i % 3 {
+					case 0:
+						_, err = svc.Pause(ctx, sys(), sess.ID)
+					case 1:
+						_, err = svc.Resume(ctx, sys(), sess.ID)
+					default:
+						var tg sessions.Target
+						if tg, err = svc.Ensure(ctx, sys(), sess.ID); err == nil {
+							_, err = agentdOf(tg).Run(ctx, agentd.CreateSessionRequest{Command: "echo ok", Cwd: tg.Workspace, WaitMS: 10_000})
+						}
+					}
+					var ae *apperr.Error
+					if err != nil && !(errors.As(err, &ae) && (ae.Code == "session_not_running" || ae.Code == "session_not_paused" || ae.Code == "backend_error")) {
+						errs <- fmt.Errorf("round %d, request %d: %w", round, i, err)
+					}
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				t.Error(err)
+			}
+			cur, err := replicas[0].Get(ctx, sys(), sess.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			snap, _ := w.fake.Inspect(cur.SandboxID)
+			if string(snap.State) != map[string]string{sessions.StateRunning: "running", sessions.StatePaused: "paused"}[cur.State] {
+				t.Errorf("round %d: the console says %s, the backend %s", round, cur.State, snap.State)
+			}
+			tg, err := replicas[1].Ensure(ctx, sys(), sess.ID)
+			if err != nil {
+				t.Fatalf("round %d: use after the races: %v", round, err)
+			}
+			if got := run(t, tg, "echo usable"); got != "usable\n" {
+				t.Fatalf("round %d: %q", round, got)
+			}
+		}
+	})
+}
+
+type syncWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
 }

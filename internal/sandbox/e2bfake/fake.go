@@ -361,8 +361,13 @@ func (s *Server) Tick() {
 // pauseLocked freezes b's processes. Like E2B, a paused sandbox reports
 // endAt as the time it was paused (its snapshot's time), which is what a
 // reclaimer measures idleness from.
+// A freeze that fails part-way is undone: the sandbox stays running with
+// every process continued, never half-stopped while reported running.
 func (s *Server) pauseLocked(b *box, at time.Time) error {
 	if err := b.proc.Freeze(); err != nil {
+		if terr := b.proc.Thaw(); terr != nil {
+			return errors.Join(err, fmt.Errorf("continue after the failed freeze: %w", terr))
+		}
 		return err
 	}
 	b.state = sandbox.StatePaused
