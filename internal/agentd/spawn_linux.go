@@ -457,7 +457,7 @@ func serveSpawns(fd int) int {
 	// Inherited without close-on-exec; the commands must not inherit it.
 	syscall.CloseOnExec(fd)
 	buf := make([]byte, maxSpawnMessage+1)
-	oob := make([]byte, syscall.CmsgSpace(4*4))
+	oob := make([]byte, syscall.CmsgSpace(5*4)) // stdio, cgroup, netns
 	for {
 		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, syscall.EINTR) {
