@@ -22,7 +22,23 @@ type upstreamDNS struct {
 	once    sync.Once
 	servers []string
 	client  *dns.Client
+
+	mu    sync.Mutex
+	cache map[string]cachedAddrs
 }
+
+// cachedAddrs is a name's addresses until their time to live ends.
+type cachedAddrs struct {
+	addrs   []netip.Addr
+	expires time.Time
+}
+
+// Bounds of the proxy's cache of resolved names: no answer is kept longer
+// than maxCacheTTL (or its own TTL), and at most maxCachedNames at once.
+const (
+	maxCacheTTL    = 30 * time.Second
+	maxCachedNames = 4096
+)
 
 // egressDNSTimeout bounds one upstream query.
 const egressDNSTimeout = 5 * time.Second
@@ -71,10 +87,33 @@ func (u *upstreamDNS) exchange(ctx context.Context, m *dns.Msg, network string) 
 }
 
 // lookup resolves name to its addresses (IPv4 first), as the proxy dials
-// them.
+// them, from the cache while the answer's time to live lasts.
 func (u *upstreamDNS) lookup(ctx context.Context, name string) ([]netip.Addr, error) {
+	now := time.Now()
+	u.mu.Lock()
+	c, ok := u.cache[name]
+	u.mu.Unlock()
+	if ok && now.Before(c.expires) {
+		return c.addrs, nil
+	}
+	addrs, ttl, err := u.resolve(ctx, name)
+	if err == nil && ttl > 0 {
+		u.mu.Lock()
+		if u.cache == nil || len(u.cache) >= maxCachedNames {
+			u.cache = map[string]cachedAddrs{}
+		}
+		u.cache[name] = cachedAddrs{addrs: addrs, expires: now.Add(min(ttl, maxCacheTTL))}
+		u.mu.Unlock()
+	}
+	return addrs, err
+}
+
+// resolve asks the upstream for name's A and AAAA records at once and
+// returns the addresses with the shortest time to live among them.
+func (u *upstreamDNS) resolve(ctx context.Context, name string) ([]netip.Addr, time.Duration, error) {
 	type answer struct {
 		addrs []netip.Addr
+		ttl   time.Duration
 		err   error
 	}
 	ask := func(qtype uint16, out chan<- answer) {
@@ -90,7 +129,11 @@ func (u *upstreamDNS) lookup(ctx context.Context, name string) ([]netip.Addr, er
 			out <- answer{err: errors.New("the name does not resolve (" + dns.RcodeToString[r.Rcode] + ")")}
 			return
 		}
-		out <- answer{addrs: answerAddrs(r)}
+		ttl := maxCacheTTL
+		for _, rr := range r.Answer {
+			ttl = min(ttl, time.Duration(rr.Header().Ttl)*time.Second)
+		}
+		out <- answer{addrs: answerAddrs(r), ttl: ttl}
 	}
 	v4, v6 := make(chan answer, 1), make(chan answer, 1)
 	go ask(dns.TypeA, v4)
@@ -99,11 +142,15 @@ func (u *upstreamDNS) lookup(ctx context.Context, name string) ([]netip.Addr, er
 	addrs := append(a4.addrs, a6.addrs...)
 	if len(addrs) == 0 {
 		if a4.err != nil {
-			return nil, a4.err
+			return nil, 0, a4.err
 		}
-		return nil, errors.New("the name has no addresses")
+		return nil, 0, errors.New("the name has no addresses")
 	}
-	return addrs, nil
+	ttl := a4.ttl
+	if a6.err == nil && len(a6.addrs) > 0 {
+		ttl = min(ttl, a6.ttl)
+	}
+	return addrs, ttl, nil
 }
 
 // answerAddrs lists the A and AAAA records of an answer.

@@ -52,7 +52,9 @@ type egressWorld struct {
 }
 
 // newEgressWorld starts the servers; they stop with the test.
-func newEgressWorld(t *testing.T) *egressWorld {
+func newEgressWorld(t *testing.T) *egressWorld { return newEgressWorldTB(t) }
+
+func newEgressWorldTB(t testing.TB) *egressWorld {
 	t.Helper()
 	w := &egressWorld{queries: map[string]int{}}
 	w.serverIP = randomLoopback()
@@ -119,7 +121,7 @@ func writeZeros(w io.Writer, n int64) {
 // hostAddr is an IPv4 address of this machine's own interfaces other than
 // loopback: a session's own loopback is its own, so only such an address
 // is one a session could aim at and agentd could reach.
-func hostAddr(t *testing.T) netip.Addr {
+func hostAddr(t testing.TB) netip.Addr {
 	addrs, _ := net.InterfaceAddrs()
 	for _, a := range addrs {
 		if n, ok := a.(*net.IPNet); ok {
@@ -148,7 +150,7 @@ func listenTCP(t testing.TB, at netip.AddrPort) net.Listener {
 	return ln
 }
 
-func (w *egressWorld) startUDPSink(t *testing.T) {
+func (w *egressWorld) startUDPSink(t testing.TB) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +170,7 @@ func (w *egressWorld) startUDPSink(t *testing.T) {
 
 // startDNS serves the test names: meta.test at the metadata address,
 // every other name under .test at the servers' address.
-func (w *egressWorld) startDNS(t *testing.T) {
+func (w *egressWorld) startDNS(t testing.TB) {
 	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)

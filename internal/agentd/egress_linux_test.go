@@ -32,8 +32,11 @@ func TestMain(m *testing.M) {
 }
 
 func egressHelper(args []string) int {
+	if len(args) == 3 && args[0] == "ttfb" {
+		return ttfbHelper(args[1], args[2])
+	}
 	if len(args) != 2 {
-		fmt.Println("usage: dns NAME | udp ADDR")
+		fmt.Println("usage: dns NAME | udp ADDR | ttfb HOST:PORT COUNT")
 		return 2
 	}
 	switch args[0] {

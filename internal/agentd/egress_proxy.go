@@ -11,6 +11,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/netguard"
@@ -42,9 +43,12 @@ type netConn struct {
 	client net.Conn
 	br     *bufio.Reader
 	orig   netip.AddrPort // where the client aimed, in a namespace
+	to     netip.AddrPort // where the client's socket is connected
 	start  time.Time
 	rec    NetRecord
-	peer   chan peerInfo
+	// peer receives who connected, looked up once the connection is
+	// decided (off the path of its set-up, while its socket is open).
+	peer chan peerInfo
 }
 
 type peerInfo struct {
@@ -74,27 +78,41 @@ func (e *sessionEgress) serveProxy(ln net.Listener) {
 func (e *sessionEgress) handleConn(c net.Conn) {
 	defer e.untrack(c)
 	defer c.Close()
-	nc := &netConn{e: e, pol: e.policy.load(), client: c, start: time.Now(), peer: make(chan peerInfo, 1)}
+	nc := &netConn{e: e, pol: e.policy.load(), client: c, start: time.Now()}
 	nc.rec = NetRecord{Type: NetRecordConnect, Rule: -1, PolicyVersion: nc.pol.Version}
-	to := netip.AddrPort{}
 	if ta, ok := c.LocalAddr().(*net.TCPAddr); ok {
-		to = ta.AddrPort()
+		nc.to = ta.AddrPort()
 	}
 	if e.mode == EgressEnforcementNetns {
 		if dst, ok := originalDst(c); ok {
-			to = dst
+			nc.to = dst
 			if dst.Addr() != egressAddr {
 				nc.orig = dst
 			}
 		}
 	}
-	go func() {
-		pid, prog := e.peerOf(c, to)
-		nc.peer <- peerInfo{pid, prog}
-	}()
-	nc.br = bufio.NewReaderSize(c, egressPeekSize)
+	br := peekReaders.Get().(*bufio.Reader)
+	br.Reset(c)
+	nc.br = br
 	nc.serve()
 	nc.finish()
+	br.Reset(nil)
+	peekReaders.Put(br)
+}
+
+// peekReaders keeps the proxy's 16 KiB peek buffers between connections.
+var peekReaders = sync.Pool{New: func() any { return bufio.NewReaderSize(nil, egressPeekSize) }}
+
+// lookupPeer starts finding who made the connection (once).
+func (nc *netConn) lookupPeer() {
+	if nc.peer != nil {
+		return
+	}
+	nc.peer = make(chan peerInfo, 1)
+	go func() {
+		pid, prog := nc.e.peerOf(nc.client, nc.to)
+		nc.peer <- peerInfo{pid, prog}
+	}()
 }
 
 // serve tells the protocol by the client's first bytes and serves it.
@@ -312,7 +330,7 @@ func (nc *netConn) relay(client net.Conn, up net.Conn) {
 		}
 		nc.br.Discard(n)
 	}
-	nc.br = nil
+	nc.lookupPeer()
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(up, client)
@@ -338,6 +356,7 @@ func (nc *netConn) finish() {
 	if nc.rec.Decision == "" {
 		nc.deny("The connection ended before it named a destination.")
 	}
+	nc.lookupPeer()
 	t := time.NewTimer(time.Second)
 	select {
 	case p := <-nc.peer:
