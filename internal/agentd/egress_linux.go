@@ -54,18 +54,18 @@ func (p *egressPlace) close() {
 
 // openNetns makes a session's namespace and the proxy's and resolver's
 // sockets in it.
-func openNetns() (*egressPlace, net.Listener, net.Listener, net.PacketConn, error) {
+func openNetns() (*netnsSlot, error) {
 	fd, err := newSessionNetns()
 	if err != nil {
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
 	place := &egressPlace{netns: fd}
 	proxy, dnsTCP, dnsUDP, err := listenInNetns(fd)
 	if err != nil {
 		place.close()
-		return nil, nil, nil, nil, err
+		return nil, err
 	}
-	return place, proxy, dnsTCP, dnsUDP, nil
+	return &netnsSlot{place: place, proxy: proxy, dnsTCP: dnsTCP, dnsUDP: dnsUDP}, nil
 }
 
 // detectEgress finds how this agentd can confine sessions under setting.

@@ -21,9 +21,7 @@ func (p *egressPlace) close() {}
 
 var errEgressLinuxOnly = errors.New("network namespaces and Landlock are Linux's")
 
-func openNetns() (*egressPlace, net.Listener, net.Listener, net.PacketConn, error) {
-	return nil, nil, nil, nil, errEgressLinuxOnly
-}
+func openNetns() (*netnsSlot, error) { return nil, errEgressLinuxOnly }
 
 func detectEgress(setting string) (mode, reason string) {
 	if setting == EgressOff {

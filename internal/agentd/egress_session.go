@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -25,6 +26,87 @@ type egressService struct {
 	once sync.Once
 	mode string
 	why  string
+
+	// pool holds namespaces made ahead (see takeNetns); filling says one
+	// is being made; closed stops making them.
+	pool    chan *netnsSlot
+	filling atomic.Bool
+	closed  atomic.Bool
+}
+
+// netnsPool is how many session namespaces agentd keeps made ahead, once
+// a session has asked for one: making one takes milliseconds, and
+// hundreds while the kernel is tearing others down.
+const netnsPool = 2
+
+// netnsSlot is a session namespace with the sockets agentd serves in it.
+type netnsSlot struct {
+	place  *egressPlace
+	proxy  net.Listener
+	dnsTCP net.Listener
+	dnsUDP net.PacketConn
+}
+
+func (n *netnsSlot) close() {
+	n.proxy.Close()
+	n.dnsTCP.Close()
+	n.dnsUDP.Close()
+	n.place.close()
+}
+
+// takeNetns hands out a namespace made ahead, or makes one, and has the
+// pool refilled in the background.
+func (s *egressService) takeNetns() (*netnsSlot, error) {
+	defer s.refill()
+	select {
+	case n := <-s.pool:
+		return n, nil
+	default:
+		return openNetns()
+	}
+}
+
+// refill makes namespaces until the pool is full (one goroutine at a
+// time), unless the server is closing.
+func (s *egressService) refill() {
+	if s.closed.Load() || !s.filling.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer s.filling.Store(false)
+		for !s.closed.Load() && len(s.pool) < cap(s.pool) {
+			n, err := openNetns()
+			if err != nil {
+				s.logger.Warn("make a session network namespace ahead", "error", err)
+				return
+			}
+			select {
+			case s.pool <- n:
+			default:
+				n.close()
+			}
+		}
+		if s.closed.Load() {
+			s.drainPool()
+		}
+	}()
+}
+
+func (s *egressService) drainPool() {
+	for {
+		select {
+		case n := <-s.pool:
+			n.close()
+		default:
+			return
+		}
+	}
+}
+
+// close releases the namespaces made ahead.
+func (s *egressService) close() {
+	s.closed.Store(true)
+	s.drainPool()
 }
 
 func newEgressService(cfg *Config) *egressService {
@@ -34,6 +116,7 @@ func newEgressService(cfg *Config) *egressService {
 		holds:   denyingHolds{logger: cfg.Logger},
 		names:   newUpstreamDNS(cfg.EgressDNS),
 		roots:   cfg.EgressRootCAs,
+		pool:    make(chan *netnsSlot, netnsPool),
 	}
 }
 
@@ -128,10 +211,11 @@ func (s *egressService) forSession(np *NetworkPolicy) (*sessionEgress, error) {
 func (e *sessionEgress) open() error {
 	var err error
 	if e.mode == EgressEnforcementNetns {
-		e.place, e.proxy, e.dnsTCP, e.dnsUDP, err = openNetns()
+		n, err := e.svc.takeNetns()
 		if err != nil {
 			return err
 		}
+		e.place, e.proxy, e.dnsTCP, e.dnsUDP = n.place, n.proxy, n.dnsTCP, n.dnsUDP
 	} else {
 		if e.proxy, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
 			return err

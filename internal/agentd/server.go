@@ -607,6 +607,7 @@ func (s *Server) Close() error {
 		<-s.janitorDone
 		defer s.files.close()
 		defer s.tracker.close()
+		defer s.egress.close()
 		defer s.stopExecReporting()
 		for _, sess := range all {
 			sess.kill(StateKilled)
