@@ -161,6 +161,7 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 	if err != nil {
 		return false
 	}
+	nc.awaitPeer(peerWait)
 	err = resp.Write(countWriter{w, &nc.rec.BytesIn})
 	resp.Body.Close()
 	if err != nil {

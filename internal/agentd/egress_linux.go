@@ -149,11 +149,17 @@ func (e *sessionEgress) peerOf(c net.Conn, to netip.AddrPort) (int, string) {
 	if len(pids) == 0 {
 		return 0, ""
 	}
-	table := "/proc/self/net/tcp"
-	if e.mode == EgressEnforcementNetns {
-		table = "/proc/" + strconv.Itoa(pids[0]) + "/net/tcp"
+	inode := ""
+	if e.mode != EgressEnforcementNetns {
+		inode = socketInode("/proc/self/net/tcp", remote.AddrPort(), to)
 	}
-	inode := socketInode(table, remote.AddrPort(), to)
+	for _, pid := range pids {
+		if inode != "" {
+			break
+		}
+		// The session's namespace, seen through any process still in it.
+		inode = socketInode("/proc/"+strconv.Itoa(pid)+"/net/tcp", remote.AddrPort(), to)
+	}
 	if inode == "" {
 		return 0, ""
 	}

@@ -46,9 +46,11 @@ type netConn struct {
 	to     netip.AddrPort // where the client's socket is connected
 	start  time.Time
 	rec    NetRecord
-	// peer receives who connected, looked up once the connection is
-	// decided (off the path of its set-up, while its socket is open).
-	peer chan peerInfo
+	// peer receives who connected, looked up from the decision on
+	// (beside the dial), while the client waits for its first answer and
+	// so keeps its socket open; gotPeer says it was received.
+	peer    chan peerInfo
+	gotPeer bool
 }
 
 type peerInfo struct {
@@ -114,6 +116,25 @@ func (nc *netConn) lookupPeer() {
 		nc.peer <- peerInfo{pid, prog}
 	}()
 }
+
+// awaitPeer puts who connected in the record, waiting at most wait.
+func (nc *netConn) awaitPeer(wait time.Duration) {
+	nc.lookupPeer()
+	if nc.gotPeer {
+		return
+	}
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case p := <-nc.peer:
+		nc.rec.PID, nc.rec.Program, nc.gotPeer = p.pid, p.program, true
+	case <-t.C:
+	}
+}
+
+// peerWait bounds how long the first answer to a client waits for the
+// lookup of who connected (which normally ends during the dial).
+const peerWait = 100 * time.Millisecond
 
 // serve tells the protocol by the client's first bytes and serves it.
 func (nc *netConn) serve() {
@@ -260,6 +281,7 @@ func (nc *netConn) connect(name string, port int, method, path string) net.Conn 
 // on: allow, or an ask the hold allowed.
 func (nc *netConn) allowed(ctx context.Context, d policy.Decision) bool {
 	nc.rec.Action, nc.rec.Rule, nc.rec.Reason = string(d.Action), d.Rule, nc.pol.reason(d)
+	nc.lookupPeer()
 	ok := d.Action == policy.Allow
 	if d.Action == policy.Ask {
 		detail, _ := json.Marshal(nc.rec)
@@ -330,7 +352,7 @@ func (nc *netConn) relay(client net.Conn, up net.Conn) {
 		}
 		nc.br.Discard(n)
 	}
-	nc.lookupPeer()
+	nc.awaitPeer(peerWait)
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(up, client)
@@ -356,14 +378,7 @@ func (nc *netConn) finish() {
 	if nc.rec.Decision == "" {
 		nc.deny("The connection ended before it named a destination.")
 	}
-	nc.lookupPeer()
-	t := time.NewTimer(time.Second)
-	select {
-	case p := <-nc.peer:
-		nc.rec.PID, nc.rec.Program = p.pid, p.program
-	case <-t.C:
-	}
-	t.Stop()
+	nc.awaitPeer(time.Second)
 	nc.rec.Time = nc.start.UTC()
 	nc.rec.DurationMS = durationMS(time.Since(nc.start))
 	nc.e.record(nc.rec)
