@@ -243,9 +243,12 @@ func (nc *netConn) connect(name string, port int, method, path string) net.Conn 
 	nc.rec.Name, nc.rec.Port, nc.rec.Method, nc.rec.Path = name, port, method, path
 	nc.rec.Addr = fmtAddr(c.Addr)
 	d := nc.pol.Policy.DecideConn(c)
-	if !nc.allowed(ctx, d) {
+	// A hold lasts while the session does, not a dial's time.
+	if !nc.allowed(nc.e.ctx, d) {
 		return nil
 	}
+	ctx, cancel = context.WithTimeout(nc.e.ctx, egressDialTimeout)
+	defer cancel()
 	if resolveErr != nil {
 		nc.rec.Error = "resolve " + name + ": " + resolveErr.Error()
 		return nil
