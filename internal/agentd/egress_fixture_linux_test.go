@@ -72,6 +72,10 @@ func newEgressWorldTB(t testing.TB) *egressWorld {
 		io.Copy(io.Discard, r.Body)
 		fmt.Fprintf(rw, "hello from %s via %s %s\n", r.Host, r.Method, r.URL.Path)
 	})
+	mux.HandleFunc("/slow", func(rw http.ResponseWriter, r *http.Request) {
+		time.Sleep(300 * time.Millisecond) // the client stays connected meanwhile
+		fmt.Fprintln(rw, "slow hello")
+	})
 	mux.HandleFunc("/big", func(rw http.ResponseWriter, r *http.Request) {
 		rw.Header().Set("Content-Length", fmt.Sprint(bigSize))
 		writeZeros(rw, bigSize)

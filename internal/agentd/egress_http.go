@@ -157,11 +157,11 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 	if err := req.Write(countWriter{up.conn, &nc.rec.BytesOut}); err != nil {
 		return false
 	}
+	nc.lookupPeer()
 	resp, err := http.ReadResponse(up.br, req)
 	if err != nil {
 		return false
 	}
-	nc.awaitPeer(peerWait)
 	err = resp.Write(countWriter{w, &nc.rec.BytesIn})
 	resp.Body.Close()
 	if err != nil {

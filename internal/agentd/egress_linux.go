@@ -3,9 +3,8 @@
 package agentd
 
 import (
-	"bufio"
 	"encoding/binary"
-	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -13,6 +12,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -149,21 +149,11 @@ func (e *sessionEgress) peerOf(c net.Conn, to netip.AddrPort) (int, string) {
 	if len(pids) == 0 {
 		return 0, ""
 	}
-	inode := ""
-	if e.mode != EgressEnforcementNetns {
-		inode = socketInode("/proc/self/net/tcp", remote.AddrPort(), to)
-	}
-	for _, pid := range pids {
-		if inode != "" {
-			break
-		}
-		// The session's namespace, seen through any process still in it.
-		inode = socketInode("/proc/"+strconv.Itoa(pid)+"/net/tcp", remote.AddrPort(), to)
-	}
-	if inode == "" {
+	inode, ok := e.diag.inode(e.place, remote.AddrPort(), to)
+	if !ok {
 		return 0, ""
 	}
-	want := "socket:[" + inode + "]"
+	want := "socket:[" + strconv.FormatUint(uint64(inode), 10) + "]"
 	for _, pid := range pids {
 		dir := "/proc/" + strconv.Itoa(pid) + "/fd"
 		ents, err := os.ReadDir(dir)
@@ -180,28 +170,72 @@ func (e *sessionEgress) peerOf(c net.Conn, to netip.AddrPort) (int, string) {
 	return 0, ""
 }
 
-// socketInode finds the inode of the IPv4 TCP socket whose local address
-// is from and remote address is to, in a /proc/net/tcp table.
-func socketInode(table string, from, to netip.AddrPort) string {
-	f, err := os.Open(table)
-	if err != nil {
-		return ""
-	}
-	defer f.Close()
-	hexAP := func(ap netip.AddrPort) string {
-		a := ap.Addr().Unmap().As4()
-		return strings.ToUpper(hex.EncodeToString(binary.NativeEndian.AppendUint32(nil, binary.BigEndian.Uint32(a[:])))) +
-			fmt.Sprintf(":%04X", ap.Port())
-	}
-	wantLocal, wantRemote := hexAP(from), hexAP(to)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 9 && fields[1] == wantLocal && fields[2] == wantRemote {
-			return fields[9]
+// sockDiag asks the kernel which socket is which (NETLINK_SOCK_DIAG), in
+// the session's namespace: a look-up by the exact addresses, where
+// reading /proc/net/tcp walks every bucket of the machine's TCP table
+// (milliseconds on a large host, for each connection).
+type sockDiag struct {
+	mu  sync.Mutex
+	fd  int // -1 until first used
+	err error
+}
+
+// inode is the inode of the IPv4 TCP socket connected from from to to.
+func (d *sockDiag) inode(place *egressPlace, from, to netip.AddrPort) (uint32, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd == 0 && d.err == nil {
+		ns := -1
+		if place != nil {
+			ns = place.netns
+		}
+		d.fd, d.err = onThread(ns, func() (int, error) {
+			return unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_SOCK_DIAG)
+		})
+		if d.err == nil {
+			// The kernel always answers; this only bounds a bug.
+			tv := unix.Timeval{Sec: 1}
+			d.err = unix.SetsockoptTimeval(d.fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 		}
 	}
-	return ""
+	if d.err != nil || !from.Addr().Unmap().Is4() || !to.Addr().Unmap().Is4() {
+		return 0, false
+	}
+	// nlmsghdr (16) + inet_diag_req_v2 (8 + inet_diag_sockid 48).
+	req := make([]byte, 16+56)
+	binary.NativeEndian.PutUint32(req[0:], uint32(len(req)))
+	binary.NativeEndian.PutUint16(req[4:], unix.SOCK_DIAG_BY_FAMILY)
+	binary.NativeEndian.PutUint16(req[6:], unix.NLM_F_REQUEST)
+	r := req[16:]
+	r[0], r[1] = unix.AF_INET, unix.IPPROTO_TCP
+	binary.NativeEndian.PutUint32(r[4:], 0xffffffff) // every state
+	binary.BigEndian.PutUint16(r[8:], from.Port())
+	binary.BigEndian.PutUint16(r[10:], to.Port())
+	src, dst := from.Addr().Unmap().As4(), to.Addr().Unmap().As4()
+	copy(r[12:], src[:])
+	copy(r[28:], dst[:])
+	binary.NativeEndian.PutUint32(r[48:], 0xffffffff) // no cookie
+	binary.NativeEndian.PutUint32(r[52:], 0xffffffff)
+	if err := unix.Sendto(d.fd, req, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
+		return 0, false
+	}
+	buf := make([]byte, 4096)
+	n, _, err := unix.Recvfrom(d.fd, buf, 0)
+	// nlmsghdr, then inet_diag_msg: 4 bytes, sockid (48), expires,
+	// rqueue, wqueue, uid, inode.
+	if err != nil || n < 16+72 || binary.NativeEndian.Uint16(buf[4:]) != unix.SOCK_DIAG_BY_FAMILY {
+		return 0, false
+	}
+	return binary.NativeEndian.Uint32(buf[16+68:]), true
+}
+
+func (d *sockDiag) close() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.fd > 0 {
+		unix.Close(d.fd)
+	}
+	d.fd, d.err = -1, errors.New("closed")
 }
 
 // sessionPids lists the session's processes: its cgroup's, or those of

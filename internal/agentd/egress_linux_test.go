@@ -105,8 +105,8 @@ func TestEgressNamespace(t *testing.T) {
 		}
 	})
 	t.Run("an allowed name is reached", func(t *testing.T) {
-		run := runEgress(t, c, np, curl+fmt.Sprintf("https://allowed.test:%d/x", w.tlsPort))
-		if run.exitCode != 0 || !strings.Contains(run.stdout, "hello from allowed.test") {
+		run := runEgress(t, c, np, curl+fmt.Sprintf("https://allowed.test:%d/slow", w.tlsPort))
+		if run.exitCode != 0 || !strings.Contains(run.stdout, "slow hello") {
 			t.Fatalf("exit %d, stdout %q, stderr %q", run.exitCode, run.stdout, run.stderr)
 		}
 		rec, ok := run.find(agentd.NetRecordConnect, "allowed.test")
@@ -114,6 +114,8 @@ func TestEgressNamespace(t *testing.T) {
 			rec.BytesIn == 0 || rec.BytesOut == 0 || rec.Port != w.tlsPort || rec.Addr != w.serverIP.String() {
 			t.Fatalf("record %+v (found %v) in %+v", rec, ok, run.records)
 		}
+		// The connection lasted long enough for agentd to find its
+		// process.
 		if rec.PID == 0 || !strings.HasSuffix(rec.Program, "curl") {
 			t.Errorf("the record names no process: pid %d, program %q", rec.PID, rec.Program)
 		}

@@ -33,3 +33,8 @@ func detectEgress(setting string) (mode, reason string) {
 func originalDst(net.Conn) (netip.AddrPort, bool) { return netip.AddrPort{}, false }
 
 func (e *sessionEgress) peerOf(net.Conn, netip.AddrPort) (int, string) { return 0, "" }
+
+// sockDiag is Linux's (see egress_linux.go).
+type sockDiag struct{}
+
+func (*sockDiag) close() {}

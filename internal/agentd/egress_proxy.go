@@ -46,9 +46,12 @@ type netConn struct {
 	to     netip.AddrPort // where the client's socket is connected
 	start  time.Time
 	rec    NetRecord
-	// peer receives who connected, looked up from the decision on
-	// (beside the dial), while the client waits for its first answer and
-	// so keeps its socket open; gotPeer says it was received.
+	// peer receives who connected, looked up once the connection is set
+	// up (its first bytes sent on, or its refusal decided), beside the
+	// relay: on two busy cores the lookup's reads of /proc, run during
+	// the set-up, made it several milliseconds slower. A client gone
+	// before the lookup reads its descriptors is not named. gotPeer says
+	// it was received.
 	peer    chan peerInfo
 	gotPeer bool
 }
@@ -131,10 +134,6 @@ func (nc *netConn) awaitPeer(wait time.Duration) {
 	case <-t.C:
 	}
 }
-
-// peerWait bounds how long the first answer to a client waits for the
-// lookup of who connected (which normally ends during the dial).
-const peerWait = 100 * time.Millisecond
 
 // serve tells the protocol by the client's first bytes and serves it.
 func (nc *netConn) serve() {
@@ -284,7 +283,6 @@ func (nc *netConn) connect(name string, port int, method, path string) net.Conn 
 // on: allow, or an ask the hold allowed.
 func (nc *netConn) allowed(ctx context.Context, d policy.Decision) bool {
 	nc.rec.Action, nc.rec.Rule, nc.rec.Reason = string(d.Action), d.Rule, nc.pol.reason(d)
-	nc.lookupPeer()
 	ok := d.Action == policy.Allow
 	if d.Action == policy.Ask {
 		detail, _ := json.Marshal(nc.rec)
@@ -355,7 +353,7 @@ func (nc *netConn) relay(client net.Conn, up net.Conn) {
 		}
 		nc.br.Discard(n)
 	}
-	nc.awaitPeer(peerWait)
+	nc.lookupPeer()
 	done := make(chan int64, 1)
 	go func() {
 		n, _ := io.Copy(up, client)

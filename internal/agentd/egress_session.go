@@ -151,6 +151,7 @@ type sessionEgress struct {
 	dnsUDP net.PacketConn
 	ca     *egressCA // nil unless a rule inspects
 	caDir  string
+	diag   sockDiag // finds the sockets of connections' clients
 
 	ctx      context.Context // ends with the session
 	attached chan struct{}   // closed once the session is known
@@ -367,6 +368,7 @@ func (e *sessionEgress) close() {
 	}
 	e.drained = true
 	e.mu.Unlock()
+	e.diag.close()
 	e.place.close()
 	if e.caDir != "" {
 		os.RemoveAll(e.caDir)
