@@ -62,6 +62,8 @@ type options struct {
 	unpackFiles int
 	hardLinks   bool
 	noSpawner   bool
+	egress      string
+	egressDNS   string
 	version     bool
 
 	// explicit lists the flags set on the command line, to re-execute
@@ -100,6 +102,8 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	fs.BoolVar(&o.privFetch, "fetch-allow-private-redirects", false, "let downloads follow redirects to loopback, link-local and metadata addresses")
 	fs.BoolVar(&o.noSpawner, "no-spawner", false, "start commands from agentd itself rather than from its small helper process (Linux), which keeps a start as fast with thousands of sessions as with none")
 	fs.BoolVar(&o.hardLinks, "refuse-hard-links", false, "refuse file reads of files with more than one hard link (automatic with --run-as when fs.protected_hardlinks is off)")
+	fs.StringVar(&o.egress, "egress", agentd.EgressAuto, "confine sessions with a network policy: auto (a network namespace each as root, else Landlock), netns, landlock or off (Linux)")
+	fs.StringVar(&o.egressDNS, "egress-dns", "", "resolver (host:port) for the names sessions may resolve and the egress proxy dials (default: the host's)")
 	fs.BoolVar(&o.version, "version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		return o, err
@@ -114,6 +118,11 @@ func parseFlags(args []string, getenv func(string) string, stderr io.Writer) (op
 	case agentd.CgroupAuto, agentd.CgroupOff, agentd.CgroupRequired:
 	default:
 		return o, fmt.Errorf("--cgroup must be auto, off or required, not %q", o.cgroup)
+	}
+	switch o.egress {
+	case agentd.EgressAuto, agentd.EgressNetns, agentd.EgressLandlock, agentd.EgressOff:
+	default:
+		return o, fmt.Errorf("--egress must be auto, netns, landlock or off, not %q", o.egress)
 	}
 	fs.Visit(func(f *flag.Flag) { o.explicit = append(o.explicit, f) })
 	return o, nil
@@ -279,6 +288,8 @@ func run(args []string, getenv func(string) string, stderr io.Writer) error {
 		UnpackMaxBytes:             o.unpackMax,
 		UnpackMaxFiles:             o.unpackFiles,
 		RefuseHardLinks:            o.hardLinks,
+		Egress:                     o.egress,
+		EgressDNS:                  o.egressDNS,
 		Logger:                     logger,
 	}
 	if o.runAs != "" {

@@ -19,10 +19,11 @@ import (
 //
 //	header line: the SessionResponse as JSON with "chunks":[] and a '\n'
 //	then per chunk: id (8 bytes, big endian), stream (1 byte: 0 stdout,
-//	1 stderr, 2 pty, 3 exec), length (4 bytes, big endian), data
+//	1 stderr, 2 pty, 3 exec, 4 net), length (4 bytes, big endian), data
 //
 // Stream 3 appears only in sessions whose create asked for exec records
-// (HeaderExecRecords), so a client that does not know it never meets it.
+// (HeaderExecRecords), stream 4 only in sessions whose create carried a
+// network policy, so a client that does not know them never meets them.
 const ChunksMediaType = "application/x-agentd-chunks"
 
 const frameHeaderLen = 8 + 1 + 4
@@ -65,6 +66,8 @@ func streamNumber(name string) uint8 {
 		return streamPTY
 	case StreamExec:
 		return streamExec
+	case StreamNet:
+		return streamNet
 	default:
 		return streamStdout
 	}

@@ -11,6 +11,7 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 	active := s.running
 	s.mu.Unlock()
 	execState, execWhy := s.ExecReporting()
+	egress, egressWhy := s.egress.enforcement()
 	writeJSON(w, http.StatusOK, Health{
 		ExecReporting:       execState,
 		ExecReportingReason: execWhy,
@@ -20,6 +21,9 @@ func (s *Server) handleHealth(w http.ResponseWriter, r *http.Request) error {
 		UptimeSeconds:       time.Since(s.started).Seconds(),
 
 		ProcessTracking: s.tracker.mode(),
+
+		EgressEnforcement:       egress,
+		EgressEnforcementReason: egressWhy,
 	})
 	return nil
 }

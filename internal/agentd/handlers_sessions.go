@@ -20,8 +20,13 @@ func (s *Server) handleCreateSession(w http.ResponseWriter, r *http.Request) err
 	if err != nil {
 		return err
 	}
+	if spec.egress, err = s.egress.forSession(req.NetworkPolicy); err != nil {
+		return err
+	}
+	spec.env = append(spec.env, spec.egress.environ()...)
 	sess, err := s.startSession(spec, req)
 	if err != nil {
+		spec.egress.close()
 		return err
 	}
 	if req.WaitMS > 0 {
@@ -167,6 +172,7 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 	}
 	timing := sessionTiming{killGrace: s.cfg.KillGrace, drainGrace: s.cfg.DrainGrace, pollBytes: s.cfg.PollBytes}
 	sess := newSession(id, proc, spec, s.cfg.RingBytes, req.Overflow == OverflowBlock, timing, s.sessionEnded)
+	spec.egress.attach(sess)
 	if s.execMon != nil && proc.pid() > 0 {
 		// Claimed before the session runs on: records of what the leader
 		// did meanwhile were kept for it. A session that did not ask is
@@ -195,6 +201,7 @@ func (s *Server) startSession(spec procSpec, req CreateSessionRequest) (*session
 }
 
 func (s *Server) sessionEnded(sess *session) {
+	sess.egress.close()
 	s.mu.Lock()
 	s.running--
 	s.ended = append(s.ended, endedSession{sess: sess, at: time.Now()})

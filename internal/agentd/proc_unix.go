@@ -81,7 +81,7 @@ func startPipes(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr, sp *spa
 		return nil, err
 	}
 	cmd.SysProcAttr = attr
-	p, err := launch(cmd, sp)
+	p, err := launch(cmd, sp, spec.egress.placeOf())
 	if err != nil {
 		ends.closeAll()
 		return nil, err
@@ -104,7 +104,7 @@ func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr, sp *spawn
 	}
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = tty, tty, tty
 	cmd.SysProcAttr = attr
-	p, err := launch(cmd, sp)
+	p, err := launch(cmd, sp, spec.egress.placeOf())
 	if err != nil {
 		master.Close()
 		return nil, err
@@ -125,9 +125,10 @@ func startPTY(cmd *exec.Cmd, spec procSpec, attr *syscall.SysProcAttr, sp *spawn
 }
 
 // launch starts cmd through the spawner, or itself where there is none
-// (or the spawner could not take it), with a pidfd to watch its exit.
-func launch(cmd *exec.Cmd, sp *spawner) (*process, error) {
-	pid, pidfd, err := sp.spawn(cmd)
+// (or the spawner could not take it), with a pidfd to watch its exit, in
+// place (nil: where agentd is).
+func launch(cmd *exec.Cmd, sp *spawner, place *egressPlace) (*process, error) {
+	pid, pidfd, err := sp.spawn(cmd, place)
 	if err == nil {
 		exit := newExitWatch(&pidfd)
 		if exit == nil {
@@ -143,7 +144,7 @@ func launch(cmd *exec.Cmd, sp *spawner) (*process, error) {
 		return nil, err
 	}
 	fd := watchExitAttr(cmd.SysProcAttr)
-	if err := cmd.Start(); err != nil {
+	if err := place.run(cmd.Start); err != nil {
 		return nil, err
 	}
 	return &process{cmd: cmd, pidNum: cmd.Process.Pid, exit: newExitWatch(fd)}, nil

@@ -75,6 +75,13 @@ type Health struct {
 	// or "off". An agentd older than exec records leaves it out.
 	ExecReporting       string `json:"exec_reporting,omitempty"`
 	ExecReportingReason string `json:"exec_reporting_reason,omitempty"`
+	// EgressEnforcement says how sessions with a network policy are
+	// confined: "netns", "landlock" or "unavailable";
+	// EgressEnforcementReason says what is not confined (landlock) or why
+	// nothing is (unavailable). See docs/agentd-protocol.md, "Network
+	// egress".
+	EgressEnforcement       string `json:"egress_enforcement,omitempty"`
+	EgressEnforcementReason string `json:"egress_enforcement_reason,omitempty"`
 }
 
 // CreateSessionRequest is the body of POST /v1/sessions.
@@ -108,6 +115,9 @@ type CreateSessionRequest struct {
 	// reading the command's output (so it blocks writing) until a poller
 	// has asked past the oldest buffered chunk.
 	Overflow string `json:"overflow,omitempty"`
+	// NetworkPolicy confines the session's connections to what its rules
+	// allow and reports each one (stream "net"); see NetworkPolicy.
+	NetworkPolicy *NetworkPolicy `json:"network_policy,omitempty"`
 	// ExecRecords asks for the session's exec records (stream "exec"). It
 	// travels as the header HeaderExecRecords, not in the body, so an
 	// agentd that does not know it ignores it instead of refusing the

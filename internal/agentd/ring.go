@@ -81,6 +81,8 @@ func streamName(s uint8) string {
 		return StreamPTY
 	case streamExec:
 		return StreamExec
+	case streamNet:
+		return StreamNet
 	default:
 		return StreamStdout
 	}
@@ -228,15 +230,18 @@ func (r *ring) add(stream uint8, data []byte) {
 // blocking ring never waits for room or evicts output no poller has asked
 // past: the records come from the loop reading the kernel's events, which
 // must not stop. The session bounds how far over max that may go.
-func (r *ring) addExec(data []byte) {
+func (r *ring) addExec(data []byte) { r.addRecords(streamExec, data) }
+
+// addRecords appends records of stream (exec or net) as addExec says.
+func (r *ring) addRecords(stream uint8, data []byte) {
 	if !r.blocking {
-		r.add(streamExec, data)
+		r.add(stream, data)
 		return
 	}
 	r.total += uint64(len(data))
 	if live := r.live(); len(live) > 0 {
 		c := &live[len(live)-1]
-		if c.id > r.served && c.stream == streamExec && len(c.data)+len(data) <= r.coalesceLimit() {
+		if c.id > r.served && c.stream == stream && len(c.data)+len(data) <= r.coalesceLimit() {
 			before := cap(c.data)
 			c.data = append(c.data, data...)
 			c.end = r.total
@@ -249,7 +254,7 @@ func (r *ring) addExec(data []byte) {
 	cost := cap(buf) + chunkOverhead
 	r.evict(r.bytes+cost-r.max, true)
 	r.lastID++
-	r.chunks = append(r.chunks, chunk{id: r.lastID, stream: streamExec, end: r.total, data: buf})
+	r.chunks = append(r.chunks, chunk{id: r.lastID, stream: stream, end: r.total, data: buf})
 	r.bytes += cost
 }
 

@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -113,6 +114,17 @@ type Config struct {
 	// (default, ""): where the kernel lets it (Linux's process-events
 	// connector, as root); ExecReportingDisabled: never. Health says which.
 	ExecReporting string
+	// Egress chooses how sessions whose create carries a network policy
+	// are confined: EgressAuto (default, ""): a network namespace each as
+	// root on Linux, else Landlock; EgressNetns or EgressLandlock: only
+	// that; EgressOff: never. Health says which (see egress.go).
+	Egress string
+	// EgressDNS is the resolver (host:port) agentd asks for the names
+	// sessions may resolve and its proxy dials. Default: the host's.
+	EgressDNS string
+	// EgressRootCAs verifies the servers of inspected connections, which
+	// agentd reaches over TLS of its own. Default: the system's roots.
+	EgressRootCAs *x509.CertPool
 	// Logger receives operational logs. Default: discarded.
 	Logger *slog.Logger
 }
@@ -223,6 +235,7 @@ type Server struct {
 	execMon  *execMonitor
 	execWhy  string
 	stopExec func()
+	egress   *egressService
 	baseEnv  []string
 	started  time.Time
 	handler  http.Handler
@@ -283,6 +296,7 @@ func NewServer(cfg Config) (*Server, error) {
 		janitorDone: make(chan struct{}),
 	}
 	s.startExecReporting()
+	s.egress = newEgressService(&s.cfg)
 	s.handler = s.routes()
 	go s.janitor()
 	return s, nil
@@ -371,6 +385,7 @@ func (s *Server) routes() http.Handler {
 	}))
 	mux.Handle("/v1/sessions/{id}/stdin", s.auth(methods{http.MethodPost: s.handleStdin}))
 	mux.Handle("/v1/sessions/{id}/resize", s.auth(methods{http.MethodPost: s.handleResize}))
+	mux.Handle("/v1/sessions/{id}/network_policy", s.auth(methods{http.MethodPut: s.handleNetworkPolicy}))
 	mux.Handle("/v1/files", s.auth(methods{
 		http.MethodGet: s.handleReadFile,
 		http.MethodPut: s.handleWriteFile,
@@ -592,6 +607,7 @@ func (s *Server) Close() error {
 		<-s.janitorDone
 		defer s.files.close()
 		defer s.tracker.close()
+		defer s.egress.close()
 		defer s.stopExecReporting()
 		for _, sess := range all {
 			sess.kill(StateKilled)

@@ -26,6 +26,7 @@ type procSpec struct {
 	rows, cols uint16
 	stdin      bool
 	runAs      *Credential
+	egress     *sessionEgress // the network confinement (nil: none)
 }
 
 // sessionTiming holds the durations a session needs from the server config.
@@ -69,6 +70,10 @@ type session struct {
 	exec     *execOwner
 	execMon  *execMonitor
 	execLost int
+
+	// egress confines the session's connections (nil without a network
+	// policy); see egress_session.go.
+	egress *sessionEgress
 }
 
 // memberPollEvery is how often an ending session checks whether its
@@ -249,6 +254,7 @@ func (s *session) reap(pumpsDone chan struct{}) {
 		o.f.Close()
 	}
 	s.closeStdin()
+	s.egress.drain()
 
 	s.mu.Lock()
 	if s.timer != nil {

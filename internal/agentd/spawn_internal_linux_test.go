@@ -44,7 +44,7 @@ func TestSpawnerForgetsItsPidAtExit(t *testing.T) {
 	}
 	cmd := exec.Command("/bin/true")
 	cmd.Env = []string{}
-	if _, _, err := sp.spawn(cmd); !errors.Is(err, errSpawnerDown) {
+	if _, _, err := sp.spawn(cmd, nil); !errors.Is(err, errSpawnerDown) {
 		t.Fatalf("a start through the dead spawner: %v, want it down", err)
 	}
 }

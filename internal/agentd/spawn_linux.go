@@ -81,9 +81,10 @@ var errSpawnerDown = errors.New("agentd: spawner unavailable")
 var errSpawnerLost = errors.New("agentd: the spawner did not answer a start")
 
 // spawnRequest asks the helper to start a command (Op "spawn": its stdin,
-// stdout and stderr, and with UseCgroupFD the session's cgroup directory,
-// travel as descriptors beside it, in that order) or to reap one (Op
-// "reap").
+// stdout and stderr, with UseCgroupFD the session's cgroup directory, and
+// with NetNS the session's network namespace travel as descriptors beside
+// it, in that order) or to reap one (Op "reap"). ConnectPort starts the
+// command under Landlock, connecting over TCP to that port only.
 type spawnRequest struct {
 	Op          string              `json:"op"`
 	Pid         int                 `json:"pid,omitempty"`
@@ -96,6 +97,8 @@ type spawnRequest struct {
 	Ctty        int                 `json:"ctty,omitempty"`
 	Credential  *syscall.Credential `json:"credential,omitempty"`
 	UseCgroupFD bool                `json:"use_cgroup_fd,omitempty"`
+	NetNS       bool                `json:"netns,omitempty"`
+	ConnectPort int                 `json:"connect_port,omitempty"`
 }
 
 // spawnReply is the helper's answer: a started command's pid (its pidfd
@@ -194,9 +197,10 @@ func (s *spawner) watch() {
 // pPID is waitid's idtype for one pid.
 const pPID = 1
 
-// spawn starts cmd through the helper and returns its pid and pidfd. An
-// error wrapping errSpawnerDown means nothing was started.
-func (s *spawner) spawn(cmd *exec.Cmd) (int, int, error) {
+// spawn starts cmd through the helper, in place (nil: where the helper
+// is), and returns its pid and pidfd. An error wrapping errSpawnerDown
+// means nothing was started.
+func (s *spawner) spawn(cmd *exec.Cmd, place *egressPlace) (int, int, error) {
 	if s == nil || cmd.Err != nil || len(cmd.ExtraFiles) > 0 || cmd.Env == nil {
 		return 0, -1, errSpawnerDown
 	}
@@ -225,6 +229,13 @@ func (s *spawner) spawn(cmd *exec.Cmd) (int, int, error) {
 			req.UseCgroupFD = true
 			fds = append(fds, a.CgroupFD)
 		}
+	}
+	if place != nil {
+		if place.netns >= 0 {
+			req.NetNS = true
+			fds = append(fds, place.netns)
+		}
+		req.ConnectPort = place.connectPort
 	}
 	msg, err := json.Marshal(req)
 	if err != nil || len(msg) > maxSpawnMessage {
@@ -446,7 +457,7 @@ func serveSpawns(fd int) int {
 	// Inherited without close-on-exec; the commands must not inherit it.
 	syscall.CloseOnExec(fd)
 	buf := make([]byte, maxSpawnMessage+1)
-	oob := make([]byte, syscall.CmsgSpace(4*4))
+	oob := make([]byte, syscall.CmsgSpace(5*4)) // stdio, cgroup, netns
 	for {
 		n, oobn, _, _, err := syscall.Recvmsg(fd, buf, oob, syscall.MSG_CMSG_CLOEXEC)
 		if errors.Is(err, syscall.EINTR) {
@@ -463,7 +474,7 @@ func serveSpawns(fd int) int {
 		case err != nil || json.Unmarshal(buf[:n], &req) != nil:
 		case req.Op == opReap && len(fds) == 0 && req.Pid > 0:
 			reply = reapChild(req.Pid)
-		case req.Op == opSpawn && len(fds) == 3+boolInt(req.UseCgroupFD):
+		case req.Op == opSpawn && len(fds) == 3+boolInt(req.UseCgroupFD)+boolInt(req.NetNS):
 			reply = startChild(req, fds, &pidfd)
 		}
 		closeAll(fds)
@@ -490,7 +501,15 @@ func startChild(req spawnRequest, fds []int, pidfd *int) spawnReply {
 		sys.UseCgroupFD, sys.CgroupFD = true, fds[3]
 	}
 	attr := &syscall.ProcAttr{Dir: req.Dir, Env: req.Env, Files: []uintptr{uintptr(fds[0]), uintptr(fds[1]), uintptr(fds[2])}, Sys: sys}
-	pid, err := syscall.ForkExec(req.Path, req.Args, attr)
+	place := &egressPlace{netns: -1, connectPort: req.ConnectPort}
+	if req.NetNS {
+		place.netns = fds[3+boolInt(req.UseCgroupFD)]
+	}
+	var pid int
+	err := place.run(func() (err error) {
+		pid, err = syscall.ForkExec(req.Path, req.Args, attr)
+		return err
+	})
 	if err != nil {
 		*pidfd = -1
 		return spawnReply{Errno: errnoOf(err)}

@@ -20,7 +20,7 @@ var (
 
 func startSpawner(*slog.Logger) (*spawner, error) { return nil, errSpawnerDown }
 
-func (*spawner) spawn(*exec.Cmd) (int, int, error) { return 0, -1, errSpawnerDown }
+func (*spawner) spawn(*exec.Cmd, *egressPlace) (int, int, error) { return 0, -1, errSpawnerDown }
 
 func (*spawner) reap(int) (ws syscall.WaitStatus) { return ws }
 

@@ -1,0 +1,102 @@
+package agentd
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/tls"
+	"net"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/gatehouse/gatehouse/internal/policy"
+)
+
+// clientHello is the first flight of a TLS client asking for name.
+func clientHello(t *testing.T, name string) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer b.Close()
+	go func() {
+		tls.Client(a, &tls.Config{ServerName: name, InsecureSkipVerify: name == ""}).Handshake()
+		a.Close()
+	}()
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	buf := make([]byte, 1<<16)
+	n, _ := b.Read(buf)
+	return buf[:n]
+}
+
+func TestPeekSNI(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		data func(t *testing.T) []byte
+		want string
+	}{
+		{"a name", func(t *testing.T) []byte { return clientHello(t, "Allowed.Test") }, "allowed.test"},
+		{"no name", func(t *testing.T) []byte { return clientHello(t, "") }, ""},
+		{"plain HTTP", func(*testing.T) []byte { return []byte("GET / HTTP/1.1\r\n\r\n") }, ""},
+		{"a cut record", func(t *testing.T) []byte { return clientHello(t, "allowed.test")[:40] }, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := tc.data(t)
+			br := bufio.NewReaderSize(bytes.NewReader(data), egressPeekSize)
+			if got := peekSNI(br); got != tc.want {
+				t.Fatalf("peekSNI = %q, want %q", got, tc.want)
+			}
+			if br.Buffered() > 0 { // nothing was consumed
+				if b, _ := br.Peek(br.Buffered()); !bytes.HasPrefix(data, b) {
+					t.Fatal("peekSNI consumed bytes")
+				}
+			}
+		})
+	}
+}
+
+func TestRefusedAddr(t *testing.T) {
+	np := &NetworkPolicy{Policy: policy.Network{Default: policy.Allow, Rules: []policy.NetRule{
+		{Action: policy.Allow, Host: "allowed.test"},
+		{Action: policy.Allow, Host: "*.wild.test"},
+		{Action: policy.Allow, Host: "10.1.0.0/16"},
+		{Action: policy.Deny, Host: "192.0.2.0/24"},
+	}}}
+	nc := &netConn{pol: np}
+	for _, tc := range []struct {
+		name, addr string
+		refused    bool
+	}{
+		{"allowed.test", "127.0.0.1", false},      // the rule names the name itself
+		{"x.wild.test", "127.0.0.1", true},        // a wildcard does not lead to loopback
+		{"anything.test", "10.0.0.5", true},       // the default does not lead to private addresses
+		{"anything.test", "10.1.2.3", false},      // a rule names the range
+		{"allowed.test", "169.254.169.254", true}, // metadata, named or not
+		{"anything.test", "203.0.113.7", false},
+		{"anything.test", "192.0.2.7", true},  // a rule denies the address
+		{"anything.test", "198.18.0.9", true}, // a synthetic address
+	} {
+		t.Run(tc.name+" at "+tc.addr, func(t *testing.T) {
+			a := netip.MustParseAddr(tc.addr)
+			d := np.Policy.DecideConn(policy.Conn{Name: tc.name, Addr: a, Port: 443})
+			why := nc.refusedAddr(tc.name, a, 443, "", "", d)
+			if (why != "") != tc.refused {
+				t.Fatalf("refusedAddr = %q, want refused %v", why, tc.refused)
+			}
+		})
+	}
+}
+
+func TestNetworkPolicyIsDecodedStrictly(t *testing.T) {
+	for _, tc := range []struct {
+		body string
+		ok   bool
+	}{
+		{`{"version":1,"policy":{"default":"deny","rules":[{"action":"allow","host":"a.test"}]}}`, true},
+		{`{"version":1,"policy":{"default":"deny","rules":[{"action":"allow","host":"a.test","paths":["/x"]}]}}`, false},
+		{`{"version":1,"policy":{"default":"deny","rules":[]},"extra":1}`, false},
+	} {
+		var np NetworkPolicy
+		if err := np.UnmarshalJSON([]byte(tc.body)); (err == nil) != tc.ok {
+			t.Errorf("%s: %v", tc.body, err)
+		}
+	}
+}
