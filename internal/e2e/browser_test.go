@@ -49,10 +49,12 @@ func chromium(t *testing.T) string {
 }
 
 // newBrowser starts a private headless Chromium for one test and returns a
-// tab context bounded by a deadline of 90 s.
+// tab context bounded by a deadline of 3 minutes: a guard against a hang,
+// not a speed check (a walk of every page takes seconds on a quiet
+// machine, and minutes with the cores oversubscribed many times).
 func newBrowser(t *testing.T) context.Context {
 	t.Helper()
-	return newBrowserFor(t, 90*time.Second)
+	return newBrowserFor(t, 3*time.Minute)
 }
 
 // newBrowserFor is newBrowser with the whole test's deadline given.
