@@ -70,6 +70,19 @@ type CreateRequest struct {
 	// sandboxes, so the client also sends secure:true then. Nil leaves the
 	// backend default (allowed).
 	AllowPublicTraffic *bool
+	// Egress is what the backend itself is asked to enforce of the
+	// sandbox's outgoing traffic; nil leaves its default (open).
+	Egress *Egress
+}
+
+// Egress is the part of an egress policy a backend can enforce: hosts
+// (names, addresses or CIDRs) allowed and denied for outgoing traffic,
+// and whether it may reach the internet at all. Ports, methods and asking
+// a person are not expressible here: the sandbox's agentd enforces those.
+type Egress struct {
+	AllowInternetAccess bool
+	AllowOut            []string
+	DenyOut             []string
 }
 
 // Sandbox is what a backend returns from create and connect: enough to reach

@@ -122,6 +122,14 @@ func (c *Client) Create(ctx context.Context, req sandbox.CreateRequest) (sandbox
 	if req.AllowPublicTraffic != nil {
 		body.Network = &networkJSON{AllowPublicTraffic: req.AllowPublicTraffic}
 	}
+	if e := req.Egress; e != nil {
+		if body.Network == nil {
+			body.Network = &networkJSON{}
+		}
+		body.Network.AllowOut, body.Network.DenyOut = e.AllowOut, e.DenyOut
+		allow := e.AllowInternetAccess
+		body.AllowInternetAccess = &allow
+	}
 	if req.AutoPause || req.AutoResume {
 		lc := &lifecycleJSON{OnTimeout: string(sandbox.OnTimeoutKill), AutoResume: req.AutoResume}
 		if req.AutoPause {

@@ -96,6 +96,44 @@ func TestCreateSecureAndPrivate(t *testing.T) {
 	}
 }
 
+// TestCreateEgress: the backend is asked to enforce what it can of an
+// egress policy (network.allowOut/denyOut, allow_internet_access) and
+// the fake records it; a host that is not an address, a CIDR or a name
+// is refused.
+func TestCreateEgress(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := e2bfaketest.New(t, agentdBin, e2bfake.Config{Launcher: e2bfake.NopLauncher{}})
+	c := newClient(t, f, e2bfaketest.APIKey)
+	want := &sandbox.Egress{AllowInternetAccess: true, AllowOut: []string{"github.com", "*.pypi.org", "10.0.0.0/8"}, DenyOut: []string{"0.0.0.0/0"}}
+	sb, err := c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Egress: want})
+	if err != nil {
+		t.Fatal(err)
+	}
+	snap, _ := f.Inspect(sb.ID)
+	if snap.Egress == nil || !snap.Egress.AllowInternetAccess || strings.Join(snap.Egress.AllowOut, ",") != "github.com,*.pypi.org,10.0.0.0/8" ||
+		strings.Join(snap.Egress.DenyOut, ",") != "0.0.0.0/0" {
+		t.Errorf("the backend recorded %+v, want %+v", snap.Egress, want)
+	}
+	sb, err = c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Egress: &sandbox.Egress{}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := f.Inspect(sb.ID); snap.Egress == nil || snap.Egress.AllowInternetAccess {
+		t.Errorf("no internet access asked, the backend recorded %+v", snap.Egress)
+	}
+	if sb, err = c.Create(ctx, sandbox.CreateRequest{TemplateID: "base"}); err != nil {
+		t.Fatal(err)
+	}
+	if snap, _ := f.Inspect(sb.ID); snap.Egress != nil {
+		t.Errorf("a create without egress settings recorded %+v", snap.Egress)
+	}
+	_, err = c.Create(ctx, sandbox.CreateRequest{TemplateID: "base", Egress: &sandbox.Egress{AllowOut: []string{"not a host!"}}})
+	if !errors.Is(err, sandbox.ErrBadRequest) {
+		t.Errorf("a bad host: %v, want a bad request", err)
+	}
+}
+
 // TestLifecycleAnswers: pause twice is ErrAlreadyPaused (and ErrConflict),
 // connect says whether it resumed (201) or not (200; CubeSandbox always
 // 200), kill of a gone sandbox is ErrNotFound.

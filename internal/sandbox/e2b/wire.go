@@ -16,7 +16,9 @@ type autoResumeJSON struct {
 }
 
 type networkJSON struct {
-	AllowPublicTraffic *bool `json:"allowPublicTraffic,omitempty"`
+	AllowPublicTraffic *bool    `json:"allowPublicTraffic,omitempty"`
+	AllowOut           []string `json:"allowOut,omitempty"`
+	DenyOut            []string `json:"denyOut,omitempty"`
 }
 
 type newSandboxJSON struct {
@@ -27,6 +29,9 @@ type newSandboxJSON struct {
 	Metadata   map[string]string `json:"metadata,omitempty"`
 	EnvVars    map[string]string `json:"envVars,omitempty"`
 	Network    *networkJSON      `json:"network,omitempty"`
+	// AllowInternetAccess is read as snake_case by E2B and CubeSandbox
+	// alike.
+	AllowInternetAccess *bool `json:"allow_internet_access,omitempty"`
 	// Secure protects envd with an access token; E2B requires it when
 	// public traffic is refused.
 	Secure bool `json:"secure"`

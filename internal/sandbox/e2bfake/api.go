@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -145,6 +146,7 @@ type createSpec struct {
 	autoResume bool
 	secure     bool
 	private    bool
+	egress     *sandbox.Egress
 	metadata   map[string]string
 	envVars    map[string]string
 	// hostDir is the host-mount directory agentd works in ("" none).
@@ -207,6 +209,9 @@ func (s *Server) parseCreate(r *http.Request) (createSpec, error) {
 	sp.private = req.Network != nil && req.Network.AllowPublicTraffic != nil && !*req.Network.AllowPublicTraffic
 	if sp.private && !sp.secure {
 		return createSpec{}, badf("You cannot create a sandbox without public access unless you enable secure sandbox access ('secure': true).")
+	}
+	if sp.egress, err = parseEgress(req); err != nil {
+		return createSpec{}, err
 	}
 	sp.onTimeout = sandbox.OnTimeoutKill
 	if req.AutoPause != nil && *req.AutoPause {
@@ -309,6 +314,7 @@ func (s *Server) newBox(id string, sp createSpec, proc Process) *box {
 		state:      sandbox.StateRunning,
 		onTimeout:  sp.onTimeout,
 		autoResume: sp.autoResume,
+		egress:     sp.egress,
 		proc:       proc,
 	}
 	if sp.secure {
@@ -794,4 +800,50 @@ func (s *Server) getTemplate(w http.ResponseWriter, r *http.Request) {
 			EnvdVersion: t.envd(),
 		}},
 	})
+}
+
+// parseEgress reads the create's outgoing-traffic settings (network's
+// allowOut and denyOut, allow_internet_access): nil when it sets none.
+// Each host must be an address, a CIDR or a host name.
+func parseEgress(req wireNewSandbox) (*sandbox.Egress, error) {
+	var allowOut, denyOut []string
+	if req.Network != nil {
+		allowOut, denyOut = req.Network.AllowOut, req.Network.DenyOut
+	}
+	if allowOut == nil && denyOut == nil && req.AllowInternetAccess == nil {
+		return nil, nil
+	}
+	for _, list := range [][]string{allowOut, denyOut} {
+		for _, h := range list {
+			if !egressHost(h) {
+				return nil, badf("request body has an error: network: %q is not an IP address, a CIDR block or a domain name", h)
+			}
+		}
+	}
+	e := &sandbox.Egress{AllowInternetAccess: true, AllowOut: allowOut, DenyOut: denyOut}
+	if req.AllowInternetAccess != nil {
+		e.AllowInternetAccess = *req.AllowInternetAccess
+	}
+	return e, nil
+}
+
+// egressHost reports whether h is an address, a CIDR block or a domain
+// name (optionally *.-prefixed).
+func egressHost(h string) bool {
+	if _, err := netip.ParseAddr(h); err == nil {
+		return true
+	}
+	if _, err := netip.ParsePrefix(h); err == nil {
+		return true
+	}
+	h = strings.TrimPrefix(h, "*.")
+	if h == "" || len(h) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(h, ".") {
+		if label == "" || len(label) > 63 || strings.Trim(label, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-") != "" {
+			return false
+		}
+	}
+	return true
 }

@@ -385,6 +385,8 @@ type Snapshot struct {
 	StartedAt  time.Time
 	EndAt      time.Time
 	Metadata   map[string]string
+	// Egress is the outgoing-traffic settings of the create (nil: none).
+	Egress *sandbox.Egress
 }
 
 // Inspect returns a sandbox's state, or false when it does not exist.
@@ -404,6 +406,7 @@ func (s *Server) Inspect(id string) (Snapshot, bool) {
 		StartedAt:  b.startedAt,
 		EndAt:      b.endAt,
 		Metadata:   copyMap(b.metadata),
+		Egress:     b.egress,
 	}, true
 }
 
@@ -423,9 +426,13 @@ type box struct {
 	autoResume   bool
 	envdToken    string // empty: not a secure sandbox
 	trafficToken string // empty: public traffic allowed
-	dir          string // empty: seeded, nothing on disk
-	workspace    string
-	proc         Process
+	// egress is what the create asked the backend to enforce of outgoing
+	// traffic (nil: nothing). The fake records it; the sandbox's agentd
+	// is what enforces a policy here.
+	egress    *sandbox.Egress
+	dir       string // empty: seeded, nothing on disk
+	workspace string
+	proc      Process
 }
 
 func (s *Server) sortedLocked() []*box {
