@@ -91,7 +91,7 @@ func TestNetworkPolicyIsDecodedStrictly(t *testing.T) {
 		ok   bool
 	}{
 		{`{"version":1,"policy":{"default":"deny","rules":[{"action":"allow","host":"a.test"}]}}`, true},
-		{`{"version":1,"policy":{"default":"deny","rules":[{"action":"allow","host":"a.test","paths":["/x"]}]}}`, false},
+		{`{"version":1,"policy":{"default":"deny","rules":[{"action":"allow","host":"a.test","port":443}]}}`, false},
 		{`{"version":1,"policy":{"default":"deny","rules":[]},"extra":1}`, false},
 	} {
 		var np NetworkPolicy
