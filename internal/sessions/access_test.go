@@ -109,6 +109,10 @@ func sessionCases() map[string]accessCase {
 			_, err := w.svc.Close(ctx, a, w.newSessionOf(t).ID)
 			return err
 		},
+		"CloseLeaving": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
+			_, err := w.svc.CloseLeaving(ctx, a, w.newSessionOf(t).ID, []sessions.LeftRunning{{CommandID: 1, Reason: "refused"}})
+			return err
+		},
 		"Timings": func(t *testing.T, w *accessWorld, a *authz.Actor) error {
 			idle, reclaim, err := w.svc.Timings(ctx, a, w.newSessionOf(t))
 			if err == nil && (idle != 5*time.Minute || reclaim != 60*time.Minute) {
@@ -140,7 +144,7 @@ func sessionCases() map[string]accessCase {
 var answers = map[string]bool{"List": true, "CanUse": true, "CanCreate": true}
 
 // uses lists the methods that act on a session (rather than read it).
-var uses = map[string]bool{"Start": true, "Prepare": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "LocateForClose": true,
+var uses = map[string]bool{"Start": true, "Prepare": true, "Ensure": true, "EnsureFor": true, "Pause": true, "Resume": true, "Close": true, "CloseLeaving": true, "LocateForClose": true,
 	"CanUse": true}
 
 type errRefused string
