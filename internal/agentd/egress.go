@@ -79,10 +79,13 @@ func (p *NetworkPolicy) hasMethods() bool {
 	return false
 }
 
-// ruleMatches reports whether rule i alone matches c (methods unknown
-// match any), by asking the policy package about a policy of that rule.
+// ruleMatches reports whether rule i's host and ports match c, whatever
+// its methods and paths (which only an inspected request shows), by
+// asking the policy package about a policy of that rule alone.
 func (p *NetworkPolicy) ruleMatches(i int, c policy.Conn) bool {
-	one := policy.Network{Default: policy.Deny, Rules: p.Policy.Rules[i : i+1]}
+	r := p.Policy.Rules[i]
+	r.Action, r.Methods, r.Paths = policy.Allow, nil, nil
+	one := policy.Network{Default: policy.Deny, Rules: []policy.NetRule{r}}
 	return one.DecideConn(c).Rule == 0
 }
 

@@ -100,3 +100,18 @@ func TestNetworkPolicyIsDecodedStrictly(t *testing.T) {
 		}
 	}
 }
+
+// A rule that inspects and allows only some methods covers the
+// connection before any request is seen: otherwise its TLS would never
+// be terminated and its methods never checked.
+func TestInspectedCoversRulesWithMethodsAndPaths(t *testing.T) {
+	np := &NetworkPolicy{Version: 1, Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{
+		{Action: policy.Allow, Host: "a.test", Methods: []string{"GET"}, Paths: []string{"/v1/*"}, Inspect: true, Ports: []int{443}},
+	}}}
+	if !np.inspected(policy.Conn{Name: "a.test", Port: 443}) {
+		t.Fatal("a.test:443 is not inspected")
+	}
+	if np.inspected(policy.Conn{Name: "a.test", Port: 80}) || np.inspected(policy.Conn{Name: "b.test", Port: 443}) {
+		t.Fatal("a connection the rule does not name is inspected")
+	}
+}
