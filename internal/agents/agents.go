@@ -344,6 +344,17 @@ func (s *Service) validate(ctx context.Context, actor *authz.Actor, a *Agent, in
 	} else if a.DefaultEnvironmentID == 0 && len(a.EnvironmentIDs) > 1 {
 		v.Add("default_environment_id", "Choose which allowed environment is the default.")
 	}
+	if err := s.checkEnvironments(ctx, actor, a, v); err != nil {
+		return err
+	}
+	return v.Err()
+}
+
+// checkEnvironments checks a's environments and template as actor may
+// see them: each usable and of the agent's department, a sandbox
+// environment and a ready template of it when sessions get sandboxes, a
+// host as the default when they do not.
+func (s *Service) checkEnvironments(ctx context.Context, actor *authz.Actor, a *Agent, v *apperr.ValidationError) error {
 	hasSandbox := false
 	var sandboxEnvs []int64
 	for _, id := range a.EnvironmentIDs {
@@ -397,7 +408,7 @@ func (s *Service) validate(ctx context.Context, actor *authz.Actor, a *Agent, in
 			}
 		}
 	}
-	return v.Err()
+	return nil
 }
 
 func deref(p *string) string {

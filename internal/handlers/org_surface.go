@@ -38,6 +38,12 @@ func tenantOf(c echo.Context) *tenant.Tenant {
 // registerOrgSurface is every route inside an organization: its pages under
 // /o/:org and its JSON API under /api/v1/orgs/:org.
 func (s *Server) registerOrgSurface() {
+	s.registerOrgPages(s.registerOrgAPI())
+}
+
+// registerOrgAPI is the JSON API inside an organization; the pages'
+// registrations add the API routes that share their handlers to its group.
+func (s *Server) registerOrgAPI() *group {
 	api := s.group("/api/v1/orgs/:org", orgSurface)
 	api.handle(http.MethodPost, "/auth/login", rbac.Public(), s.apiOrgLogin)
 	api.handle(http.MethodPost, "/auth/logout", rbac.OwnLogin(), s.apiOrgLogout)
@@ -118,7 +124,12 @@ func (s *Server) registerOrgSurface() {
 	api.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	api.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.apiOrgAuditVerify)
 	api.handle(http.MethodGet, "/audit/checkpoint", rbac.Org("audit", "export"), s.apiOrgCheckpoint)
+	return api
+}
 
+// registerOrgPages is the pages inside an organization, and the platform
+// admin's ways into it.
+func (s *Server) registerOrgPages(api *group) {
 	pg := s.group("/o/:org", orgSurface)
 	pg.handle(http.MethodGet, "/login", rbac.Public(), s.pageOrgLogin)
 	pg.handle(http.MethodPost, "/login", rbac.Public(), s.pageOrgLoginSubmit)

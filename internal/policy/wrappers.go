@@ -244,71 +244,76 @@ func isStdinPath(a word) bool {
 	return a.known() && (a.text == "/dev/stdin" || a.text == "/dev/fd/0" || a.text == "/proc/self/fd/0")
 }
 
-// unwrap walks what the command name, given args, runs in turn.
-func (w *walker) unwrap(name string, args []word, in stdin, sc *scope, shell bool, text string) {
-	if shell {
-		switch name {
-		case "eval":
-			if len(args) == 0 {
-				return
+// shellBuiltin walks what a shell builtin runs, reporting whether name
+// is one; exec, command and builtin are not: they run a program as
+// unwrap's wrappers do.
+func (w *walker) shellBuiltin(name string, args []word, in stdin, sc *scope, text string) bool {
+	switch name {
+	case "eval":
+		if len(args) == 0 {
+			return true
+		}
+		w.code(joinWords(args), sc, "eval")
+		return true
+	case "source", ".":
+		if len(args) == 0 {
+			return true
+		}
+		if isStdinPath(args[0]) {
+			w.stdinCode(in, sc, name)
+		} else {
+			w.dynamic(sc, text, name+" runs the commands in the file "+args[0].src+", known only when it runs")
+		}
+		return true
+	case "trap":
+		w.trap(args, sc, text)
+		return true
+	case "alias":
+		for _, a := range args {
+			if !a.known() {
+				w.dynamic(sc, text, "alias defines `"+a.src+"`, known only when it runs")
+				continue
 			}
-			w.code(joinWords(args), sc, "eval")
-			return
-		case "source", ".":
-			if len(args) == 0 {
-				return
-			}
-			if isStdinPath(args[0]) {
-				w.stdinCode(in, sc, name)
-			} else {
-				w.dynamic(sc, text, name+" runs the commands in the file "+args[0].src+", known only when it runs")
-			}
-			return
-		case "trap":
-			w.trap(args, sc, text)
-			return
-		case "alias":
-			for _, a := range args {
-				if !a.known() {
-					w.dynamic(sc, text, "alias defines `"+a.src+"`, known only when it runs")
-					continue
-				}
-				if n, v, ok := strings.Cut(a.text, "="); ok {
-					w.redefined[n] = "an alias defined on this line"
-					w.code(word{text: v, src: a.src}, sc, "alias "+n)
-				}
-			}
-			return
-		case "hash":
-			p := parseOpts(name, opts{arg: "pt", flag: "dlr"}, args)
-			if v, ok := p.set["-p"]; ok {
-				for _, n := range p.rest {
-					w.redefined[n.text] = "hashed to " + v.src + " on this line"
-				}
-				w.run([]word{v}, in, sc.inside("hash -p"), false, "hash -p "+v.src, "")
-			}
-			return
-		case "mapfile", "readarray":
-			p := parseOpts(name, opts{arg: "dnOsuCc", flag: "t"}, args)
-			if cb, ok := p.set["-C"]; ok {
-				w.code(cb, sc, name+" -C")
-			}
-			if p.unknown != "" {
-				w.dynamic(sc, text, p.unknown)
-			}
-			return
-		case "enable":
-			p := parseOpts(name, opts{arg: "fd", flag: "anps"}, args)
-			if _, ok := p.set["-f"]; ok || p.unknown != "" {
-				w.dynamic(sc, text, "enable -f loads a builtin from a file, whose code is known only when it runs")
-			}
-			return
-		case "exec", "command", "builtin":
-		default:
-			if builtins[name] {
-				return
+			if n, v, ok := strings.Cut(a.text, "="); ok {
+				w.redefined[n] = "an alias defined on this line"
+				w.code(word{text: v, src: a.src}, sc, "alias "+n)
 			}
 		}
+		return true
+	case "hash":
+		p := parseOpts(name, opts{arg: "pt", flag: "dlr"}, args)
+		if v, ok := p.set["-p"]; ok {
+			for _, n := range p.rest {
+				w.redefined[n.text] = "hashed to " + v.src + " on this line"
+			}
+			w.run([]word{v}, in, sc.inside("hash -p"), false, "hash -p "+v.src, "")
+		}
+		return true
+	case "mapfile", "readarray":
+		p := parseOpts(name, opts{arg: "dnOsuCc", flag: "t"}, args)
+		if cb, ok := p.set["-C"]; ok {
+			w.code(cb, sc, name+" -C")
+		}
+		if p.unknown != "" {
+			w.dynamic(sc, text, p.unknown)
+		}
+		return true
+	case "enable":
+		p := parseOpts(name, opts{arg: "fd", flag: "anps"}, args)
+		if _, ok := p.set["-f"]; ok || p.unknown != "" {
+			w.dynamic(sc, text, "enable -f loads a builtin from a file, whose code is known only when it runs")
+		}
+		return true
+	case "exec", "command", "builtin":
+		return false
+	}
+	return builtins[name]
+}
+
+// unwrap walks what the command name, given args, runs in turn.
+func (w *walker) unwrap(name string, args []word, in stdin, sc *scope, shell bool, text string) {
+	if shell && w.shellBuiltin(name, args, in, sc, text) {
+		return
 	}
 	switch {
 	case shells[name]:
