@@ -184,6 +184,8 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.WaitVisible(css(`#config-error`)),
 	)
 	mustContain(t, "config error", text(t, ctx, css(`#config-error`)), "modle")
+	// The denied patterns say what they check and what they do not.
+	mustContain(t, "denied patterns help", text(t, ctx, testid("policy-help")), "What is typed into a terminal is not checked against them")
 	do(t, ctx, "no agent was created", chromedp.WaitVisible(testid("agents-empty")))
 	if !get(t, ctx, "environment kept", chromedp.Evaluate[bool](`document.querySelector('input[name="environment_ids"][value="`+envID+`"]').checked`)) {
 		t.Error("the refused agent form lost the chosen environment")

@@ -86,7 +86,8 @@ func TestBrowserTerminal(t *testing.T) {
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/environments", root, map[string]any{"name": "build-host", "kind": "host",
 		"department_id": dept.ID, "url": agentdURL, "os": "linux", "deployment": "bare-metal", "agentd_token": agentdToken}, http.StatusCreated, &env)
 	callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/agents", root, map[string]any{"name": "coder", "department_id": dept.ID,
-		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env.ID}}, http.StatusCreated, &agent)
+		"config": map[string]string{"model": "m"}, "environment_ids": []int64{env.ID}, "command_policy": []string{`^echo denied-pattern`}},
+		http.StatusCreated, &agent)
 	person := func(email, role, domain string) string {
 		const password = "a long and private passphrase"
 		var u struct {
@@ -124,6 +125,17 @@ func TestBrowserTerminal(t *testing.T) {
 		if !hasLine(s, "hi") {
 			t.Fatalf("no line \"hi\" on the screen:\n%s", s)
 		}
+	})
+	t.Run("the header says the denied patterns are not applied to what is typed, and they are not", func(t *testing.T) {
+		promise := get(t, ctx, "terminal header", chromedp.Text(testid("terminal-promise")))
+		unchecked := get(t, ctx, "terminal header", chromedp.Text(testid("terminal-unchecked")))
+		if strings.Contains(promise, "Everything typed here is checked") || !strings.Contains(unchecked, "not applied to what is typed here") {
+			t.Fatalf("the terminal header says %q and %q", promise, unchecked)
+		}
+		typeKeys(t, ctx, "echo denied-pattern-$((40+2))\n")
+		waitScreen(t, ctx, "\ndenied-pattern-42")
+		callAPI(t, srv.url, http.MethodPost, fmt.Sprintf("/api/v1/orgs/acme/sessions/%d/commands", sess.ID), memberTok.Token,
+			map[string]any{"command": "echo denied-pattern-api"}, http.StatusForbidden, nil)
 	})
 	t.Run("a dropped connection reconnects and continues", func(t *testing.T) {
 		dropAndReconnect(t, ctx, srv)

@@ -637,7 +637,7 @@ func AgentFormFields(p Page, action string, f AgentForm, creating bool) templ.Co
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 58, "</textarea><p class=\"help\" id=\"policy-help\">One regular expression per line. Defence in depth, not a security boundary for interactive terminals.</p>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 58, "</textarea><p class=\"help\" id=\"policy-help\" data-testid=\"policy-help\">One regular expression per line. An API request to run a command whose text (or an env value) matches one is refused. What is typed into a terminal is not checked against them (it is recorded, and the programs it starts are audited): defence in depth, not a boundary.</p>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -100,7 +100,7 @@ func SessionTerminal(d TerminalData) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<span data-testid=\"terminal-promise\">Everything typed here is checked and recorded with who typed it before the shell gets it; opening this shell, joining or leaving it, and each program the shell starts (where this environment reports them) are audited. Builtins such as cd, and what those programs start in turn, are in the recording only. Its output is kept for replay and is searchable within seconds.</span> <a href=\"/docs/sessions#in-the-terminal-what-is-recorded-and-audited\">What is recorded and audited</a>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "<span data-testid=\"terminal-promise\">Whether you may type here is checked on every keystroke, and everything typed is recorded with who typed it before the shell gets it; opening this shell, joining or leaving it, and each program the shell starts (where this environment reports them) are audited. Builtins such as cd, and what those programs start in turn, are in the recording only. Its output is kept for replay and is searchable within seconds.</span> <span data-testid=\"terminal-unchecked\">The agent's denied command patterns are not applied to what is typed here: they refuse API requests only.</span> <a href=\"/docs/sessions#in-the-terminal-what-is-recorded-and-audited\">What is recorded and audited</a>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
