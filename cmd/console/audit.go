@@ -171,6 +171,10 @@ func verifyOffline(path, cpPath, pin string, logger *slog.Logger, stdout io.Writ
 	if err != nil {
 		return fmt.Errorf("verify %s: %w", path, err)
 	}
+	if res.Filtered {
+		fmt.Fprintln(stdout, res.Reason)
+		return errFilteredExport
+	}
 	if !res.OK {
 		return reportBroken(res, path, logger, stdout)
 	}
@@ -204,6 +208,10 @@ func verifyCheckpointFile(path, pin string, stdout io.Writer) (audit.Anchor, err
 		exp.Org, exp.Seq, exp.Hash, exp.TakenAt, exp.PublicKeySHA256, pinned)
 	return a, nil
 }
+
+// errFilteredExport makes the command exit non-zero after it said the
+// file is a filtered export: nothing was verified, nothing is broken.
+var errFilteredExport = errors.New("a filtered export cannot be verified")
 
 // errCheckpointInvalid makes the command exit non-zero after it printed
 // why a checkpoint's signature does not verify.

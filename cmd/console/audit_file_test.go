@@ -67,3 +67,25 @@ func TestAuditVerifyFile(t *testing.T) {
 		t.Fatalf("edited archive: %v %s", err, out.String())
 	}
 }
+
+// A filtered export is not a broken chain: verify says what it is and
+// exits non-zero, having verified nothing.
+func TestAuditVerifyFilteredExport(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "archive.jsonl")
+	writeArchive(t, path, 1, "", 5)
+	b, _ := os.ReadFile(path)
+	lines := strings.SplitAfter(string(b), "\n")
+	header := `{"#export":{"filtered":true,"query":"actor:alice","note":"filtered export"}}` + "\n"
+	// Events 1, 3 and 5 of the five: gaps a filter leaves.
+	if err := os.WriteFile(path, []byte(header+lines[0]+lines[2]+lines[4]), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var out bytes.Buffer
+	err := auditCmd(context.Background(), config.Config{}, logger, []string{"verify", "--file", path}, &out)
+	if !errors.Is(err, errFilteredExport) || strings.Contains(out.String(), "broken") ||
+		!strings.Contains(out.String(), "filtered export: the chain cannot be checked from it; export unfiltered") {
+		t.Fatalf("verify: %v\n%s", err, out.String())
+	}
+}

@@ -338,6 +338,9 @@ type VerifyResult struct {
 	// Checkpoints is the check of those checkpoints themselves (their
 	// signatures and their signed order), when there are any.
 	Checkpoints *CheckpointCheck `json:"checkpoints,omitempty"`
+	// Filtered says a file was a filtered export, whose chain cannot be
+	// checked: not OK, and not broken either (BrokenAt is 0).
+	Filtered bool `json:"filtered,omitempty"`
 }
 
 // CheckpointCheck is what checking the kept checkpoints of a log found:

@@ -37,6 +37,14 @@ var ErrExportIncomplete = errors.New("audit export incomplete")
 // cell) of an export that failed midway.
 const ExportErrorMarker = "#export_error"
 
+// ExportHeader is the key of a JSONL export's first line when its filter
+// leaves gaps (Filter.LeavesGaps): {"#export":{"filtered":true,"query":…,
+// "note":…}}. Such a file's chain cannot be verified; VerifyJSONL says so.
+const ExportHeader = "#export"
+
+// filteredNote is the header's note, and what verifying such a file says.
+const filteredNote = "filtered export: the chain cannot be checked from it; export unfiltered"
+
 // Export writes the events matching f to w in seq order, oldest first, as
 // JSONL (one Event per line) or CSV (CSVHeader, then one row per event).
 // It reads in keyset batches and stops at the newest event present when it
@@ -60,6 +68,12 @@ func (l *Log) Export(ctx context.Context, f Filter, w io.Writer, format string) 
 		flush = bw.Flush
 		marker = func(msg string, after int64) error {
 			return enc.Encode(map[string]any{ExportErrorMarker: map[string]any{"message": msg, "after_seq": after}})
+		}
+		if f.LeavesGaps() {
+			// Buffered: it reaches w with the first batch, as rows do.
+			if err := enc.Encode(map[string]any{ExportHeader: exportLabel{Filtered: true, Query: f.Query, Note: filteredNote}}); err != nil {
+				return fmt.Errorf("write export: %w", err)
+			}
 		}
 	case FormatCSV:
 		// csv.Writer buffers: the header reaches w with the first batch.
@@ -112,6 +126,13 @@ func (l *Log) Export(ctx context.Context, f Filter, w io.Writer, format string) 
 		after = evs[len(evs)-1].Seq
 	}
 	return flush()
+}
+
+// exportLabel is the body of a filtered JSONL export's header line.
+type exportLabel struct {
+	Filtered bool   `json:"filtered"`
+	Query    string `json:"query"`
+	Note     string `json:"note"`
 }
 
 // head is the highest seq present (0 for an empty log).

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -45,6 +46,10 @@ func TestExport(t *testing.T) {
 				t.Fatal(err)
 			}
 			sc := bufio.NewScanner(&buf)
+			// A filter that leaves gaps labels the file first.
+			if !sc.Scan() || !strings.HasPrefix(sc.Text(), `{"#export":{"filtered":true`) {
+				t.Fatalf("first line %q; want the filtered export's header", sc.Text())
+			}
 			var got []audit.Event
 			for sc.Scan() {
 				var e audit.Event
@@ -139,5 +144,40 @@ func TestExport(t *testing.T) {
 				t.Fatalf("Export(xml) = %v, want a validation error on format", err)
 			}
 		})
+	})
+}
+
+// TestFilteredExportsSayTheyCannotBeVerified: an export of a filter that
+// leaves gaps starts with a header saying so, and verifying it reports a
+// filtered export rather than a broken chain; an unfiltered export, or one
+// of a time range, has no header and verifies.
+func TestFilteredExportsSayTheyCannotBeVerified(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		l, _ := newLog(t, d)
+		ctx := context.Background()
+		seedVaried(t, l, 40)
+		export := func(q string) []byte {
+			f, err := audit.ParseQuery(q)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var buf bytes.Buffer
+			if err := l.Export(ctx, f, &buf, audit.FormatJSONL); err != nil {
+				t.Fatal(err)
+			}
+			return buf.Bytes()
+		}
+		for _, q := range []string{"", "from:2000-01-01 to:2999-12-31"} {
+			res, err := audit.VerifyJSONL(bytes.NewReader(export(q)))
+			if err != nil || !res.OK || res.Filtered {
+				t.Errorf("export of %q: %+v, %v; want it verified", q, res, err)
+			}
+		}
+		res, err := audit.VerifyJSONL(bytes.NewReader(export("action:agent.")))
+		if err != nil || res.OK || !res.Filtered || res.BrokenAt != 0 ||
+			!strings.Contains(res.Reason, "filtered export: the chain cannot be checked from it; export unfiltered") || !strings.Contains(res.Reason, `"action:agent."`) {
+			t.Errorf("filtered export: %+v, %v", res, err)
+		}
 	})
 }

@@ -44,6 +44,15 @@ type Filter struct {
 	// pages set it when the search names no action: otherwise an auditor's
 	// own page views crowd out everything else.
 	OmitReads bool
+	// Query is the search text the filter was parsed from, if any.
+	Query string
+}
+
+// LeavesGaps reports whether f may leave out events between two it
+// keeps: any condition but a time range does. What it selects cannot be
+// checked as a hash chain.
+func (f Filter) LeavesGaps() bool {
+	return f.Actor != "" || f.Action != "" || f.Target != "" || f.Decision != "" || len(f.Text) > 0 || f.OmitReads
 }
 
 // LogReads are the actions that record someone reading the log (a page,
@@ -77,7 +86,7 @@ const MinTextTerm = 3
 // so searching for "http://host" works. Problems are reported as an
 // *apperr.ValidationError on the field "q".
 func ParseQuery(q string) (Filter, error) {
-	var f Filter
+	f := Filter{Query: q}
 	// Postgres cannot compare against NUL or invalid UTF-8; say so rather
 	// than fail the query.
 	if !utf8.ValidString(q) || strings.IndexByte(q, 0) >= 0 {

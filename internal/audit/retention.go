@@ -278,6 +278,16 @@ func verifyJSONL(r io.Reader, seq int64) (VerifyResult, string, error) {
 		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
 			continue
 		}
+		if res.Checked == 0 {
+			var h map[string]exportLabel
+			if json.Unmarshal(sc.Bytes(), &h) == nil && h[ExportHeader].Filtered {
+				res.Filtered, res.Reason = true, filteredNote
+				if q := h[ExportHeader].Query; q != "" {
+					res.Reason += fmt.Sprintf(" (it holds the events matching %q)", q)
+				}
+				return res, at, nil
+			}
+		}
 		var e Event
 		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		dec.DisallowUnknownFields()

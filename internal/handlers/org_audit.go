@@ -50,6 +50,9 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 	if err := record(q, format); err != nil {
 		return err
 	}
+	if f.LeavesGaps() {
+		name += "-filtered"
+	}
 	ct := "application/x-ndjson"
 	if format == "csv" {
 		ct = "text/csv; charset=utf-8"
