@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -69,6 +70,19 @@ func TestAuditCheckpointOverHTTP(t *testing.T) {
 			v := verify(auditor)
 			if !v.OK || v.Anchor == nil || !v.Anchor.OK || v.Anchor.Anchor.Seq != cp.Seq {
 				t.Fatalf("second verify, against the checkpoint: %+v %+v", v, v.Anchor)
+			}
+		})
+
+		t.Run("an export of a search that leaves events out is named and labelled filtered", func(t *testing.T) {
+			r := e.do(request{method: http.MethodGet, path: "/api/v1/orgs/acme/audit/export?format=jsonl&q=" + url.QueryEscape("action:user."), token: auditor})
+			wantStatus(t, "filtered export", r, http.StatusOK)
+			if cd := r.header.Get("Content-Disposition"); !strings.Contains(cd, "-filtered.jsonl") ||
+				!bytes.HasPrefix(r.body, []byte(`{"#export":{"filtered":true,"query":"action:user."`)) {
+				t.Fatalf("Content-Disposition %q, body starts %.120q", cd, r.body)
+			}
+			r = e.do(request{method: http.MethodGet, path: "/api/v1/orgs/acme/audit/export?format=jsonl", token: auditor})
+			if cd := r.header.Get("Content-Disposition"); strings.Contains(cd, "filtered") || bytes.HasPrefix(r.body, []byte(`{"#export"`)) {
+				t.Fatalf("the unfiltered export is labelled filtered: %q", cd)
 			}
 		})
 

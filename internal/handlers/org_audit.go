@@ -50,8 +50,9 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 	if err := record(q, format); err != nil {
 		return err
 	}
+	stamp := time.Now().UTC().Format("20060102T150405Z")
 	if f.LeavesGaps() {
-		name += "-filtered"
+		stamp += "-filtered"
 	}
 	ct := "application/x-ndjson"
 	if format == "csv" {
@@ -59,7 +60,7 @@ func (s *Server) exportLog(c echo.Context, log *audit.Log, name string, record f
 	}
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentType, ct)
-	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, name, time.Now().UTC().Format("20060102T150405Z"), format))
+	h.Set(echo.HeaderContentDisposition, fmt.Sprintf(`attachment; filename="audit-%s-%s.%s"`, name, stamp, format))
 	// The status goes out with the first rows (echo's Response commits on
 	// the first Write): a failure before any row answers with an error
 	// status; one after ends the body with audit's error marker.
