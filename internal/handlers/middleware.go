@@ -245,6 +245,21 @@ func isForm(r *http.Request) bool {
 var errNotBearer = apperr.New(apperr.ErrUnauthorized, "unsupported_authorization",
 	"Only \"Authorization: Bearer <token or API key>\" is accepted.")
 
+// errEmptyBearer refuses "Authorization: Bearer" with nothing after it:
+// what a shell sends for "Bearer $KEY" when KEY is unset.
+var errEmptyBearer = apperr.New(apperr.ErrUnauthorized, "unauthenticated",
+	"The Authorization header says Bearer but holds no token: the variable you meant to send (such as $GATEHOUSE_API_KEY) is probably empty.")
+
+// badAuthorization is the refusal of an Authorization header that bearer
+// did not accept.
+func badAuthorization(r *http.Request) error {
+	scheme, _, _ := strings.Cut(strings.TrimSpace(r.Header.Get(echo.HeaderAuthorization)), " ")
+	if strings.EqualFold(scheme, "Bearer") {
+		return errEmptyBearer
+	}
+	return errNotBearer
+}
+
 // bearer returns the Authorization bearer credential, if any. The scheme is
 // case-insensitive (RFC 9110).
 func bearer(r *http.Request) (string, bool) {
@@ -308,7 +323,7 @@ func (s *Server) platformPrincipal(c echo.Context) (*authz.Principal, error) {
 	if !hasBearer && r.Header.Get(echo.HeaderAuthorization) != "" {
 		// A browser may send Basic credentials for a proxy on its own;
 		// never let them stand in for, or switch off checks on, a cookie.
-		return nil, errNotBearer
+		return nil, badAuthorization(r)
 	}
 	if !hasBearer {
 		ck, err := r.Cookie(platformCookie)

@@ -342,7 +342,7 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 	tok, hasBearer := bearer(r)
 	viaCookie := false
 	if !hasBearer && r.Header.Get(echo.HeaderAuthorization) != "" {
-		return nil, errNotBearer
+		return nil, badAuthorization(r)
 	}
 	if !hasBearer {
 		ck, err := r.Cookie(orgCookieName(t.Org.Slug))

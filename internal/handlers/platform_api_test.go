@@ -265,3 +265,27 @@ func TestPlatformHealth(t *testing.T) {
 		}
 	}
 }
+
+// TestAuthorizationHeaderRefusals: a Bearer header with no token (a shell's
+// "Bearer $KEY" with KEY unset) is told the token is empty; another scheme
+// is told only Bearer is accepted; on the platform and in an org.
+func TestAuthorizationHeaderRefusals(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, store.SQLite)
+	platform := e.adminToken()
+	e.createOrg(platform, "acme", "Acme")
+	for _, path := range []string{"/api/v1/orgs", "/api/v1/orgs/acme/me"} {
+		for _, tc := range []struct{ header, code, says string }{
+			{"Bearer", "unauthenticated", "holds no token"},
+			{"Bearer ", "unauthenticated", "holds no token"},
+			{"bearer   ", "unauthenticated", "holds no token"},
+			{"Basic dXNlcjpwYXNz", "unsupported_authorization", "Only \"Authorization: Bearer"},
+		} {
+			r := e.do(request{method: http.MethodGet, path: path, header: http.Header{"Authorization": {tc.header}}})
+			wantStatus(t, path+" "+tc.header, r, http.StatusUnauthorized)
+			if env := r.envelope(t); env.Error.Code != tc.code || !strings.Contains(env.Error.Message, tc.says) {
+				t.Errorf("%s with %q: %s %q", path, tc.header, env.Error.Code, env.Error.Message)
+			}
+		}
+	}
+}
