@@ -89,6 +89,8 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.Navigate(srv.url+"/o/acme/environments"),
 		chromedp.WaitVisible(testid("envs-empty")),
 	)
+	// A console without a local sandbox backend says how to get one.
+	mustContain(t, "local sandboxes hint", text(t, ctx, testid("local-sandboxes-hint")), "--local-sandboxes", "not isolated")
 	if get(t, ctx, "private checkbox", chromedp.Evaluate[bool](`document.querySelector('input[name="private"]').checked`)) {
 		t.Error("the private checkbox is pre-checked for a user who may add department environments")
 	}

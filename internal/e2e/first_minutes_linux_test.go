@@ -77,6 +77,9 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 	t.Run("register the local backend in one action", func(t *testing.T) {
 		do(t, ctx, "open environments", chromedp.Navigate(srv.url+"/o/acme/environments"), chromedp.WaitVisible(testid("local-offer")))
 		mustContain(t, "the warning beside it", text(t, ctx, testid("local-warning")), "No isolation", "console's user", "never use it in production")
+		if n := get(t, ctx, "hint", chromedp.Evaluate[int](`document.querySelectorAll('[data-testid="local-sandboxes-hint"]').length`)); n != 0 {
+			t.Error("a console with the local backend still tells how to start one")
+		}
 		if *updateScreenshots {
 			// The offer, at the top of a short viewport.
 			do(t, ctx, "size the viewport", chromedp.EmulateViewport(1200, 420),
