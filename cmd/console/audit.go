@@ -125,7 +125,9 @@ func auditCmd(ctx context.Context, cfg config.Config, logger *slog.Logger, args 
 		if tr, err := anchors.Take(ctx, org, log); err != nil {
 			logger.Warn("audit checkpoint not taken", "org", org.Slug, "error", err)
 		} else if tr.Written {
-			fmt.Fprintf(stdout, "checkpoint taken: event %d, hash %s\n", tr.Checkpoint.Seq, tr.Checkpoint.Hash)
+			fmt.Fprintf(stdout, "checkpoint taken: event %d, hash %s\n"+
+				"(a signed record of the verified head, kept in the catalog outside the organization's database: a later verify finds events cut off the end or rewritten against it)\n",
+				tr.Checkpoint.Seq, tr.Checkpoint.Hash)
 		}
 	}
 	if res.Checked > 0 {
