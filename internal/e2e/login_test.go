@@ -42,6 +42,21 @@ func TestBrowserLoginAndOrgs(t *testing.T) {
 			t.Errorf("after sign-in the browser is at %s, want /admin/orgs", loc)
 		}
 
+		// The slug is suggested from the name until the admin edits it.
+		do(t, ctx, "type a name",
+			submits(chromedp.Click(testid("new-org"))),
+			chromedp.WaitVisible(css(`#name`)),
+			chromedp.SendKeys(css(`#name`), "Globex Über Corp"),
+		)
+		if slug := get(t, ctx, "slug", chromedp.Value(css(`#slug`))); slug != "globex-uber-corp" {
+			t.Errorf("suggested slug %q, want globex-uber-corp", slug)
+		}
+		do(t, ctx, "edit the slug, then the name", chromedp.SendKeys(css(`#slug`), "-x"), chromedp.SendKeys(css(`#name`), " Two"))
+		if slug := get(t, ctx, "slug", chromedp.Value(css(`#slug`))); slug != "globex-uber-corp-x" {
+			t.Errorf("after editing, the slug is %q, want globex-uber-corp-x kept", slug)
+		}
+		do(t, ctx, "back to the list", chromedp.Navigate(srv.url+"/admin/orgs"), chromedp.WaitVisible(testid("orgs-empty")))
+
 		// An invalid slug is refused inline and nothing is created.
 		do(t, ctx, "invalid slug",
 			submits(chromedp.Click(testid("new-org"))),
