@@ -1,8 +1,7 @@
 package audit
 
 import (
-	"strings"
-	"unicode/utf8"
+	"github.com/gatehouse/gatehouse/internal/clip"
 )
 
 // Bounds of the stored text fields, in bytes. The indexed columns
@@ -19,23 +18,7 @@ const (
 // Clean makes s storable in any audit column of either database: valid
 // UTF-8 (invalid bytes become U+FFFD), no NUL (Postgres text cannot hold
 // it) and at most n bytes, cut on a rune boundary and marked with "…".
-func Clean(s string, n int) string {
-	if !utf8.ValidString(s) {
-		s = strings.ToValidUTF8(s, "\uFFFD")
-	}
-	if strings.IndexByte(s, 0) >= 0 {
-		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
-	}
-	if len(s) <= n {
-		return s
-	}
-	const mark = "…"
-	cut := n - len(mark)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + mark
-}
+func Clean(s string, n int) string { return clip.Within(s, n) }
 
 // sanitize bounds and cleans every text field of e before it is hashed
 // and stored, so what is verified later is exactly what was written.

@@ -1,6 +1,6 @@
 // Package clip cuts text to a budget without breaking a character, so what
-// is stored (Postgres refuses invalid UTF-8) or sent (a WebSocket close
-// reason must be UTF-8) stays valid text.
+// is stored (Postgres text refuses invalid UTF-8 and NUL) or sent (a
+// WebSocket close reason must be UTF-8) stays valid text.
 package clip
 
 import (
@@ -13,13 +13,35 @@ const Ellipsis = "…"
 
 // String returns s with at most n bytes of its text, cut on a character
 // boundary and followed by Ellipsis when anything was cut (so the result
-// is at most n+3 bytes). Invalid UTF-8 in s becomes U+FFFD first.
+// is at most n+3 bytes). Invalid UTF-8 and NUL in s become U+FFFD first.
 func String(s string, n int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
+	s = Storable(s)
 	if len(s) <= n {
 		return s
 	}
 	return s[:boundary(s, n)] + Ellipsis
+}
+
+// Within is String with the Ellipsis inside the budget: at most n bytes
+// in all (n ≥ len(Ellipsis)).
+func Within(s string, n int) string {
+	s = Storable(s)
+	if len(s) <= n {
+		return s
+	}
+	return s[:boundary(s, n-len(Ellipsis))] + Ellipsis
+}
+
+// Storable is s as any text column of either database holds it: invalid
+// UTF-8 and NUL bytes become U+FFFD.
+func Storable(s string) string {
+	if !utf8.ValidString(s) {
+		s = strings.ToValidUTF8(s, "\uFFFD")
+	}
+	if strings.IndexByte(s, 0) >= 0 {
+		s = strings.ReplaceAll(s, "\x00", "\uFFFD")
+	}
+	return s
 }
 
 // Runes returns s with at most n characters, followed by Ellipsis when

@@ -26,6 +26,7 @@ func TestString(t *testing.T) {
 		{"zero", "abc", 0, "…"},
 		{"invalid bytes become U+FFFD", "a\xffb", 10, "a\uFFFDb"},
 		{"invalid bytes then cut", "a\xff\xfeb", 4, "a\uFFFD…"},
+		{"NUL becomes U+FFFD", "404 Not\x00Found", 40, "404 Not\uFFFDFound"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got := clip.String(tc.in, tc.n)
@@ -73,4 +74,25 @@ func FuzzString(f *testing.F) {
 			t.Fatalf("String(%q, %d) = %q", s, n, got)
 		}
 	})
+}
+
+func TestWithin(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in   string
+		n    int
+		want string
+	}{
+		{"abc", 5, "abc"},
+		{"abcdefgh", 5, "ab…"},
+		{"日本語テキスト", 8, "日…"},
+		{"a\x00b", 5, "a\uFFFDb"},
+		{"a\x00bc", 5, "a…"},
+		{"a\x00", 5, "a\uFFFD"},
+	} {
+		got := clip.Within(tc.in, tc.n)
+		if got != tc.want || len(got) > tc.n || !utf8.ValidString(got) || strings.IndexByte(got, 0) >= 0 {
+			t.Errorf("Within(%q, %d) = %q (%d bytes), want %q", tc.in, tc.n, got, len(got), tc.want)
+		}
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -180,6 +181,51 @@ func TestSandboxPreparation(t *testing.T) {
 			p, err := svc.Preparation(ctx, sys(), sess.ID)
 			if err != nil || p == nil || p.Status != sessions.PrepFailed || !strings.Contains(p.Reason, "日日") || !utf8.ValidString(p.Reason) {
 				t.Fatalf("preparation %+v, %v: want it failed, quoting the path", p, err)
+			}
+		})
+
+		t.Run("a failure quoting a download's NUL status is recorded: the sandbox killed, the session pending", func(t *testing.T) {
+			// Postgres text cannot hold NUL: the reason must not carry it.
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			go func() {
+				for {
+					c, err := ln.Accept()
+					if err != nil {
+						return
+					}
+					go func() {
+						defer c.Close()
+						buf := make([]byte, 4096)
+						_, _ = c.Read(buf)
+						_, _ = c.Write([]byte("HTTP/1.1 404 Not\x00Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"))
+					}()
+				}
+			}()
+			cfg := fmt.Sprintf(`{"model":"m","skills":[{"name":"docs","source":"http://%s/docs.tar.gz"}]}`, ln.Addr())
+			if _, _, err := w.ags.Update(ctx, sys(), w.agent.ID, agents.Input{Config: &cfg}); err != nil {
+				t.Fatal(err)
+			}
+			svc := w.svc(nil)
+			sess := w.newSession(t, svc, sys())
+			_, err = svc.Ensure(ctx, sys(), sess.ID)
+			var ae *apperr.Error
+			if !errors.As(err, &ae) || ae.Code != "session_not_prepared" {
+				t.Fatalf("ensure: %v, want session_not_prepared", err)
+			}
+			back := wantState(t, svc, sess.ID, sessions.StatePending)
+			if back.SandboxID != "" || strings.IndexByte(back.Reason, 0) >= 0 {
+				t.Fatalf("after the failure: %+v", back)
+			}
+			if ids := w.tagged(t, sess.ID); len(ids) != 0 {
+				t.Errorf("the half-prepared sandbox is still there: %v", ids)
+			}
+			p, err := svc.Preparation(ctx, sys(), sess.ID)
+			if err != nil || p == nil || p.Status != sessions.PrepFailed || !strings.Contains(p.Reason, "404") || strings.IndexByte(p.Reason, 0) >= 0 {
+				t.Fatalf("preparation %+v, %v: want it failed, quoting the status without NUL", p, err)
 			}
 		})
 
