@@ -105,7 +105,16 @@ func (g *Gateway) EndCommands(ctx context.Context, org Org, a *authz.Actor, sess
 	}
 	if reason != reasonClosed {
 		g.followAll(org, ids)
-		return nil, nil
+		if located == nil {
+			return nil, nil // paused: the close kills the sandbox with them
+		}
+		// Nobody could ask agentd to end them: the close says so (a
+		// sandbox's kill ends them after all, and CloseLeaving says that).
+		left := make([]sessions.LeftRunning, len(running))
+		for i, c := range running {
+			left[i] = sessions.LeftRunning{CommandID: c.ID, Reason: "its environment could not be reached; it may still run: " + clip.String(located.Error(), 300)}
+		}
+		return left, nil
 	}
 	killed, notEnded := g.killAll(ctx, org, t, running)
 	g.followAll(org, ids)
@@ -224,11 +233,13 @@ func (g *Gateway) killFailed(ctx context.Context, org Org, c recordings.Command,
 		// records it lost at its next read.
 		return true
 	case agentd.Unanswered(err):
-		// agentd did not answer: what was recorded is all there is.
+		// agentd did not answer: what was recorded is all there is, and
+		// its processes may run on. The close says so.
 		log.Warn("gateway: a closing session's command could not be killed; it ends lost")
 		if err := recordings.MarkEnding(ctx, org.DB, []int64{c.ID}, reasonClosedUnreachable); err != nil {
 			log.Warn("gateway: could not record why a closing session's command ends", "mark_error", err)
 		}
+		left.add(sessions.LeftRunning{CommandID: c.ID, Reason: "agentd did not answer the kill; it may still run: " + clip.String(err.Error(), 300)})
 		return false
 	default:
 		// A refusal, escalated in vain: agentd knows the command and has

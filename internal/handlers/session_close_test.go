@@ -326,6 +326,16 @@ func TestSessionCloseEndsCommands(t *testing.T) {
 			if c.State != "lost" || !strings.Contains(c.Reason, "session's close while its environment was unreachable") {
 				t.Fatalf("the command of the unreachable environment ended %s (%q)", c.State, c.Reason)
 			}
+			// Its process may run on, on the host: the close says so.
+			var notEnded []any
+			for _, e := range f.auditEvents(t, "action:session.close") {
+				if e.Target.ID == strconv.FormatInt(sid, 10) {
+					notEnded, _ = e.Details["not_ended"].([]any)
+				}
+			}
+			if len(notEnded) != 1 || !strings.Contains(fmt.Sprint(notEnded[0]), strconv.FormatInt(o.CommandID, 10)) || !strings.Contains(fmt.Sprint(notEnded[0]), "may still run") {
+				t.Errorf("session.close lists %v as not ended, want command %d, which may still run", notEnded, o.CommandID)
+			}
 		})
 	})
 }
