@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -118,5 +120,27 @@ func (g *Gateway) Fetch(ctx context.Context, org Org, a *authz.Actor, m Meta, se
 	if err != nil {
 		return nil, g.upstream(ctx, org, t, err)
 	}
+	if req.SHA256 != "" && !strings.EqualFold(res.SHA256, req.SHA256) {
+		// An agentd that does not know pins ignores them: checked here.
+		return nil, g.fetchMismatch(ctx, org, a, m, t, req, res)
+	}
 	return res, nil
+}
+
+// fetchMismatch records that the environment stored a download other than
+// the one file.fetch pinned (file.fetch_mismatch, with both hashes), so
+// the log does not go on saying the pinned bytes were placed, and answers
+// 502 fetch_mismatch. The answer is the same when the record cannot be
+// written; the failure is logged.
+func (g *Gateway) fetchMismatch(ctx context.Context, org Org, a *authz.Actor, m Meta, t sessions.Target, req agentd.FetchRequest, res *agentd.FetchResponse) error {
+	details := map[string]any{"url": req.URL, "path": req.Path, "pinned_sha256": req.SHA256, "stored_sha256": res.SHA256, "stored_size": res.Size}
+	if _, err := org.Audit.Append(context.WithoutCancel(ctx), event(a, m, "file.fetch_mismatch", sessions.AuditTarget(t.Session), details)); err != nil {
+		g.logger().Error("file fetch mismatch not recorded", "org", org.Slug, "session", t.Session.ID, "error", err)
+	}
+	stored := res.SHA256
+	if stored == "" {
+		stored = "(not reported: agentd does not check pins)"
+	}
+	return apperr.New(apperr.ErrUpstream, "fetch_mismatch",
+		"The environment stored a download with SHA-256 %s at %s; the request pinned %s. Its file is not the pinned one.", stored, req.Path, req.SHA256)
 }

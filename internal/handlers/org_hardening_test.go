@@ -96,7 +96,7 @@ func TestPlatformAuditExportAndVerify(t *testing.T) {
 	r := e.json(http.MethodGet, "/api/v1/audit/export?format=jsonl&q=action:org.", tok, nil)
 	wantStatus(t, "export", r, http.StatusOK)
 	lines := strings.Split(strings.TrimSpace(string(r.body)), "\n")
-	if len(lines) != 1 || !strings.Contains(lines[0], `"action":"org.create"`) {
+	if len(lines) != 2 || !strings.HasPrefix(lines[0], `{"#export":{"filtered":true`) || !strings.Contains(lines[1], `"action":"org.create"`) {
 		t.Fatalf("export of action:org. = %q", r.body)
 	}
 	r = e.json(http.MethodGet, "/api/v1/audit/export?format=csv", tok, nil)

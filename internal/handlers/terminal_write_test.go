@@ -201,3 +201,42 @@ func TestTerminalFileWriteMismatch(t *testing.T) {
 		}
 	})
 }
+
+// TestTerminalFileFetchMismatch: an agentd that ignores a fetch's pin and
+// stores other bytes is reported (502 fetch_mismatch), not believed, and
+// the audit log records the mismatch with both hashes after the
+// file.fetch it contradicts.
+func TestTerminalFileFetchMismatch(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d)
+		h := startHostileAgentd(t, func(h *hostileAgentd, w http.ResponseWriter, r *http.Request) bool {
+			if r.Method != http.MethodPost || r.URL.Path != "/v1/files/fetch" {
+				return false
+			}
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			w.Write([]byte(`{"path":"x","size":5,"sha256":"` + strings.Repeat("0", 64) + `"}` + "\n"))
+			return true
+		})
+		_, session := f.hostSession(t, "pin-ignoring-host", h.url, h.token)
+		pin := strings.Repeat("a", 64)
+		r := f.call(http.MethodPost, fmt.Sprintf("/sessions/%d/files/fetch", session), "member",
+			map[string]any{"url": "https://downloads.example/x.tar.gz", "path": "x", "sha256": pin})
+		wantStatus(t, "fetch", r, http.StatusBadGateway)
+		if env := r.envelope(t); env.Error.Code != "fetch_mismatch" {
+			t.Fatalf("answer %s", r.body)
+		}
+		evs := f.auditEvents(t, "action:file.fetch")
+		var actions []string
+		for _, e := range evs {
+			actions = append(actions, e.Action)
+		}
+		if len(evs) != 2 || evs[0].Action != "file.fetch" || evs[1].Action != "file.fetch_mismatch" {
+			t.Fatalf("events %v, want file.fetch then file.fetch_mismatch", actions)
+		}
+		if det := evs[1].Details; det["pinned_sha256"] != pin || det["stored_sha256"] != strings.Repeat("0", 64) {
+			t.Errorf("file.fetch_mismatch details %v, want both hashes", det)
+		}
+	})
+}
