@@ -12,11 +12,13 @@ import (
 	"github.com/labstack/echo/v4"
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -175,15 +177,9 @@ func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTempl
 // template's, with E2B's minimums when the template names none.
 type e2bTemplateSize struct{ cpu, memory, disk int }
 
-func (s *Server) e2bSize(c echo.Context, agentID int64) e2bTemplateSize {
+func e2bSize(tpl *envs.Template) e2bTemplateSize {
 	size := e2bTemplateSize{cpu: 1, memory: 512, disk: 0}
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), authz.System("e2b"), agentID)
-	if err != nil || ag.TemplateID == nil {
-		return size
-	}
-	tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-	if err != nil {
+	if tpl == nil {
 		return size
 	}
 	if tpl.VCPU > 0 {
@@ -194,6 +190,13 @@ func (s *Server) e2bSize(c echo.Context, agentID int64) e2bTemplateSize {
 	}
 	size.disk = tpl.WritableLayerMB
 	return size
+}
+
+// e2bAgent reads the key's agent and the template its sandboxes run as
+// the key's owner may see them: an owner who lost the agent gets the
+// same 404 as for any agent out of reach.
+func (s *Server) e2bAgent(c echo.Context) (agents.Agent, *envs.Template, error) {
+	return s.sessionService(c).Agents.Template(c.Request().Context(), actorOf(c), *e2bKeyOf(c).AgentID)
 }
 
 // e2bNewSandbox is E2B's NewSandbox, as far as the console honours it.
@@ -263,7 +266,11 @@ func (s *Server) e2bCreate(c echo.Context) error {
 		return &apperr.ValidationError{Fields: map[string]string{"autoPause": "Pausing at timeout is not supported: the agent's idle timeout and reclaim decide when its sessions end."}}
 	}
 	ctx, t, k := c.Request().Context(), tenantOf(c), e2bKeyOf(c)
-	tplName, err := s.e2bTemplateName(c, *k.AgentID, req.TemplateID)
+	ag, tpl, err := s.e2bAgent(c)
+	if err != nil {
+		return err
+	}
+	tplName, err := e2bTemplateName(ag, tpl, req.TemplateID)
 	if err != nil {
 		return err
 	}
@@ -310,18 +317,9 @@ func (s *Server) e2bCreate(c echo.Context) error {
 // agent: its template (by name or backend id), or "base" (the SDK's
 // default), which means the agent's. Sessions always run the agent's
 // template; another name is refused rather than silently replaced.
-func (s *Server) e2bTemplateName(c echo.Context, agentID int64, asked string) (string, error) {
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), actorOf(c), agentID)
-	if err != nil {
-		return "", err
-	}
+func e2bTemplateName(ag agents.Agent, tpl *envs.Template, asked string) (string, error) {
 	name := ag.Name
-	if ag.TemplateID != nil {
-		tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-		if err != nil {
-			return "", err
-		}
+	if tpl != nil {
 		name = tpl.Name
 		if asked == tpl.BackendTemplateID {
 			return name, nil
@@ -366,11 +364,15 @@ func (s *Server) e2bGet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	_, tpl, err := s.e2bAgent(c)
+	if err != nil {
+		return err
+	}
 	tok, err := e2bapi.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, e2bDetailJSON{e2bListedJSON: s.e2bListed(x, sess, s.e2bSize(c, x.AgentID)), EnvdAccessToken: tok,
+	return c.JSON(http.StatusOK, e2bDetailJSON{e2bListedJSON: s.e2bListed(x, sess, e2bSize(tpl)), EnvdAccessToken: tok,
 		Domain: s.e2bDomain(), Lifecycle: e2bLifecycleJSON{OnTimeout: "kill"}})
 }
 
@@ -399,11 +401,15 @@ func (s *Server) e2bList(c echo.Context) error {
 		}
 		q.Limit = int(n)
 	}
+	_, tpl, err := s.e2bAgent(c)
+	if err != nil {
+		return err
+	}
 	page, err := e2bapi.List(ctx, tenantOf(c).DB, s.sessionService(c), actorOf(c), q)
 	if err != nil {
 		return err
 	}
-	size := s.e2bSize(c, *k.AgentID)
+	size := e2bSize(tpl)
 	out := make([]e2bListedJSON, 0, len(page.Items))
 	for _, e := range page.Items {
 		out = append(out, s.e2bListed(e.Sandbox, e.Session, size))
@@ -573,23 +579,17 @@ type e2bTemplateJSON struct {
 // e2bTemplates lists the one template the key's sandboxes run: its
 // agent's.
 func (s *Server) e2bTemplates(c echo.Context) error {
-	k := e2bKeyOf(c)
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), actorOf(c), *k.AgentID)
+	_, tpl, err := s.e2bAgent(c)
 	if err != nil {
 		return err
 	}
 	out := []e2bTemplateJSON{}
-	if ag.TemplateID != nil {
-		tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-		if err != nil {
-			return err
-		}
+	if tpl != nil {
 		status := "ready"
 		if !tpl.Ready() {
 			status = "building"
 		}
-		size := s.e2bSize(c, ag.ID)
+		size := e2bSize(tpl)
 		out = append(out, e2bTemplateJSON{TemplateID: tpl.Name, BuildID: itoa(tpl.ID), CPUCount: size.cpu, MemoryMB: size.memory, DiskSizeMB: size.disk,
 			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2bapi.EnvdVersion})
 	}
