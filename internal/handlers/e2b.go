@@ -17,7 +17,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -27,7 +27,7 @@ import (
 type E2BEndpoint struct {
 	// Service resolves data-plane sandbox ids (the data plane's; the
 	// control plane reads the org's rows itself).
-	Service *e2bapi.Service
+	Service *e2b.Service
 	// Domain is the data plane's wildcard domain ("" when none).
 	Domain string
 	// PublicURL is the data plane as one host (E2B_SANDBOX_URL); "" means
@@ -82,7 +82,7 @@ func (s *Server) authorizeE2B(c echo.Context, next echo.HandlerFunc) error {
 	if !k.IsE2B() {
 		return bad
 	}
-	p := e2bapi.KeyPrincipal(k, owner)
+	p := e2b.KeyPrincipal(k, owner)
 	c.Set(ctxPrincipal, &p)
 	c.Set(ctxE2BKey, k)
 	actor := authz.New(p, t.Enforcer, s.denialRecorder(c, t))
@@ -149,18 +149,18 @@ type e2bLifecycleJSON struct {
 // sandbox: the backend's own ids stay inside.
 const e2bClientID = "gatehouse"
 
-func (s *Server) e2bDomain() string { return e2bapi.AnswerDomain(s.E2B.Domain) }
+func (s *Server) e2bDomain() string { return e2b.AnswerDomain(s.E2B.Domain) }
 
-func (s *Server) e2bSandbox(c echo.Context, x e2bapi.Sandbox) (e2bSandboxJSON, error) {
-	tok, err := e2bapi.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
+func (s *Server) e2bSandbox(c echo.Context, x e2b.Sandbox) (e2bSandboxJSON, error) {
+	tok, err := e2b.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
 	if err != nil {
 		return e2bSandboxJSON{}, err
 	}
-	return e2bSandboxJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, EnvdVersion: e2bapi.EnvdVersion,
+	return e2bSandboxJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, EnvdVersion: e2b.EnvdVersion,
 		EnvdAccessToken: tok, Domain: s.e2bDomain()}, nil
 }
 
-func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTemplateSize) e2bListedJSON {
+func (s *Server) e2bListed(x e2b.Sandbox, sess sessions.Session, tpl e2bTemplateSize) e2bListedJSON {
 	started := sess.CreatedAt
 	if sess.StartedAt != nil {
 		started = *sess.StartedAt
@@ -170,7 +170,7 @@ func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTempl
 		end = *x.EndAt
 	}
 	return e2bListedJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, StartedAt: started.UTC(), EndAt: end.UTC(),
-		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bapi.StateOf(sess), EnvdVersion: e2bapi.EnvdVersion, Metadata: x.MetadataMap()}
+		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2b.StateOf(sess), EnvdVersion: e2b.EnvdVersion, Metadata: x.MetadataMap()}
 }
 
 // e2bTemplateSize is what E2B's answers say of a sandbox's size: its
@@ -278,19 +278,19 @@ func (s *Server) e2bCreate(c echo.Context) error {
 	if req.Metadata == nil {
 		meta = []byte("{}")
 	}
-	token := e2bapi.MintAccessToken()
-	x := e2bapi.Sandbox{SandboxID: e2bapi.NewSandboxID(t.Org.Slug), KeyID: k.ID, AgentID: *k.AgentID, TemplateID: tplName,
+	token := e2b.MintAccessToken()
+	x := e2b.Sandbox{SandboxID: e2b.NewSandboxID(t.Org.Slug), KeyID: k.ID, AgentID: *k.AgentID, TemplateID: tplName,
 		Metadata: string(meta), TimeoutSeconds: timeout, CreatedAt: s.Now().UTC()}
 	end := x.CreatedAt.Add(time.Duration(timeout) * time.Second)
 	x.EndAt = &end
-	if x.TokenSealed, err = e2bapi.SealToken(s.Box, t.Org.Slug, x.SandboxID, token); err != nil {
+	if x.TokenSealed, err = e2b.SealToken(s.Box, t.Org.Slug, x.SandboxID, token); err != nil {
 		return err
 	}
 	svc := s.sessionService(c)
 	sess, err := svc.Create(ctx, actorOf(c), sessions.CreateInput{AgentID: *k.AgentID,
 		Record: func(tx *gorm.DB, sess sessions.Session) error {
 			x.SessionID = sess.ID
-			if err := e2bapi.Insert(ctx, tx, &x); err != nil {
+			if err := e2b.Insert(ctx, tx, &x); err != nil {
 				return err
 			}
 			_, err := t.Audit.AppendTx(ctx, tx, requestEvent(c, principalOf(c).AuditActor(), "session.create", sessions.AuditTarget(sess),
@@ -335,13 +335,13 @@ func e2bTemplateName(ag agents.Agent, tpl *envs.Template, asked string) (string,
 // e2bSession reads the :sandboxID sandbox and its session as the key may
 // see them: another org's id, another agent's or another key's sandbox, a
 // closed one and an unknown one all answer the same 404.
-func (s *Server) e2bSession(c echo.Context) (e2bapi.Sandbox, sessions.Session, error) {
+func (s *Server) e2bSession(c echo.Context) (e2b.Sandbox, sessions.Session, error) {
 	id := c.Param("sandboxID")
 	ctx, t, k := c.Request().Context(), tenantOf(c), e2bKeyOf(c)
-	if slug, ok := e2bapi.OrgOf(id); !ok || slug != t.Org.Slug {
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
+	if slug, ok := e2b.OrgOf(id); !ok || slug != t.Org.Slug {
+		return e2b.Sandbox{}, sessions.Session{}, e2b.NotFound(id)
 	}
-	x, err := e2bapi.Find(ctx, t.DB, id)
+	x, err := e2b.Find(ctx, t.DB, id)
 	if err != nil {
 		return x, sessions.Session{}, err
 	}
@@ -350,11 +350,11 @@ func (s *Server) e2bSession(c echo.Context) (e2bapi.Sandbox, sessions.Session, e
 		// acts as that key (and its owner) on the data plane, so another
 		// key, even of the same agent and an owner who may see the
 		// session, is not handed it.
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
+		return e2b.Sandbox{}, sessions.Session{}, e2b.NotFound(id)
 	}
 	sess, err := s.sessionService(c).Get(ctx, actorOf(c), x.SessionID)
 	if errors.Is(err, apperr.ErrNotFound) || err == nil && sess.Final() {
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
+		return e2b.Sandbox{}, sessions.Session{}, e2b.NotFound(id)
 	}
 	return x, sess, err
 }
@@ -368,7 +368,7 @@ func (s *Server) e2bGet(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tok, err := e2bapi.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
+	tok, err := e2b.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
 	if err != nil {
 		return err
 	}
@@ -381,10 +381,10 @@ func (s *Server) e2bGet(c echo.Context) error {
 // as E2B does; X-Next-Token names the next page when there is one.
 func (s *Server) e2bList(c echo.Context) error {
 	ctx, k := c.Request().Context(), e2bKeyOf(c)
-	q := e2bapi.ListQuery{KeyID: k.ID, AgentID: *k.AgentID, NextToken: c.QueryParam("nextToken")}
+	q := e2b.ListQuery{KeyID: k.ID, AgentID: *k.AgentID, NextToken: c.QueryParam("nextToken")}
 	if raw := c.QueryParam("state"); raw != "" {
 		for _, st := range strings.Split(raw, ",") {
-			if st != e2bapi.StateRunning && st != e2bapi.StatePaused {
+			if st != e2b.StateRunning && st != e2b.StatePaused {
 				return &apperr.ValidationError{Fields: map[string]string{"state": "state must be running, paused or both (comma-separated)."}}
 			}
 			q.States = append(q.States, st)
@@ -396,7 +396,7 @@ func (s *Server) e2bList(c echo.Context) error {
 	}
 	if raw := c.QueryParam("limit"); raw != "" {
 		n, err := parseID(raw)
-		if err != nil || n > e2bapi.MaxListLimit {
+		if err != nil || n > e2b.MaxListLimit {
 			return &apperr.ValidationError{Fields: map[string]string{"limit": "limit must be from 1 to 100."}}
 		}
 		q.Limit = int(n)
@@ -405,7 +405,7 @@ func (s *Server) e2bList(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	page, err := e2bapi.List(ctx, tenantOf(c).DB, s.sessionService(c), actorOf(c), q)
+	page, err := e2b.List(ctx, tenantOf(c).DB, s.sessionService(c), actorOf(c), q)
 	if err != nil {
 		return err
 	}
@@ -495,10 +495,10 @@ func (s *Server) e2bConnect(c echo.Context) error {
 }
 
 // e2bSetTimeout records a sandbox's new timeout with its audit record.
-func (s *Server) e2bSetTimeout(c echo.Context, x e2bapi.Sandbox, sess sessions.Session, seconds int) error {
+func (s *Server) e2bSetTimeout(c echo.Context, x e2b.Sandbox, sess sessions.Session, seconds int) error {
 	end := s.Now().Add(time.Duration(seconds) * time.Second).UTC()
 	return s.mutate(c, func(m *orgTx) error {
-		if err := e2bapi.SetTimeout(c.Request().Context(), m.tx, x.ID, seconds, end); err != nil {
+		if err := e2b.SetTimeout(c.Request().Context(), m.tx, x.ID, seconds, end); err != nil {
 			return err
 		}
 		return m.audit("session.e2b_timeout", sessions.AuditTarget(sess), map[string]any{"e2b_sandbox_id": x.SandboxID, "timeout_seconds": seconds, "end_at": end})
@@ -591,7 +591,7 @@ func (s *Server) e2bTemplates(c echo.Context) error {
 		}
 		size := e2bSize(tpl)
 		out = append(out, e2bTemplateJSON{TemplateID: tpl.Name, BuildID: itoa(tpl.ID), CPUCount: size.cpu, MemoryMB: size.memory, DiskSizeMB: size.disk,
-			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2bapi.EnvdVersion})
+			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2b.EnvdVersion})
 	}
 	return c.JSON(http.StatusOK, out)
 }

@@ -17,9 +17,9 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/config"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
@@ -233,11 +233,11 @@ func TestE2BControlPlane(t *testing.T) {
 				"allow_internet_access": true, "secure": true})
 			wantStatus(t, "create", r, http.StatusCreated)
 			r.decode(t, &sb)
-			if _, ok := e2bapi.OrgOf(sb.SandboxID); !ok || !strings.HasPrefix(sb.SandboxID, "acme-") {
+			if _, ok := e2b.OrgOf(sb.SandboxID); !ok || !strings.HasPrefix(sb.SandboxID, "acme-") {
 				t.Fatalf("sandbox id %q does not name its org", sb.SandboxID)
 			}
-			if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sb.EnvdAccessToken) || sb.Domain != e2bapi.PlaceholderDomain ||
-				sb.EnvdVersion != e2bapi.EnvdVersion || sb.ClientID != "gatehouse" || sb.TemplateID != "base" {
+			if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sb.EnvdAccessToken) || sb.Domain != e2b.PlaceholderDomain ||
+				sb.EnvdVersion != e2b.EnvdVersion || sb.ClientID != "gatehouse" || sb.TemplateID != "base" {
 				t.Fatalf("create answered %+v", sb)
 			}
 			r = sdk(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "ubuntu-gpu"})
@@ -492,7 +492,7 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tn.Release()
-			x, err := e2bapi.Find(context.Background(), tn.DB, sb.SandboxID)
+			x, err := e2b.Find(context.Background(), tn.DB, sb.SandboxID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -549,7 +549,7 @@ func TestE2BEndpoint(t *testing.T) {
 		e := f.e
 		r := e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-endpoint", f.tokens["member"], nil)
 		wantStatus(t, "endpoint", r, http.StatusOK)
-		var ep e2bapi.Endpoint
+		var ep e2b.Endpoint
 		r.decode(t, &ep)
 		if ep.APIURL != e.srv.URL+"/e2b/orgs/acme" || ep.SandboxURL != "https://sbx.acme.test" || ep.Domain != "e2b.acme.test" {
 			t.Fatalf("endpoint %+v", ep)

@@ -1,12 +1,4 @@
-// Package e2benvd is the data plane of the E2B-compatible endpoint: the
-// console itself speaks envd's API (Connect RPC process and filesystem
-// services, REST /files) to the E2B SDK, and carries out every call
-// through the audited terminal gateway (internal/gateway). It never
-// forwards to a backend's envd: a command the SDK starts is authorized by
-// the agent's command policy, audited as command.exec and recorded like
-// any other command of the session, and the backend's envd token never
-// leaves the backend. The sandboxes need no envd at all, only agentd.
-package e2benvd
+package e2b
 
 import (
 	"context"
@@ -24,8 +16,8 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem/filesystemconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"

@@ -1,10 +1,4 @@
-// Package e2bapi holds what the E2B-compatible API knows of sandboxes: the
-// sandbox ids the SDK sees (which name their org), the envd access tokens
-// the console mints for them (sealed at rest), the link from each to its
-// agent session and to the e2b key that made it, and the resolver the data
-// plane uses to turn a sandbox id and token into the session and actor it
-// acts as. It knows nothing of HTTP.
-package e2bapi
+package e2b
 
 import (
 	"context"
@@ -364,22 +358,6 @@ func SetTimeout(ctx context.Context, db *gorm.DB, id int64, seconds int, endAt t
 		return fmt.Errorf("set e2b sandbox timeout: %w", err)
 	}
 	return nil
-}
-
-// Binding names what a data-plane request reaches.
-type Binding struct {
-	Org       gateway.Org  // the org handle gateway.Gateway methods take
-	Actor     *authz.Actor // the key owner's actor, with the api_key credential
-	SessionID int64
-	User      string // the run-as user the SDK asked for, if the data plane needs it ("" = default)
-	// Release returns the org's database handle; call it once the request
-	// is done with Org (the pool closes only when every holder released).
-	Release func()
-	// Recheck repeats the checks of ResolveSandbox (token, live key bound
-	// to the agent, sandbox not killed, owner may use the session): a
-	// stream calls it before each further operation, so a revoked key or
-	// a lost permission ends it rather than letting it run on.
-	Recheck func(ctx context.Context) error
 }
 
 // Service resolves data-plane requests. Build one per process.
