@@ -59,8 +59,11 @@ type Binding struct {
 }
 
 // Resolver finds the sandbox a request names and checks its access token.
-// A missing or wrong token is apperr.ErrUnauthorized, an unknown sandbox
-// apperr.ErrNotFound; neither says whether the other would have passed.
+// Every refusal is one error, so none tells whether another request would
+// have passed: Service answers apperr.ErrUnauthorized (401
+// invalid_access_token) for an unknown sandbox, another org's, a missing or
+// wrong token and a revoked key alike; NoSandboxes, which knows none,
+// answers apperr.ErrNotFound.
 type Resolver interface {
 	ResolveSandbox(ctx context.Context, sandboxID, accessToken string) (Binding, error)
 }

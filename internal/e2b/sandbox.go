@@ -392,12 +392,13 @@ func errUnresolved() error {
 }
 
 // ResolveSandbox checks the minted envd access token (constant time) for
-// the sandbox id and answers its binding. Unknown id, another org's id,
-// wrong or missing token: errors that map to 404/401 without telling
-// which (all answer 401 invalid_access_token). The key that created the
-// sandbox is checked through the org's auth cache (revoking it, or
-// disabling its owner, fails the next call) and the owner must still be
-// allowed to use the session. Call Binding.Release when done.
+// the sandbox id and answers its binding. An unknown id, another org's
+// id, a wrong or missing token, a revoked key and a killed sandbox all
+// answer the same apperr.ErrUnauthorized (401 invalid_access_token), so
+// none tells which. The key that created the sandbox is checked through
+// the org's auth cache (revoking it, or disabling its owner, fails the
+// next call) and the owner must still be allowed to use the session. Call
+// Binding.Release when done.
 func (s *Service) ResolveSandbox(ctx context.Context, sandboxID, accessToken string) (Binding, error) {
 	slug, ok := OrgOf(sandboxID)
 	if !ok {
