@@ -4,9 +4,14 @@
 //
 // It holds what the endpoint knows of sandboxes (sandbox.go): the ids the
 // SDK sees, which name their org, the envd access tokens minted for them
-// (sealed at rest), the link from each to its agent session and to the e2b
-// key that made it, and the resolver that turns a sandbox id and token into
-// the session and actor a data-plane request acts as.
+// (sealed at rest), and the link from each to its agent session and to the
+// e2b key that made it; and the resolver (resolve.go) that turns a sandbox
+// id and token into the session and actor a data-plane request acts as.
+//
+// Its control plane (control.go) is E2B's sandbox API: the e2b key's
+// authentication, create, list, connect, pause, timeout and kill, each a
+// session of the key's agent, answered in E2B's shapes; the console mounts
+// it on its router.
 //
 // Its data plane (envd.go and the files beside it) speaks envd's API
 // (Connect RPC process and filesystem services, REST /files) to the SDK and
