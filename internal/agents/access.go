@@ -7,6 +7,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/envs"
 )
 
 // Every exported method below takes the acting principal and checks it
@@ -54,6 +55,23 @@ func (s *Service) visible(ctx context.Context, actor *authz.Actor, id int64, man
 // Get returns an agent actor may see.
 func (s *Service) Get(ctx context.Context, actor *authz.Actor, id int64) (Agent, error) {
 	return s.visible(ctx, actor, id, false)
+}
+
+// Template returns an agent actor may see with the template its sessions
+// run (nil when it names none). Seeing an agent is enough to know what its
+// sessions run, so the template is read whether or not actor may see the
+// environment it belongs to; an agent actor may not see is hidden, and
+// nothing of its template is read.
+func (s *Service) Template(ctx context.Context, actor *authz.Actor, id int64) (Agent, *envs.Template, error) {
+	a, err := s.visible(ctx, actor, id, false)
+	if err != nil || a.TemplateID == nil {
+		return a, nil, err
+	}
+	t, err := s.Envs.GetTemplate(ctx, authz.System("agents"), *a.TemplateID)
+	if err != nil {
+		return Agent{}, nil, err
+	}
+	return a, &t, nil
 }
 
 // Manageable returns an agent actor may see and change (to show a

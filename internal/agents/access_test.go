@@ -25,6 +25,10 @@ func agentCases() map[string]agentCase {
 			_, err := w.svc.Get(ctx, a, w.agentInA(t).ID)
 			return err
 		},
+		"Template": func(t *testing.T, w *world, a *authz.Actor) error {
+			_, _, err := w.svc.Template(ctx, a, w.agentInA(t).ID)
+			return err
+		},
 		"Manageable": func(t *testing.T, w *world, a *authz.Actor) error {
 			_, err := w.svc.Manageable(ctx, a, w.agentInA(t).ID)
 			return err
@@ -169,7 +173,7 @@ func TestAgentAccess(t *testing.T) {
 					case name == "Create":
 					case !p.see:
 						want = authztest.Hidden
-					case name != "Get" && name != "Uploads" && !p.manage:
+					case name != "Get" && name != "Template" && name != "Uploads" && !p.manage:
 						want = authztest.Forbidden
 					}
 					authztest.Want(t, a, err, want)

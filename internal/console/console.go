@@ -19,8 +19,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
-	"github.com/gatehouse/gatehouse/internal/e2benvd"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/handlers"
@@ -45,7 +44,7 @@ type Console struct {
 	Audit    *audit.Log
 	Server   *handlers.Server
 	// E2B resolves the E2B-compatible data plane's sandbox ids and tokens.
-	E2B     *e2bapi.Service
+	E2B     *e2b.Service
 	Tenants *tenant.Registry
 	// Anchors keeps signed checkpoints of every org's audit chain head in
 	// the catalog; Checkpoints is the loop that takes them.
@@ -68,7 +67,7 @@ type Console struct {
 	Terminal *terminal.Bridge
 	// Envd is the E2B-compatible data plane (envd's API over the
 	// gateway), served on the main listener for Hosts 49983-<id>.<domain>.
-	Envd   *e2benvd.Server
+	Envd   *e2b.Server
 	stop   context.CancelFunc
 	done   chan struct{}
 	Logger *slog.Logger
@@ -199,7 +198,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.SessionsRT.UnreachableWindow = cfg.UnreachableWindow
 	c.Gateway = c.newGateway()
 	c.Terminal = &terminal.Bridge{Gateway: c.Gateway, Logger: logger}
-	c.Envd = &e2benvd.Server{Gateway: c.Gateway, Resolver: e2benvd.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
+	c.Envd = &e2b.Server{Gateway: c.Gateway, Resolver: e2b.NoSandboxes{}, TrustProxy: cfg.TrustProxy, Logger: logger}
 	c.SessionsRT.Limits = sessions.Limits{OpenPerUser: cfg.MaxOpenSessionsPerUser, OpenPerAgent: cfg.MaxOpenSessionsPerAgent}
 	c.Gateway.Recorded = c.Metrics.GatewayRecorded
 	c.Gateway.Limits = gateway.CommandLimits{RunningPerUser: cfg.MaxRunningCommandsPerUser, RunningPerAgent: cfg.MaxRunningCommandsPerAgent}
@@ -224,11 +223,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	}
 	// The E2B data plane resolves sandbox ids through the same sessions
 	// services as the terminal gateway.
-	c.E2B = &e2bapi.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
-	c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, sandboxID, token string) (e2benvd.Binding, error) {
-		b, err := c.E2B.ResolveSandbox(ctx, sandboxID, token)
-		return e2benvd.Binding(b), err
-	})
+	c.E2B = &e2b.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
+	c.Envd.Resolver = c.E2B
 	c.Server = handlers.New(handlers.Deps{
 		Gateway: c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
@@ -385,7 +381,7 @@ func (c *Console) sweepInterval() time.Duration {
 func (c *Console) Handler() http.Handler {
 	envd := c.Envd.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if e2benvd.SandboxID(r) != "" {
+		if e2b.SandboxID(r) != "" {
 			envd.ServeHTTP(w, r)
 			return
 		}

@@ -1,22 +1,14 @@
 package handlers
 
 import (
-	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
-	"net/url"
-	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
-	"gorm.io/gorm"
 
-	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -25,7 +17,7 @@ import (
 type E2BEndpoint struct {
 	// Service resolves data-plane sandbox ids (the data plane's; the
 	// control plane reads the org's rows itself).
-	Service *e2bapi.Service
+	Service *e2b.Service
 	// Domain is the data plane's wildcard domain ("" when none).
 	Domain string
 	// PublicURL is the data plane as one host (E2B_SANDBOX_URL); "" means
@@ -35,29 +27,29 @@ type E2BEndpoint struct {
 
 const ctxE2BKey = "gh.e2bkey"
 
-// registerE2B is the E2B-compatible control plane of each org, at
-// /e2b/orgs/:org (the SDK's E2B_API_URL). Every route takes an e2b key
-// (X-API-Key) of the org; which sandboxes it reaches is decided by the
-// sessions service (the key's owner's rights) and the key's agent.
+// registerE2B mounts the E2B-compatible control plane (internal/e2b) of
+// each org at /e2b/orgs/:org (the SDK's E2B_API_URL). Every route takes an
+// e2b key of the org (authorizeE2B); what it reaches is decided by the
+// sessions service as the key's owner, so each is declared authenticated.
 func (s *Server) registerE2B() {
+	cp := &e2b.ControlPlane{Console: e2bConsole{s}, Box: s.Box, Domain: s.E2B.Domain, Now: s.Now, Logger: s.Logger}
 	g := s.group("/e2b/orgs/:org", e2bSurface)
 	for _, p := range []string{"/sandboxes", "/v2/sandboxes"} {
-		g.handle(http.MethodPost, p, rbac.Authenticated(), s.e2bCreate)
-		g.handle(http.MethodGet, p, rbac.Authenticated(), s.e2bList)
-		g.handle(http.MethodPost, p+"/:sandboxID/connect", rbac.Authenticated(), s.e2bConnect)
+		g.handle(http.MethodPost, p, rbac.Authenticated(), cp.Create)
+		g.handle(http.MethodGet, p, rbac.Authenticated(), cp.List)
+		g.handle(http.MethodPost, p+"/:sandboxID/connect", rbac.Authenticated(), cp.Connect)
 	}
-	g.handle(http.MethodPost, "/sandboxes/:sandboxID/resume", rbac.Authenticated(), s.e2bConnect)
-	g.handle(http.MethodGet, "/sandboxes/:sandboxID", rbac.Authenticated(), s.e2bGet)
-	g.handle(http.MethodDelete, "/sandboxes/:sandboxID", rbac.Authenticated(), s.e2bKill)
-	g.handle(http.MethodPost, "/sandboxes/:sandboxID/timeout", rbac.Authenticated(), s.e2bTimeout)
-	g.handle(http.MethodPost, "/sandboxes/:sandboxID/pause", rbac.Authenticated(), s.e2bPause)
-	g.handle(http.MethodGet, "/templates", rbac.Authenticated(), s.e2bTemplates)
+	g.handle(http.MethodPost, "/sandboxes/:sandboxID/resume", rbac.Authenticated(), cp.Connect)
+	g.handle(http.MethodGet, "/sandboxes/:sandboxID", rbac.Authenticated(), cp.Get)
+	g.handle(http.MethodDelete, "/sandboxes/:sandboxID", rbac.Authenticated(), cp.Kill)
+	g.handle(http.MethodPost, "/sandboxes/:sandboxID/timeout", rbac.Authenticated(), cp.Timeout)
+	g.handle(http.MethodPost, "/sandboxes/:sandboxID/pause", rbac.Authenticated(), cp.Pause)
+	g.handle(http.MethodGet, "/templates", rbac.Authenticated(), cp.Templates)
 }
 
-// authorizeE2B opens the org in the path and authenticates an e2b key
-// (X-API-Key, or a bearer token) of it: the key acts as its owner,
-// restricted to its agent. Ordinary gh_ keys and sign-ins are refused here,
-// and e2b keys are refused everywhere else.
+// authorizeE2B opens the org in the path and authenticates an e2b key of
+// it (X-API-Key, or a bearer token; e2b.Authenticate): the key acts as its
+// owner, restricted to its agent.
 func (s *Server) authorizeE2B(c echo.Context, next echo.HandlerFunc) error {
 	t, err := s.Tenants.Open(c.Request().Context(), c.Param("org"))
 	if err != nil {
@@ -65,22 +57,14 @@ func (s *Server) authorizeE2B(c echo.Context, next echo.HandlerFunc) error {
 	}
 	defer t.Release()
 	c.Set(ctxTenant, t)
-	tok := c.Request().Header.Get("X-API-Key")
+	tok := c.Request().Header.Get(e2b.KeyHeader)
 	if tok == "" {
 		tok, _ = bearer(c.Request())
 	}
-	bad := apperr.New(apperr.ErrUnauthorized, "invalid_api_key", "Send an e2b key of this organization in X-API-Key (mint one on the organization's E2B-compatible endpoint page).")
-	if !strings.HasPrefix(tok, directory.E2BPrefix) {
-		return bad
-	}
-	k, owner, err := t.Auth.VerifyKey(c.Request().Context(), t.Dir, tok)
+	k, p, err := e2b.Authenticate(c.Request().Context(), t, tok)
 	if err != nil {
 		return err
 	}
-	if !k.IsE2B() {
-		return bad
-	}
-	p := e2bapi.KeyPrincipal(k, owner)
 	c.Set(ctxPrincipal, &p)
 	c.Set(ctxE2BKey, k)
 	actor := authz.New(p, t.Enforcer, s.denialRecorder(c, t))
@@ -93,505 +77,23 @@ func (s *Server) authorizeE2B(c echo.Context, next echo.HandlerFunc) error {
 	return err
 }
 
-func e2bKeyOf(c echo.Context) directory.APIKey {
+// e2bConsole is the console's side of the control plane's requests.
+type e2bConsole struct{ s *Server }
+
+func (e e2bConsole) Request(c echo.Context) e2b.Request {
 	k, _ := c.Get(ctxE2BKey).(directory.APIKey)
-	return k
+	return e2b.Request{Tenant: tenantOf(c), Actor: actorOf(c), Key: k, Sessions: e.s.sessionService(c)}
 }
 
-// e2bError writes an error in E2B's shape, {"code": <status>, "message"}.
-func (s *Server) e2bError(c echo.Context, status int, message string) {
-	_ = c.JSON(status, map[string]any{"code": status, "message": message})
+func (e2bConsole) Event(c echo.Context, action string, target audit.Target, details any) audit.Event {
+	return requestEvent(c, principalOf(c).AuditActor(), action, target, audit.Allow, details)
 }
 
-// e2bSandboxJSON is E2B's Sandbox (create and connect answers).
-type e2bSandboxJSON struct {
-	SandboxID          string  `json:"sandboxID"`
-	TemplateID         string  `json:"templateID"`
-	ClientID           string  `json:"clientID"`
-	EnvdVersion        string  `json:"envdVersion"`
-	Alias              *string `json:"alias"`
-	EnvdAccessToken    string  `json:"envdAccessToken"`
-	TrafficAccessToken *string `json:"trafficAccessToken"`
-	Domain             string  `json:"domain"`
+func (e2bConsole) SessionRecord(sess sessions.Session) any { return toSessionJSON(sess) }
+
+func (e e2bConsole) CloseSession(c echo.Context, svc *sessions.Service, id int64) error {
+	_, err := e.s.closeSession(svc, c.Request().Context(), actorOf(c), id)
+	return err
 }
 
-// e2bListedJSON is E2B's ListedSandbox; e2bDetailJSON its SandboxDetail.
-type e2bListedJSON struct {
-	SandboxID   string            `json:"sandboxID"`
-	TemplateID  string            `json:"templateID"`
-	ClientID    string            `json:"clientID"`
-	Alias       *string           `json:"alias"`
-	StartedAt   time.Time         `json:"startedAt"`
-	EndAt       time.Time         `json:"endAt"`
-	CPUCount    int               `json:"cpuCount"`
-	MemoryMB    int               `json:"memoryMB"`
-	DiskSizeMB  int               `json:"diskSizeMB"`
-	State       string            `json:"state"`
-	EnvdVersion string            `json:"envdVersion"`
-	Metadata    map[string]string `json:"metadata"`
-}
-
-type e2bDetailJSON struct {
-	e2bListedJSON
-	EnvdAccessToken string           `json:"envdAccessToken"`
-	Domain          string           `json:"domain"`
-	Lifecycle       e2bLifecycleJSON `json:"lifecycle"`
-}
-
-type e2bLifecycleJSON struct {
-	OnTimeout  string `json:"onTimeout"`
-	AutoResume bool   `json:"autoResume"`
-}
-
-// e2bClientID names the console as the "client" (E2B's node) of every
-// sandbox: the backend's own ids stay inside.
-const e2bClientID = "gatehouse"
-
-func (s *Server) e2bDomain() string { return e2bapi.AnswerDomain(s.E2B.Domain) }
-
-func (s *Server) e2bSandbox(c echo.Context, x e2bapi.Sandbox) (e2bSandboxJSON, error) {
-	tok, err := e2bapi.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
-	if err != nil {
-		return e2bSandboxJSON{}, err
-	}
-	return e2bSandboxJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, EnvdVersion: e2bapi.EnvdVersion,
-		EnvdAccessToken: tok, Domain: s.e2bDomain()}, nil
-}
-
-func (s *Server) e2bListed(x e2bapi.Sandbox, sess sessions.Session, tpl e2bTemplateSize) e2bListedJSON {
-	started := sess.CreatedAt
-	if sess.StartedAt != nil {
-		started = *sess.StartedAt
-	}
-	end := started.Add(time.Duration(x.TimeoutSeconds) * time.Second)
-	if x.EndAt != nil {
-		end = *x.EndAt
-	}
-	return e2bListedJSON{SandboxID: x.SandboxID, TemplateID: x.TemplateID, ClientID: e2bClientID, StartedAt: started.UTC(), EndAt: end.UTC(),
-		CPUCount: tpl.cpu, MemoryMB: tpl.memory, DiskSizeMB: tpl.disk, State: e2bapi.StateOf(sess), EnvdVersion: e2bapi.EnvdVersion, Metadata: x.MetadataMap()}
-}
-
-// e2bTemplateSize is what E2B's answers say of a sandbox's size: its
-// template's, with E2B's minimums when the template names none.
-type e2bTemplateSize struct{ cpu, memory, disk int }
-
-func (s *Server) e2bSize(c echo.Context, agentID int64) e2bTemplateSize {
-	size := e2bTemplateSize{cpu: 1, memory: 512, disk: 0}
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), authz.System("e2b"), agentID)
-	if err != nil || ag.TemplateID == nil {
-		return size
-	}
-	tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-	if err != nil {
-		return size
-	}
-	if tpl.VCPU > 0 {
-		size.cpu = tpl.VCPU
-	}
-	if tpl.MemoryMB >= 128 {
-		size.memory = tpl.MemoryMB
-	}
-	size.disk = tpl.WritableLayerMB
-	return size
-}
-
-// e2bNewSandbox is E2B's NewSandbox, as far as the console honours it.
-type e2bNewSandbox struct {
-	TemplateID string            `json:"templateID"`
-	Timeout    *int              `json:"timeout"`
-	Metadata   map[string]string `json:"metadata"`
-	EnvVars    map[string]string `json:"envVars"`
-	AutoPause  *bool             `json:"autoPause"`
-}
-
-// e2bDecode reads a JSON body leniently: the SDKs send fields the console
-// does not act on (network, mcp, secure…), which must not fail the call.
-func e2bDecode(c echo.Context, v any) error {
-	r := c.Request()
-	if ct := r.Header.Get(echo.HeaderContentType); ct != "" && !strings.HasPrefix(ct, echo.MIMEApplicationJSON) {
-		return apperr.New(apperr.ErrInvalid, "unsupported_content_type", "Send the request body as application/json.")
-	}
-	err := json.NewDecoder(r.Body).Decode(v)
-	if errors.Is(err, io.EOF) {
-		return nil
-	}
-	if err != nil {
-		return jsonError(err)
-	}
-	return nil
-}
-
-// defaultE2BTimeout is E2B's SDK default sandbox timeout, in seconds.
-const defaultE2BTimeout = 300
-
-// maxE2BTimeout is the longest timeout asked for that is accepted (E2B's
-// own ceiling for paying teams is a day).
-const maxE2BTimeout = 24 * 3600
-
-func e2bTimeoutSeconds(p *int, required bool) (int, error) {
-	if p == nil {
-		if required {
-			return 0, &apperr.ValidationError{Fields: map[string]string{"timeout": "timeout (seconds) is required."}}
-		}
-		return defaultE2BTimeout, nil
-	}
-	if *p < 1 || *p > maxE2BTimeout {
-		return 0, &apperr.ValidationError{Fields: map[string]string{"timeout": "timeout must be from 1 to 86400 seconds."}}
-	}
-	return *p, nil
-}
-
-// e2bCreate creates a session of the key's agent, records it as an E2B
-// sandbox (its id, its minted envd token, sealed) in the session's own
-// creating transaction, starts it, and answers E2B's Sandbox. A session
-// that cannot start is closed again: the SDK sees an error and nothing
-// is left running.
-func (s *Server) e2bCreate(c echo.Context) error {
-	var req e2bNewSandbox
-	if err := e2bDecode(c, &req); err != nil {
-		return err
-	}
-	timeout, err := e2bTimeoutSeconds(req.Timeout, false)
-	if err != nil {
-		return err
-	}
-	if len(req.EnvVars) > 0 {
-		return &apperr.ValidationError{Fields: map[string]string{"envVars": "Sandbox-wide environment variables are not supported here: set them per command (commands.run's envs)."}}
-	}
-	if req.AutoPause != nil && *req.AutoPause {
-		return &apperr.ValidationError{Fields: map[string]string{"autoPause": "Pausing at timeout is not supported: the agent's idle timeout and reclaim decide when its sessions end."}}
-	}
-	ctx, t, k := c.Request().Context(), tenantOf(c), e2bKeyOf(c)
-	tplName, err := s.e2bTemplateName(c, *k.AgentID, req.TemplateID)
-	if err != nil {
-		return err
-	}
-	meta, _ := json.Marshal(req.Metadata)
-	if req.Metadata == nil {
-		meta = []byte("{}")
-	}
-	token := e2bapi.MintAccessToken()
-	x := e2bapi.Sandbox{SandboxID: e2bapi.NewSandboxID(t.Org.Slug), KeyID: k.ID, AgentID: *k.AgentID, TemplateID: tplName,
-		Metadata: string(meta), TimeoutSeconds: timeout, CreatedAt: s.Now().UTC()}
-	end := x.CreatedAt.Add(time.Duration(timeout) * time.Second)
-	x.EndAt = &end
-	if x.TokenSealed, err = e2bapi.SealToken(s.Box, t.Org.Slug, x.SandboxID, token); err != nil {
-		return err
-	}
-	svc := s.sessionService(c)
-	sess, err := svc.Create(ctx, actorOf(c), sessions.CreateInput{AgentID: *k.AgentID,
-		Record: func(tx *gorm.DB, sess sessions.Session) error {
-			x.SessionID = sess.ID
-			if err := e2bapi.Insert(ctx, tx, &x); err != nil {
-				return err
-			}
-			_, err := t.Audit.AppendTx(ctx, tx, requestEvent(c, principalOf(c).AuditActor(), "session.create", sessions.AuditTarget(sess),
-				audit.Allow, map[string]any{"after": toSessionJSON(sess), "e2b_sandbox_id": x.SandboxID, "template_id": tplName}))
-			return err
-		}})
-	if err != nil {
-		return err
-	}
-	if _, err := svc.Start(ctx, actorOf(c), sess.ID); err != nil {
-		if _, cerr := s.closeSession(svc, ctx, actorOf(c), sess.ID); cerr != nil {
-			s.Logger.Error("close e2b session that did not start", "org", t.Org.Slug, "session", sess.ID, "error", cerr)
-		}
-		return err
-	}
-	out, err := s.e2bSandbox(c, x)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusCreated, out)
-}
-
-// e2bTemplateName checks the template the SDK asked for against the key's
-// agent: its template (by name or backend id), or "base" (the SDK's
-// default), which means the agent's. Sessions always run the agent's
-// template; another name is refused rather than silently replaced.
-func (s *Server) e2bTemplateName(c echo.Context, agentID int64, asked string) (string, error) {
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), actorOf(c), agentID)
-	if err != nil {
-		return "", err
-	}
-	name := ag.Name
-	if ag.TemplateID != nil {
-		tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-		if err != nil {
-			return "", err
-		}
-		name = tpl.Name
-		if asked == tpl.BackendTemplateID {
-			return name, nil
-		}
-	}
-	if asked == "" || asked == "base" || asked == name || asked == ag.Name {
-		return name, nil
-	}
-	return "", &apperr.ValidationError{Fields: map[string]string{"templateID": "This key's agent \"" + ag.Name + "\" runs template \"" + name +
-		"\"; ask for that template (or \"base\") instead of \"" + asked + "\"."}}
-}
-
-// e2bSession reads the :sandboxID sandbox and its session as the key may
-// see them: another org's id, another agent's or another key's sandbox, a
-// closed one and an unknown one all answer the same 404.
-func (s *Server) e2bSession(c echo.Context) (e2bapi.Sandbox, sessions.Session, error) {
-	id := c.Param("sandboxID")
-	ctx, t, k := c.Request().Context(), tenantOf(c), e2bKeyOf(c)
-	if slug, ok := e2bapi.OrgOf(id); !ok || slug != t.Org.Slug {
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
-	}
-	x, err := e2bapi.Find(ctx, t.DB, id)
-	if err != nil {
-		return x, sessions.Session{}, err
-	}
-	if x.AgentID != *k.AgentID || x.KeyID != k.ID {
-		// Only the key that created a sandbox reaches it: its envd token
-		// acts as that key (and its owner) on the data plane, so another
-		// key, even of the same agent and an owner who may see the
-		// session, is not handed it.
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
-	}
-	sess, err := s.sessionService(c).Get(ctx, actorOf(c), x.SessionID)
-	if errors.Is(err, apperr.ErrNotFound) || err == nil && sess.Final() {
-		return e2bapi.Sandbox{}, sessions.Session{}, e2bapi.NotFound(id)
-	}
-	return x, sess, err
-}
-
-func (s *Server) e2bGet(c echo.Context) error {
-	x, sess, err := s.e2bSession(c)
-	if err != nil {
-		return err
-	}
-	tok, err := e2bapi.OpenToken(s.Box, tenantOf(c).Org.Slug, x)
-	if err != nil {
-		return err
-	}
-	return c.JSON(http.StatusOK, e2bDetailJSON{e2bListedJSON: s.e2bListed(x, sess, s.e2bSize(c, x.AgentID)), EnvdAccessToken: tok,
-		Domain: s.e2bDomain(), Lifecycle: e2bLifecycleJSON{OnTimeout: "kill"}})
-}
-
-// e2bList answers one page of the live sandboxes this key created that
-// its owner may still see, newest first, filtered by state and metadata
-// as E2B does; X-Next-Token names the next page when there is one.
-func (s *Server) e2bList(c echo.Context) error {
-	ctx, k := c.Request().Context(), e2bKeyOf(c)
-	q := e2bapi.ListQuery{KeyID: k.ID, AgentID: *k.AgentID, NextToken: c.QueryParam("nextToken")}
-	if raw := c.QueryParam("state"); raw != "" {
-		for _, st := range strings.Split(raw, ",") {
-			if st != e2bapi.StateRunning && st != e2bapi.StatePaused {
-				return &apperr.ValidationError{Fields: map[string]string{"state": "state must be running, paused or both (comma-separated)."}}
-			}
-			q.States = append(q.States, st)
-		}
-	}
-	var err error
-	if q.Metadata, err = e2bMetadataFilter(c.QueryParam("metadata")); err != nil {
-		return err
-	}
-	if raw := c.QueryParam("limit"); raw != "" {
-		n, err := parseID(raw)
-		if err != nil || n > e2bapi.MaxListLimit {
-			return &apperr.ValidationError{Fields: map[string]string{"limit": "limit must be from 1 to 100."}}
-		}
-		q.Limit = int(n)
-	}
-	page, err := e2bapi.List(ctx, tenantOf(c).DB, s.sessionService(c), actorOf(c), q)
-	if err != nil {
-		return err
-	}
-	size := s.e2bSize(c, *k.AgentID)
-	out := make([]e2bListedJSON, 0, len(page.Items))
-	for _, e := range page.Items {
-		out = append(out, s.e2bListed(e.Sandbox, e.Session, size))
-	}
-	if page.NextToken != "" {
-		c.Response().Header().Set("X-Next-Token", page.NextToken)
-	}
-	return c.JSON(http.StatusOK, out)
-}
-
-// e2bMetadataFilter decodes E2B's metadata query the way the SDK built
-// it: each key and value URL-encoded (encodeURIComponent), joined as form
-// pairs (URLSearchParams, which encodes them once more), so two decodings
-// after the query string's own.
-func e2bMetadataFilter(raw string) (map[string]string, error) {
-	if raw == "" {
-		return nil, nil
-	}
-	bad := &apperr.ValidationError{Fields: map[string]string{"metadata": "metadata must be URL-encoded key=value pairs joined by &."}}
-	pairs, err := url.ParseQuery(raw)
-	if err != nil {
-		return nil, bad
-	}
-	out := map[string]string{}
-	for k, vs := range pairs {
-		dk, err := url.QueryUnescape(k)
-		if err != nil || len(vs) != 1 {
-			return nil, bad
-		}
-		dv, err := url.QueryUnescape(vs[0])
-		if err != nil {
-			return nil, bad
-		}
-		out[dk] = dv
-	}
-	return out, nil
-}
-
-// e2bTimeoutBody is the body of connect, resume and timeout.
-type e2bTimeoutBody struct {
-	Timeout *int `json:"timeout"`
-}
-
-// e2bConnect resumes a paused sandbox (201) or makes sure a running one
-// is up (200), and answers its Sandbox with its envd token again.
-func (s *Server) e2bConnect(c echo.Context) error {
-	var req e2bTimeoutBody
-	if err := e2bDecode(c, &req); err != nil {
-		return err
-	}
-	var timeout int
-	var err error
-	if req.Timeout != nil {
-		if timeout, err = e2bTimeoutSeconds(req.Timeout, true); err != nil {
-			return err
-		}
-	}
-	x, sess, err := s.e2bSession(c)
-	if err != nil {
-		return err
-	}
-	ctx, svc := c.Request().Context(), s.sessionService(c)
-	status := http.StatusOK
-	if sess.State == sessions.StatePaused {
-		_, err = svc.Resume(ctx, actorOf(c), sess.ID)
-		status = http.StatusCreated
-	} else {
-		_, err = svc.Start(ctx, actorOf(c), sess.ID)
-	}
-	if err != nil {
-		return err
-	}
-	if req.Timeout != nil {
-		if err := s.e2bSetTimeout(c, x, sess, timeout); err != nil {
-			return err
-		}
-	}
-	out, err := s.e2bSandbox(c, x)
-	if err != nil {
-		return err
-	}
-	return c.JSON(status, out)
-}
-
-// e2bSetTimeout records a sandbox's new timeout with its audit record.
-func (s *Server) e2bSetTimeout(c echo.Context, x e2bapi.Sandbox, sess sessions.Session, seconds int) error {
-	end := s.Now().Add(time.Duration(seconds) * time.Second).UTC()
-	return s.mutate(c, func(m *orgTx) error {
-		if err := e2bapi.SetTimeout(c.Request().Context(), m.tx, x.ID, seconds, end); err != nil {
-			return err
-		}
-		return m.audit("session.e2b_timeout", sessions.AuditTarget(sess), map[string]any{"e2b_sandbox_id": x.SandboxID, "timeout_seconds": seconds, "end_at": end})
-	})
-}
-
-// e2bTimeout sets a sandbox's timeout (E2B answers 204). Only someone who
-// may use the session may change it.
-func (s *Server) e2bTimeout(c echo.Context) error {
-	var req e2bTimeoutBody
-	if err := e2bDecode(c, &req); err != nil {
-		return err
-	}
-	timeout, err := e2bTimeoutSeconds(req.Timeout, true)
-	if err != nil {
-		return err
-	}
-	x, sess, err := s.e2bSession(c)
-	if err != nil {
-		return err
-	}
-	ok, err := s.sessionService(c).CanUse(c.Request().Context(), actorOf(c), sess)
-	if err != nil {
-		return err
-	}
-	if !ok {
-		return actorOf(c).Deny(authz.Denial{Target: sessions.AuditTarget(sess), Domain: authz.Domain(sess.AgentDepartmentID),
-			Object: "sessions/" + itoa(sess.ID), Action: "update", Rule: "may see the session but not use it"}, "You may see this sandbox but not change it.")
-	}
-	if err := s.e2bSetTimeout(c, x, sess, timeout); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-func (s *Server) e2bPause(c echo.Context) error {
-	_, sess, err := s.e2bSession(c)
-	if err != nil {
-		return err
-	}
-	if sess.State == sessions.StatePaused {
-		return apperr.New(apperr.ErrConflict, "already_paused", "Sandbox %s is already paused.", c.Param("sandboxID"))
-	}
-	if _, err := s.sessionService(c).Pause(c.Request().Context(), actorOf(c), sess.ID); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-// e2bKill closes the sandbox's session like the console's own close: its
-// commands are ended and recorded, then the sandbox is killed.
-func (s *Server) e2bKill(c echo.Context) error {
-	_, sess, err := s.e2bSession(c)
-	if err != nil {
-		return err
-	}
-	if _, err := s.closeSession(s.sessionService(c), c.Request().Context(), actorOf(c), sess.ID); err != nil {
-		return err
-	}
-	return c.NoContent(http.StatusNoContent)
-}
-
-// e2bTemplateJSON is E2B's Template.
-type e2bTemplateJSON struct {
-	TemplateID  string    `json:"templateID"`
-	BuildID     string    `json:"buildID"`
-	CPUCount    int       `json:"cpuCount"`
-	MemoryMB    int       `json:"memoryMB"`
-	DiskSizeMB  int       `json:"diskSizeMB"`
-	Public      bool      `json:"public"`
-	Aliases     []string  `json:"aliases"`
-	CreatedAt   time.Time `json:"createdAt"`
-	UpdatedAt   time.Time `json:"updatedAt"`
-	BuildStatus string    `json:"buildStatus"`
-	EnvdVersion string    `json:"envdVersion"`
-}
-
-// e2bTemplates lists the one template the key's sandboxes run: its
-// agent's.
-func (s *Server) e2bTemplates(c echo.Context) error {
-	k := e2bKeyOf(c)
-	svc := s.sessionService(c)
-	ag, err := svc.Agents.Get(c.Request().Context(), actorOf(c), *k.AgentID)
-	if err != nil {
-		return err
-	}
-	out := []e2bTemplateJSON{}
-	if ag.TemplateID != nil {
-		tpl, err := svc.Envs.GetTemplate(c.Request().Context(), authz.System("e2b"), *ag.TemplateID)
-		if err != nil {
-			return err
-		}
-		status := "ready"
-		if !tpl.Ready() {
-			status = "building"
-		}
-		size := s.e2bSize(c, ag.ID)
-		out = append(out, e2bTemplateJSON{TemplateID: tpl.Name, BuildID: itoa(tpl.ID), CPUCount: size.cpu, MemoryMB: size.memory, DiskSizeMB: size.disk,
-			Aliases: []string{tpl.Name}, CreatedAt: tpl.CreatedAt.UTC(), UpdatedAt: tpl.UpdatedAt.UTC(), BuildStatus: status, EnvdVersion: e2bapi.EnvdVersion})
-	}
-	return c.JSON(http.StatusOK, out)
-}
+func (e2bConsole) JSONError(err error) error { return jsonError(err) }

@@ -20,11 +20,11 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
-	"github.com/gatehouse/gatehouse/internal/e2benvd"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem/filesystemconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/store/storetest"
 )
@@ -53,12 +53,12 @@ func newEnvdFixture(t *testing.T, d store.Dialect) *envdFixture {
 	f.sandboxes["sbxacme1"] = envdSandbox{org: "acme", bearer: f.tokens["member"], token: "envd-token-acme", session: f.session}
 	// Another org's sandbox: its token is its own.
 	f.sandboxes["sbxglobex1"] = envdSandbox{org: "globex", bearer: f.tokens["globex-admin"], token: "envd-token-globex", session: 1}
-	f.e.c.Envd.Resolver = e2benvd.ResolverFunc(func(ctx context.Context, id, token string) (e2benvd.Binding, error) {
+	f.e.c.Envd.Resolver = e2b.ResolverFunc(func(ctx context.Context, id, token string) (e2b.Binding, error) {
 		// As the control plane's resolver: an unknown id reads as a wrong
 		// token.
 		sb, ok := f.sandboxes[id]
 		if !ok || token != sb.token {
-			return e2benvd.Binding{}, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "The access token is missing or wrong.")
+			return e2b.Binding{}, apperr.New(apperr.ErrUnauthorized, "unauthenticated", "The access token is missing or wrong.")
 		}
 		return f.e.c.Server.EnvdBinding(ctx, sb.org, sb.bearer, sb.session)
 	})
@@ -72,7 +72,7 @@ func newEnvdFixture(t *testing.T, d store.Dialect) *envdFixture {
 
 // hostURL is sandbox id's envd URL by Host, as the SDK builds it.
 func (f *envdFixture) hostURL(id string) string {
-	return "http://" + e2benvd.HostPrefix + id + ".e2b.test"
+	return "http://" + e2b.HostPrefix + id + ".e2b.test"
 }
 
 // envdAuth sets the sandbox's headers on every call of a client.
@@ -85,7 +85,7 @@ func (a envdAuth) set(h http.Header) {
 		h.Set("X-Access-Token", a.token)
 	}
 	if a.sandbox != "" {
-		h.Set(e2benvd.SandboxHeader, a.sandbox)
+		h.Set(e2b.SandboxHeader, a.sandbox)
 	}
 	h.Set("Authorization", "Basic dXNlcjo=") // "user:", as the SDK sends
 }
@@ -282,8 +282,8 @@ func TestE2BDataPlane(t *testing.T) {
 		})
 
 		t.Run("a sandbox's open streams are capped; one past the cap runs nothing", func(t *testing.T) {
-			if e2benvd.DefaultMaxStreams != 100 {
-				t.Fatalf("docs/e2b-endpoint.md says 100 streams per sandbox; the default is %d", e2benvd.DefaultMaxStreams)
+			if e2b.DefaultMaxStreams != 100 {
+				t.Fatalf("docs/e2b-endpoint.md says 100 streams per sandbox; the default is %d", e2b.DefaultMaxStreams)
 			}
 			f.e.c.Envd.MaxStreams = 2
 			defer func() { f.e.c.Envd.MaxStreams = 0 }()
@@ -746,7 +746,7 @@ func TestE2BDataPlane(t *testing.T) {
 			} {
 				req, _ := http.NewRequest(c.method, c.url, strings.NewReader(`{"agent_id":1,"name":"x"}`))
 				good.set(req.Header)
-				req.Header.Set(e2benvd.SandboxHeader, "sbxacme1")
+				req.Header.Set(e2b.SandboxHeader, "sbxacme1")
 				req.Header.Set("Authorization", "Bearer "+f.tokens["member"])
 				req.Header.Set("Content-Type", "application/json")
 				resp, err := f.http.Do(req)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/url"
 	"regexp"
@@ -16,9 +17,10 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/config"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake"
 	"github.com/gatehouse/gatehouse/internal/sandbox/e2bfake/e2bfaketest"
 	"github.com/gatehouse/gatehouse/internal/store"
@@ -231,11 +233,11 @@ func TestE2BControlPlane(t *testing.T) {
 				"allow_internet_access": true, "secure": true})
 			wantStatus(t, "create", r, http.StatusCreated)
 			r.decode(t, &sb)
-			if _, ok := e2bapi.OrgOf(sb.SandboxID); !ok || !strings.HasPrefix(sb.SandboxID, "acme-") {
+			if _, ok := e2b.OrgOf(sb.SandboxID); !ok || !strings.HasPrefix(sb.SandboxID, "acme-") {
 				t.Fatalf("sandbox id %q does not name its org", sb.SandboxID)
 			}
-			if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sb.EnvdAccessToken) || sb.Domain != e2bapi.PlaceholderDomain ||
-				sb.EnvdVersion != e2bapi.EnvdVersion || sb.ClientID != "gatehouse" || sb.TemplateID != "base" {
+			if !regexp.MustCompile(`^[0-9a-f]{64}$`).MatchString(sb.EnvdAccessToken) || sb.Domain != e2b.PlaceholderDomain ||
+				sb.EnvdVersion != e2b.EnvdVersion || sb.ClientID != "gatehouse" || sb.TemplateID != "base" {
 				t.Fatalf("create answered %+v", sb)
 			}
 			r = sdk(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "ubuntu-gpu"})
@@ -490,7 +492,7 @@ func TestE2BControlPlane(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer tn.Release()
-			x, err := e2bapi.Find(context.Background(), tn.DB, sb.SandboxID)
+			x, err := e2b.Find(context.Background(), tn.DB, sb.SandboxID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -547,7 +549,7 @@ func TestE2BEndpoint(t *testing.T) {
 		e := f.e
 		r := e.json(http.MethodGet, "/api/v1/orgs/acme/e2b-endpoint", f.tokens["member"], nil)
 		wantStatus(t, "endpoint", r, http.StatusOK)
-		var ep e2bapi.Endpoint
+		var ep e2b.Endpoint
 		r.decode(t, &ep)
 		if ep.APIURL != e.srv.URL+"/e2b/orgs/acme" || ep.SandboxURL != "https://sbx.acme.test" || ep.Domain != "e2b.acme.test" {
 			t.Fatalf("endpoint %+v", ep)
@@ -564,5 +566,55 @@ func TestE2BEndpoint(t *testing.T) {
 			t.Fatalf("domain %q, want the configured one", sb.Domain)
 		}
 		wantStatus(t, "kill", e.e2bSDK(http.MethodDelete, "/e2b/orgs/acme/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusNoContent)
+	})
+}
+
+// TestE2BKeyOfOwnerWhoLostAccess: a key acts as its owner, so once the
+// owner may no longer see the key's agent (their department role was
+// taken), the key reads nothing of the agent's template (no sizes in a
+// get or list, no template list) and creates nothing, although the owner
+// still sees the sessions they opened. Every refusal is in E2B's shape.
+func TestE2BKeyOfOwnerWhoLostAccess(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newOrgFixture(t, d)
+		e := f.e
+		fake := e2bfaketest.New(t, agentdBin, e2bfake.Config{})
+		agent := e2bSandboxAgent(t, e, fake, "acme", f.tokens["entered-admin"], f.dept1, "coder")
+		key := mintE2BKey(t, e, "acme", f.tokens["member"], agent, "runtime")
+		api := "/e2b/orgs/acme"
+		r := e.e2bSDK(http.MethodPost, api+"/sandboxes", key.Key, map[string]any{"templateID": "base"})
+		wantStatus(t, "create while a member", r, http.StatusCreated)
+		var sb e2bSandboxOut
+		r.decode(t, &sb)
+		wantStatus(t, "get while a member", e.e2bSDK(http.MethodGet, api+"/sandboxes/"+sb.SandboxID, key.Key, nil), http.StatusOK)
+
+		r = e.json(http.MethodDelete, "/api/v1/orgs/acme/roles", f.tokens["entered-admin"], rbac.Assignment{
+			Subject: fmt.Sprintf("user:%d", f.ids["member"]), Role: rbac.RoleMember, Domain: rbac.DeptDomain(f.dept1)})
+		wantStatus(t, "take the member's role", r, http.StatusNoContent)
+		r = e.json(http.MethodGet, "/api/v1/orgs/acme/sessions", f.tokens["member"], nil)
+		wantStatus(t, "the owner's sessions", r, http.StatusOK)
+		mustContain(t, "the owner still sees the session", string(r.body), `"agent_id":`+itoa(agent))
+
+		for _, c := range []struct {
+			name, method, path string
+			body               any
+		}{
+			{"get", http.MethodGet, api + "/sandboxes/" + sb.SandboxID, nil},
+			{"list", http.MethodGet, api + "/v2/sandboxes", nil},
+			{"templates", http.MethodGet, api + "/templates", nil},
+			{"create", http.MethodPost, api + "/sandboxes", map[string]any{"templateID": "base"}},
+		} {
+			t.Run(c.name, func(t *testing.T) {
+				r := e.e2bSDK(c.method, c.path, key.Key, c.body)
+				wantStatus(t, c.name+" after the role was taken", r, http.StatusNotFound)
+				e2bError(t, r)
+				for _, leak := range []string{"cpuCount", "memoryMB", "diskSizeMB", sb.SandboxID} {
+					if strings.Contains(string(r.body), leak) {
+						t.Errorf("%s answers %s: %s", c.name, leak, r.body)
+					}
+				}
+			})
+		}
 	})
 }

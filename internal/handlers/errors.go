@@ -13,6 +13,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 	"github.com/gatehouse/gatehouse/internal/store"
 	"github.com/gatehouse/gatehouse/internal/views"
@@ -158,7 +159,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 	if strings.HasPrefix(c.Request().URL.Path, "/e2b/") {
 		// The E2B SDKs read {"code": <status>, "message"}.
-		s.e2bError(c, status, body.Message)
+		e2b.WriteError(c, status, body.Message)
 		return
 	}
 	if wantsJSON(c) {

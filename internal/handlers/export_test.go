@@ -6,16 +6,16 @@ import (
 	"net/http/httptest"
 
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/e2benvd"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 )
 
 // EnvdBinding binds session sessionID of org to the principal holding
 // bearer (a JWT or an API key), as the E2B control plane's resolver binds
 // a sandbox: the data-plane tests resolve sandboxes with it.
-func (s *Server) EnvdBinding(ctx context.Context, org, bearer string, sessionID int64) (e2benvd.Binding, error) {
+func (s *Server) EnvdBinding(ctx context.Context, org, bearer string, sessionID int64) (e2b.Binding, error) {
 	t, err := s.Tenants.Open(ctx, org)
 	if err != nil {
-		return e2benvd.Binding{}, err
+		return e2b.Binding{}, err
 	}
 	r := httptest.NewRequestWithContext(ctx, http.MethodGet, "/", nil)
 	r.Header.Set("Authorization", "Bearer "+bearer)
@@ -24,10 +24,10 @@ func (s *Server) EnvdBinding(ctx context.Context, org, bearer string, sessionID 
 	p, err := s.orgPrincipal(c, t)
 	if err != nil {
 		t.Release()
-		return e2benvd.Binding{}, err
+		return e2b.Binding{}, err
 	}
 	c.Set(ctxPrincipal, p)
 	a := authz.New(*p, t.Enforcer, s.denialRecorder(c, t))
 	c.Set(ctxActor, a)
-	return e2benvd.Binding{Org: s.terminalOrg(c), Actor: a, SessionID: sessionID, Release: t.Release}, nil
+	return e2b.Binding{Org: s.terminalOrg(c), Actor: a, SessionID: sessionID, Release: t.Release}, nil
 }

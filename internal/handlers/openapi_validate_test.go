@@ -20,7 +20,7 @@ import (
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
 	"github.com/gatehouse/gatehouse/internal/apidoc"
-	"github.com/gatehouse/gatehouse/internal/e2benvd"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 )
 
 // contractDoc is the parsed document and its router, built once per test
@@ -105,7 +105,7 @@ func (v *apiValidator) fail(format string, args ...any) {
 }
 
 func (v *apiValidator) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if isUpgrade(r) || e2benvd.SandboxID(r) != "" {
+	if isUpgrade(r) || e2b.SandboxID(r) != "" {
 		// A request naming a sandbox is the E2B data plane's (envd's
 		// API, served before the console's router), not the console's.
 		v.next.ServeHTTP(w, r)

@@ -10,7 +10,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/directory"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -148,8 +148,8 @@ func (s *Server) revokeE2BKey(c echo.Context) (directory.APIKey, error) {
 }
 
 // e2bEndpoint is the request's org's E2B endpoint.
-func (s *Server) e2bEndpoint(c echo.Context) e2bapi.Endpoint {
-	return e2bapi.EndpointFor(s.absURL(c, ""), s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
+func (s *Server) e2bEndpoint(c echo.Context) e2b.Endpoint {
+	return e2b.EndpointFor(s.absURL(c, ""), s.E2B.PublicURL, s.E2B.Domain, tenantOf(c).Org.Slug)
 }
 
 func (s *Server) apiE2BEndpoint(c echo.Context) error {

@@ -13,7 +13,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	filesystem "github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem"
+	filesystem "github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem"
 	http "net/http"
 	strings "strings"
 )

@@ -1,4 +1,4 @@
-package e2benvd
+package e2b
 
 import (
 	"fmt"

@@ -1,12 +1,4 @@
-// Package e2benvd is the data plane of the E2B-compatible endpoint: the
-// console itself speaks envd's API (Connect RPC process and filesystem
-// services, REST /files) to the E2B SDK, and carries out every call
-// through the audited terminal gateway (internal/gateway). It never
-// forwards to a backend's envd: a command the SDK starts is authorized by
-// the agent's command policy, audited as command.exec and recorded like
-// any other command of the session, and the backend's envd token never
-// leaves the backend. The sandboxes need no envd at all, only agentd.
-package e2benvd
+package e2b
 
 import (
 	"context"
@@ -24,8 +16,8 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem/filesystemconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -67,8 +59,11 @@ type Binding struct {
 }
 
 // Resolver finds the sandbox a request names and checks its access token.
-// A missing or wrong token is apperr.ErrUnauthorized, an unknown sandbox
-// apperr.ErrNotFound; neither says whether the other would have passed.
+// Every refusal is one error, so none tells whether another request would
+// have passed: Service answers apperr.ErrUnauthorized (401
+// invalid_access_token) for an unknown sandbox, another org's, a missing or
+// wrong token and a revoked key alike; NoSandboxes, which knows none,
+// answers apperr.ErrNotFound.
 type Resolver interface {
 	ResolveSandbox(ctx context.Context, sandboxID, accessToken string) (Binding, error)
 }

@@ -1,10 +1,10 @@
-package e2bapi_test
+package e2b_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 )
 
@@ -14,20 +14,20 @@ func TestSandboxIDs(t *testing.T) {
 	t.Parallel()
 	longest := strings.Repeat("a", 40)
 	for _, slug := range []string{"acme", "a-b-c", longest} {
-		id := e2bapi.NewSandboxID(slug)
-		if got, ok := e2bapi.OrgOf(id); !ok || got != slug {
+		id := e2b.NewSandboxID(slug)
+		if got, ok := e2b.OrgOf(id); !ok || got != slug {
 			t.Errorf("OrgOf(%q) = %q, %v", id, got, ok)
 		}
 		if label := "49983-" + id; len(label) > 63 {
 			t.Errorf("host label %q is %d characters, more than DNS allows", label, len(label))
 		}
 	}
-	if a, b := e2bapi.NewSandboxID("acme"), e2bapi.NewSandboxID("acme"); a == b {
+	if a, b := e2b.NewSandboxID("acme"), e2b.NewSandboxID("acme"); a == b {
 		t.Error("two sandbox ids are equal")
 	}
 	for _, bad := range []string{"", "acme", "acme-", "-0123456789abcdef", "acme-0123456789ABCDEF", "acme-0123456789abcde", "Acme-0123456789abcdef",
 		"acme-0123456789abcdef0", "../x-0123456789abcdef", "acme.example-0123456789abcdef"} {
-		if slug, ok := e2bapi.OrgOf(bad); ok {
+		if slug, ok := e2b.OrgOf(bad); ok {
 			t.Errorf("OrgOf(%q) = %q, want no org", bad, slug)
 		}
 	}
@@ -41,12 +41,12 @@ func TestAccessTokenSealing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tok := e2bapi.MintAccessToken()
-	if len(tok) != 64 || strings.Trim(tok, "0123456789abcdef") != "" || tok == e2bapi.MintAccessToken() {
+	tok := e2b.MintAccessToken()
+	if len(tok) != 64 || strings.Trim(tok, "0123456789abcdef") != "" || tok == e2b.MintAccessToken() {
 		t.Fatalf("token %q", tok)
 	}
-	id := e2bapi.NewSandboxID("acme")
-	s, err := e2bapi.SealToken(box, "acme", id, tok)
+	id := e2b.NewSandboxID("acme")
+	s, err := e2b.SealToken(box, "acme", id, tok)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -56,9 +56,9 @@ func TestAccessTokenSealing(t *testing.T) {
 	}{
 		{"its own", "acme", id, true},
 		{"another org", "globex", id, false},
-		{"another sandbox", "acme", e2bapi.NewSandboxID("acme"), false},
+		{"another sandbox", "acme", e2b.NewSandboxID("acme"), false},
 	} {
-		got, err := e2bapi.OpenToken(box, tc.slug, e2bapi.Sandbox{SandboxID: tc.id, TokenSealed: s})
+		got, err := e2b.OpenToken(box, tc.slug, e2b.Sandbox{SandboxID: tc.id, TokenSealed: s})
 		if tc.opens != (err == nil) || tc.opens && got != tok {
 			t.Errorf("%s: %q, %v", tc.name, got, err)
 		}
@@ -72,22 +72,22 @@ func TestEndpoint(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		console, sandbox, domain string
-		want                     e2bapi.Endpoint
+		want                     e2b.Endpoint
 		answer                   string
 	}{
-		{"https://console.example/", "", "", e2bapi.Endpoint{APIURL: "https://console.example/e2b/orgs/acme", SandboxURL: "https://console.example"},
-			e2bapi.PlaceholderDomain},
+		{"https://console.example/", "", "", e2b.Endpoint{APIURL: "https://console.example/e2b/orgs/acme", SandboxURL: "https://console.example"},
+			e2b.PlaceholderDomain},
 		{"https://console.example", "https://sbx.example/", "e2b.example",
-			e2bapi.Endpoint{APIURL: "https://console.example/e2b/orgs/acme", SandboxURL: "https://sbx.example", Domain: "e2b.example"}, "e2b.example"},
+			e2b.Endpoint{APIURL: "https://console.example/e2b/orgs/acme", SandboxURL: "https://sbx.example", Domain: "e2b.example"}, "e2b.example"},
 	} {
-		if got := e2bapi.EndpointFor(tc.console, tc.sandbox, tc.domain, "acme"); got != tc.want {
+		if got := e2b.EndpointFor(tc.console, tc.sandbox, tc.domain, "acme"); got != tc.want {
 			t.Errorf("EndpointFor(%q, %q, %q) = %+v, want %+v", tc.console, tc.sandbox, tc.domain, got, tc.want)
 		}
-		if got := e2bapi.AnswerDomain(tc.domain); got != tc.answer {
+		if got := e2b.AnswerDomain(tc.domain); got != tc.answer {
 			t.Errorf("AnswerDomain(%q) = %q", tc.domain, got)
 		}
 	}
-	if !strings.HasSuffix(e2bapi.PlaceholderDomain, ".invalid") {
-		t.Errorf("placeholder %q is not under .invalid (RFC 2606)", e2bapi.PlaceholderDomain)
+	if !strings.HasSuffix(e2b.PlaceholderDomain, ".invalid") {
+		t.Errorf("placeholder %q is not under .invalid (RFC 2606)", e2b.PlaceholderDomain)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	connect "connectrpc.com/connect"
 	context "context"
 	errors "errors"
-	process "github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
+	process "github.com/gatehouse/gatehouse/internal/e2b/gen/process"
 	http "net/http"
 	strings "strings"
 )

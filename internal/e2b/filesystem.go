@@ -1,4 +1,4 @@
-package e2benvd
+package e2b
 
 import (
 	"context"
@@ -10,8 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem/filesystemconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem/filesystemconnect"
 )
 
 // filesystemService is envd's filesystem service over the gateway. Only

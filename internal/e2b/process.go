@@ -1,4 +1,4 @@
-package e2benvd
+package e2b
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process/processconnect"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process/processconnect"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 )

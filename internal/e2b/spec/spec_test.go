@@ -10,8 +10,8 @@ import (
 
 	"google.golang.org/protobuf/reflect/protoreflect"
 
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/filesystem"
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/filesystem"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
 )
 
 var (
@@ -27,7 +27,7 @@ var (
 // take minutes to build): every rpc, message, enum and field numbered in a
 // .proto is in the generated descriptor with the same streaming and
 // number, and the code names the pinned protoc-gen-go. A proto changed
-// without `go generate ./internal/e2benvd/spec` fails here.
+// without `go generate ./internal/e2b/spec` fails here.
 func TestGeneratedCodeIsCurrent(t *testing.T) {
 	t.Parallel()
 	pins, err := os.ReadFile("buf.gen.yaml")

@@ -1,4 +1,4 @@
-package e2bapi_test
+package e2b_test
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
-	"github.com/gatehouse/gatehouse/internal/e2bapi"
+	"github.com/gatehouse/gatehouse/internal/e2b"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/sealed"
@@ -81,7 +81,7 @@ func newListWorld(t *testing.T, d store.Dialect) *listWorld {
 		return k
 	}
 	w.key, w.otherKey = mint("runtime"), mint("another runtime")
-	w.actor = authz.New(e2bapi.KeyPrincipal(w.key, &w.owner), en, nil)
+	w.actor = authz.New(e2b.KeyPrincipal(w.key, &w.owner), en, nil)
 	return w
 }
 
@@ -107,11 +107,11 @@ func (w *listWorld) sessions(t *testing.T, n int, user directory.User, state str
 }
 
 // sandbox records a sandbox made by key on a new session of user in state.
-func (w *listWorld) sandbox(t *testing.T, key directory.APIKey, user directory.User, state, metadata string) e2bapi.Sandbox {
+func (w *listWorld) sandbox(t *testing.T, key directory.APIKey, user directory.User, state, metadata string) e2b.Sandbox {
 	t.Helper()
-	x := e2bapi.Sandbox{SessionID: w.sessions(t, 1, user, state)[0], SandboxID: e2bapi.NewSandboxID("acme"), KeyID: key.ID, AgentID: w.agent,
+	x := e2b.Sandbox{SessionID: w.sessions(t, 1, user, state)[0], SandboxID: e2b.NewSandboxID("acme"), KeyID: key.ID, AgentID: w.agent,
 		TemplateID: "base", Metadata: metadata, TokenSealed: "sealed", CreatedAt: time.Now().UTC()}
-	if err := e2bapi.Insert(context.Background(), w.db, &x); err != nil {
+	if err := e2b.Insert(context.Background(), w.db, &x); err != nil {
 		t.Fatal(err)
 	}
 	return x
@@ -120,12 +120,12 @@ func (w *listWorld) sandbox(t *testing.T, key directory.APIKey, user directory.U
 // walk lists every page of q, failing on a repeated sandbox or an empty
 // page that still names a next one; it returns the sandbox ids in order
 // and the number of pages.
-func (w *listWorld) walk(t *testing.T, q e2bapi.ListQuery) ([]string, int) {
+func (w *listWorld) walk(t *testing.T, q e2b.ListQuery) ([]string, int) {
 	t.Helper()
 	var ids []string
 	seen := map[string]bool{}
 	for pages := 1; ; pages++ {
-		p, err := e2bapi.List(context.Background(), w.db, w.svc, w.actor, q)
+		p, err := e2b.List(context.Background(), w.db, w.svc, w.actor, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,7 +168,7 @@ func TestListFollowsTheKeysSandboxes(t *testing.T) {
 		w.sandbox(t, w.otherKey, w.owner, sessions.StateRunning, `{}`) // another key's
 		w.sandbox(t, w.key, w.owner, sessions.StateClosed, `{}`)       // killed
 		w.sandbox(t, w.key, w.owner, sessions.StateLost, `{}`)         // lost
-		p, err := e2bapi.List(context.Background(), w.db, w.svc, w.actor, e2bapi.ListQuery{KeyID: w.key.ID, AgentID: w.agent})
+		p, err := e2b.List(context.Background(), w.db, w.svc, w.actor, e2b.ListQuery{KeyID: w.key.ID, AgentID: w.agent})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,7 +206,7 @@ func TestListPages(t *testing.T) {
 				state = sessions.StatePending // listed as running
 			}
 			x := w.sandbox(t, w.key, w.owner, state, meta)
-			all = slices.Insert(all, 0, made{id: x.SandboxID, state: e2bapi.StateOf(sessions.Session{State: state}), alice: i%2 == 0})
+			all = slices.Insert(all, 0, made{id: x.SandboxID, state: e2b.StateOf(sessions.Session{State: state}), alice: i%2 == 0})
 			// Rows that are never listed, between the listed ones: a
 			// killed sandbox, another key's, and one whose session the
 			// key's owner may not see.
@@ -221,12 +221,12 @@ func TestListPages(t *testing.T) {
 			keep   func(made) bool
 		}{
 			{"all", nil, nil, func(made) bool { return true }},
-			{"running", []string{e2bapi.StateRunning}, nil, func(m made) bool { return m.state == e2bapi.StateRunning }},
-			{"paused", []string{e2bapi.StatePaused}, nil, func(m made) bool { return m.state == e2bapi.StatePaused }},
-			{"both states", []string{e2bapi.StatePaused, e2bapi.StateRunning}, nil, func(made) bool { return true }},
+			{"running", []string{e2b.StateRunning}, nil, func(m made) bool { return m.state == e2b.StateRunning }},
+			{"paused", []string{e2b.StatePaused}, nil, func(m made) bool { return m.state == e2b.StatePaused }},
+			{"both states", []string{e2b.StatePaused, e2b.StateRunning}, nil, func(made) bool { return true }},
 			{"alice's", nil, map[string]string{"user": "alice"}, func(m made) bool { return m.alice }},
-			{"alice's running", []string{e2bapi.StateRunning}, map[string]string{"user": "alice"},
-				func(m made) bool { return m.alice && m.state == e2bapi.StateRunning }},
+			{"alice's running", []string{e2b.StateRunning}, map[string]string{"user": "alice"},
+				func(m made) bool { return m.alice && m.state == e2b.StateRunning }},
 			{"nobody's", nil, map[string]string{"user": "carol"}, func(made) bool { return false }},
 		} {
 			var want []string
@@ -239,7 +239,7 @@ func TestListPages(t *testing.T) {
 				if limit == 0 && len(want) == 0 {
 					continue
 				}
-				got, pages := w.walk(t, e2bapi.ListQuery{KeyID: w.key.ID, AgentID: w.agent, States: tc.states, Metadata: tc.meta, Limit: limit})
+				got, pages := w.walk(t, e2b.ListQuery{KeyID: w.key.ID, AgentID: w.agent, States: tc.states, Metadata: tc.meta, Limit: limit})
 				if !slices.Equal(got, want) {
 					t.Errorf("%s, limit %d: listed %v, want %v", tc.name, limit, got, want)
 				}
@@ -260,7 +260,7 @@ func TestListPages(t *testing.T) {
 func TestListRefusesABadNextToken(t *testing.T) {
 	t.Parallel()
 	for _, tok := range []string{"abc", "0", "-3", "1.5", "12abc", " 7"} {
-		_, err := e2bapi.List(context.Background(), nil, nil, nil, e2bapi.ListQuery{KeyID: 1, AgentID: 1, NextToken: tok})
+		_, err := e2b.List(context.Background(), nil, nil, nil, e2b.ListQuery{KeyID: 1, AgentID: 1, NextToken: tok})
 		var v *apperr.ValidationError
 		if !errors.Is(err, apperr.ErrInvalid) || !errors.As(err, &v) || v.Fields["nextToken"] == "" {
 			t.Errorf("nextToken %q: %v, want a validation error on nextToken", tok, err)
@@ -278,9 +278,9 @@ func TestListReadsInPageSizedBatches(t *testing.T) {
 		match := w.sandbox(t, w.key, w.owner, sessions.StateRunning, `{"pick":"me"}`)
 		const n = 1100 // more than ten batches of MaxListLimit+1 rows
 		ids := w.sessions(t, n, w.owner, sessions.StateRunning)
-		rows := make([]e2bapi.Sandbox, n)
+		rows := make([]e2b.Sandbox, n)
 		for i, sid := range ids {
-			rows[i] = e2bapi.Sandbox{SessionID: sid, SandboxID: e2bapi.NewSandboxID("acme"), KeyID: w.key.ID, AgentID: w.agent,
+			rows[i] = e2b.Sandbox{SessionID: sid, SandboxID: e2b.NewSandboxID("acme"), KeyID: w.key.ID, AgentID: w.agent,
 				TemplateID: "base", Metadata: `{"pick":"not-me"}`, TokenSealed: "sealed", CreatedAt: time.Now().UTC()}
 		}
 		if err := w.db.CreateInBatches(&rows, 200).Error; err != nil {
@@ -294,8 +294,8 @@ func TestListReadsInPageSizedBatches(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		q := e2bapi.ListQuery{KeyID: w.key.ID, AgentID: w.agent, Metadata: map[string]string{"pick": "me"}, Limit: 1}
-		first, err := e2bapi.List(context.Background(), w.db, w.svc, w.actor, q)
+		q := e2b.ListQuery{KeyID: w.key.ID, AgentID: w.agent, Metadata: map[string]string{"pick": "me"}, Limit: 1}
+		first, err := e2b.List(context.Background(), w.db, w.svc, w.actor, q)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -315,7 +315,7 @@ func TestListReadsInPageSizedBatches(t *testing.T) {
 				t.Fatalf("still listing after %d answers", pages)
 			}
 			q.NextToken = p.NextToken
-			if p, err = e2bapi.List(context.Background(), w.db, w.svc, w.actor, q); err != nil {
+			if p, err = e2b.List(context.Background(), w.db, w.svc, w.actor, q); err != nil {
 				t.Fatal(err)
 			}
 		}

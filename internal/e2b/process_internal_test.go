@@ -1,11 +1,11 @@
-package e2benvd
+package e2b
 
 import (
 	"net/http"
 	"testing"
 	"time"
 
-	"github.com/gatehouse/gatehouse/internal/e2benvd/gen/process"
+	"github.com/gatehouse/gatehouse/internal/e2b/gen/process"
 )
 
 // commandLine is what the command policy and the audit log see: the
