@@ -91,8 +91,11 @@ type Followers struct {
 	// looked at afresh.
 	indexed map[string]*gorm.DB
 	wg      sync.WaitGroup
+	// ctx is the context every follower runs under, made by Start or by
+	// the first follower asked for before it; stop cancels it.
 	ctx     context.Context
 	stop    context.CancelFunc
+	started bool
 }
 
 type followKey struct {
@@ -147,12 +150,24 @@ func (f *Followers) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Start makes the followers ready; Stop ends them. Followers started
-// before Start run under a background context.
-func (f *Followers) Start(ctx context.Context) {
+// ErrStarted is Start called a second time.
+var ErrStarted = errors.New("recorder: followers already started")
+
+// Start makes the followers ready, once: a second call is ErrStarted. The
+// followers' context keeps ctx's values, not its cancellation; Stop ends
+// them. Followers asked for before Start already run under the context
+// Start would make, so Stop ends them too.
+func (f *Followers) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if f.started {
+		return ErrStarted
+	}
+	f.started = true
+	if f.ctx == nil {
+		f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	return nil
 }
 
 // Stop ends every follower and waits for them. Their leases lapse and
@@ -222,6 +237,7 @@ func (f *Followers) start(org string, id int64, known *started) {
 	if f.ctx.Err() != nil {
 		f.mu.Unlock()
 		f.live.forget(liveKey{org, id})
+		f.dropPending(org, id)
 		return
 	}
 	f.running[k] = true
@@ -246,6 +262,10 @@ func (f *Followers) start(org string, id int64, known *started) {
 		// Clients of the command ask agentd (or read the recording) once
 		// its follower here is gone.
 		defer f.live.forget(liveKey{org, id})
+		// A create still unanswered when following ends (or never began:
+		// the org could not be opened) is not sent again: its environment
+		// values leave memory with it.
+		defer f.dropPending(org, id)
 		if known != nil && known.after > 0 {
 			pause := time.NewTimer(known.after)
 			select {
@@ -268,8 +288,6 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		return err
 	}
 	defer release()
-	// A create still unanswered when following ends is not sent again.
-	defer f.CreateDone(org, id)
 	lk := liveKey{slug, id}
 	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
@@ -453,21 +471,23 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 }
 
 // pendingKey names a create this process sent without an answer, by the
-// org's open database (ids start over in a re-created org).
+// org's slug and open database (ids start over in a re-created org).
 type pendingKey struct {
-	db *gorm.DB
-	id int64
+	org string
+	db  *gorm.DB
+	id  int64
 }
 
 // CreatePending keeps a command's create until agentd answered it, so a
 // follower can send it again (it holds the environment variables, which
-// are never stored).
+// are never stored). It is forgotten by CreateDone, or when the command's
+// follower ends or cannot start.
 func (f *Followers) CreatePending(org Org, id int64, req agentd.CreateSessionRequest) {
-	f.pending.Store(pendingKey{org.DB, id}, req)
+	f.pending.Store(pendingKey{org.Slug, org.DB, id}, req)
 }
 
 func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionRequest, bool) {
-	v, ok := f.pending.Load(pendingKey{org.DB, id})
+	v, ok := f.pending.Load(pendingKey{org.Slug, org.DB, id})
 	if !ok {
 		return agentd.CreateSessionRequest{}, false
 	}
@@ -475,7 +495,18 @@ func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionReques
 }
 
 // CreateDone forgets a create agentd answered.
-func (f *Followers) CreateDone(org Org, id int64) { f.pending.Delete(pendingKey{org.DB, id}) }
+func (f *Followers) CreateDone(org Org, id int64) { f.pending.Delete(pendingKey{org.Slug, org.DB, id}) }
+
+// dropPending forgets any create of command id of org slug, whatever
+// database it was kept for: its follower is gone.
+func (f *Followers) dropPending(slug string, id int64) {
+	f.pending.Range(func(k, _ any) bool {
+		if pk := k.(pendingKey); pk.org == slug && pk.id == id {
+			f.pending.Delete(k)
+		}
+		return true
+	})
+}
 
 // stepResult is what one step left: the command as stored, and whether it
 // ended.
