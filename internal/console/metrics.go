@@ -19,7 +19,8 @@ func (c *Console) MetricsHandler() http.Handler { return c.Metrics.Handler() }
 // watchMetrics registers the gauges read at scrape time.
 func (c *Console) watchMetrics() {
 	c.Metrics.Watch(metrics.Gauges{
-		Followers: c.Gateway.Followers.Active,
+		Followers:  c.Gateway.Followers.Active,
+		LiveWindow: c.Gateway.Followers.LiveWindow,
 		SessionsByState: func(ctx context.Context) (map[string]int, error) {
 			return c.countByState(ctx, sessions.Session{}.TableName())
 		},

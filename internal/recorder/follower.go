@@ -66,8 +66,12 @@ type Followers struct {
 	// the output after it before both are stored in one commit (0:
 	// gatherWindow).
 	Gather time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	// LiveBudget bounds the bytes of recent output kept in memory for
+	// clients' polls, over every command followed here (0:
+	// DefaultLiveBudget).
+	LiveBudget int64
+	Logger     *slog.Logger
+	Now        func() time.Time
 
 	// Clients reach agentd; the gateway uses them too.
 	Clients envs.AgentdClients
@@ -200,7 +204,7 @@ func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.Sessi
 	// Clients' polls are answered from the follower's reads from the
 	// moment the starter answers (a poll may arrive before the
 	// follower's goroutine runs).
-	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
+	f.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
 	// The follower starts following once the starter's answer is on its
 	// way: storing the first answer (for a command as quick as `true`, its
 	// end and command.end too) would otherwise compete for the CPU with
@@ -309,10 +313,10 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	if known != nil && known.first != nil {
 		// The starter holds the lease already and has agentd's first
 		// answer: record it as it is.
-		f.live.publish(lk, org.DB, 0, known.first)
+		f.publish(lk, org.DB, 0, known.first)
 		done, err := f.record(ctx, org, known.cmd, known.first, nil)
 		if err == nil {
-			f.live.storedTo(lk, uint64(done.cmd.LastChunk))
+			f.storedTo(lk, uint64(done.cmd.LastChunk))
 		}
 		if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
 			return nil
@@ -703,11 +707,11 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	}
 	// Clients polling this command get it now, before it is stored (as
 	// they did asking agentd themselves).
-	f.live.publish(lk, org.DB, readFrom, resp)
+	f.publish(lk, org.DB, readFrom, resp)
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
-	publish := func(cursor uint64, r *agentd.SessionResponse) { f.live.publish(lk, org.DB, cursor, r) }
+	publish := func(cursor uint64, r *agentd.SessionResponse) { f.publish(lk, org.DB, cursor, r) }
 	var stamps []time.Time
 	if gathering(resp) {
 		resp, stamps = f.gather(ctx, cl, c, resp, publish)
@@ -723,7 +727,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		next.drop()
 		next = nil
 	} else {
-		f.live.storedTo(lk, uint64(stored.cmd.LastChunk))
+		f.storedTo(lk, uint64(stored.cmd.LastChunk))
 	}
 	return stored, next, err
 }
