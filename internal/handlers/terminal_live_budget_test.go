@@ -37,7 +37,8 @@ func TestLiveWindowBudget(t *testing.T) {
 	// The followers read it all: the budget pushed most of it out.
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		held, evicted := f.e.c.Gateway.Followers.LiveWindow()
+		u := f.e.c.Gateway.Followers.LiveWindow()
+		held, evicted := u.Held, u.Evicted
 		if held > budget {
 			t.Fatalf("the live window holds %d bytes, over its budget of %d", held, budget)
 		}

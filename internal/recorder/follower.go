@@ -451,16 +451,16 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		resp, err := cl.CreateSession(cctx, req)
-		var ae *agentd.Error
-		switch {
-		case err == nil:
+		outcome, ae := SortCreate(err)
+		switch outcome {
+		case CreateStarted:
 			f.CreateDone(org, c.ID)
 			stored, err := f.record(ctx, org, c, resp, nil)
 			return stored, nil, err
-		case errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign:
+		case CreateArrived:
 			f.CreateDone(org, c.ID) // it did arrive: read it next
 			return stepResult{cmd: c}, nil, nil
-		case errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign:
+		case CreateRefused:
 			f.CreateDone(org, c.ID)
 			return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
 				Reason: "agentd refused to start it: " + ae.Message, At: f.now()})
@@ -472,44 +472,6 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 	}
 	return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
 		Reason: "agentd never acknowledged starting it", At: f.now()})
-}
-
-// pendingKey names a create this process sent without an answer, by the
-// org's slug and open database (ids start over in a re-created org).
-type pendingKey struct {
-	org string
-	db  *gorm.DB
-	id  int64
-}
-
-// CreatePending keeps a command's create until agentd answered it, so a
-// follower can send it again (it holds the environment variables, which
-// are never stored). It is forgotten by CreateDone, or when the command's
-// follower ends or cannot start.
-func (f *Followers) CreatePending(org Org, id int64, req agentd.CreateSessionRequest) {
-	f.pending.Store(pendingKey{org.Slug, org.DB, id}, req)
-}
-
-func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionRequest, bool) {
-	v, ok := f.pending.Load(pendingKey{org.Slug, org.DB, id})
-	if !ok {
-		return agentd.CreateSessionRequest{}, false
-	}
-	return v.(agentd.CreateSessionRequest), true
-}
-
-// CreateDone forgets a create agentd answered.
-func (f *Followers) CreateDone(org Org, id int64) { f.pending.Delete(pendingKey{org.Slug, org.DB, id}) }
-
-// dropPending forgets any create of command id of org slug, whatever
-// database it was kept for: its follower is gone.
-func (f *Followers) dropPending(slug string, id int64) {
-	f.pending.Range(func(k, _ any) bool {
-		if pk := k.(pendingKey); pk.org == slug && pk.id == id {
-			f.pending.Delete(k)
-		}
-		return true
-	})
 }
 
 // stepResult is what one step left: the command as stored, and whether it

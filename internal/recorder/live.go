@@ -244,12 +244,28 @@ func (l *live) storedTo(k liveKey, last uint64, budget int64) {
 	}
 }
 
-// usage is what every window holds now and the bytes the budget pushed
-// out so far.
-func (l *live) usage() (held, evicted int64) {
+// LiveUse is what the windows of the commands followed here hold and
+// serve.
+type LiveUse struct {
+	// Held is the bytes every window holds (each chunk's bytes and 64 for
+	// its bookkeeping).
+	Held int64
+	// Evicted is the bytes the budget pushed out since the process
+	// started: clients needing them read the recording.
+	Evicted int64
+	// Waiting counts the clients' long-polls waiting on a window for
+	// output: polls agentd does not see.
+	Waiting int
+}
+
+func (l *live) use() LiveUse {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.bytes, l.evicted
+	u := LiveUse{Held: l.bytes, Evicted: l.evicted}
+	for _, c := range l.cmds {
+		u.Waiting += c.waiting
+	}
+	return u
 }
 
 // stalled marks the follower of k as not reading agentd for now.
@@ -338,17 +354,6 @@ func (f *Followers) ReadLive(ctx context.Context, org string, db *gorm.DB, id in
 	}
 }
 
-// LiveWaiting is how many client polls of command id of org wait on this
-// process's window of its output: polls that agentd does not see.
-func (f *Followers) LiveWaiting(org string, id int64) int {
-	f.live.mu.Lock()
-	defer f.live.mu.Unlock()
-	if c := f.live.cmds[liveKey{org, id}]; c != nil {
-		return c.waiting
-	}
-	return 0
-}
-
 // answer is what the window says after cursor (in the window), or nil
 // when the command runs and nothing came after cursor yet.
 func (c *liveCmd) answer(cursor uint64) *agentd.SessionResponse {
@@ -384,9 +389,8 @@ func (c *liveCmd) answer(cursor uint64) *agentd.SessionResponse {
 }
 
 // LiveWindow says what the windows of the commands followed here hold
-// together, in bytes, and how many bytes the budget pushed out of them
-// since the process started (clients then read those from the recording).
-func (f *Followers) LiveWindow() (held, evicted int64) { return f.live.usage() }
+// and serve, for the console's metrics.
+func (f *Followers) LiveWindow() LiveUse { return f.live.use() }
 
 // publish hands what the follower of k read after cursor to its clients.
 func (f *Followers) publish(k liveKey, db *gorm.DB, cursor uint64, resp *agentd.SessionResponse) {

@@ -56,7 +56,8 @@ func BenchmarkLiveWindow(b *testing.B) {
 					}
 				}
 			}
-			held, evicted := f.LiveWindow()
+			u := f.LiveWindow()
+			held, evicted := u.Held, u.Evicted
 			b.ReportMetric(float64(held)/(1<<20), "held-MiB")
 			b.ReportMetric(float64(evicted)/(1<<20), "evicted-MiB")
 			if bulkAsked > 0 {

@@ -139,13 +139,14 @@ func TestLiveBudget(t *testing.T) {
 				k := liveKey{"acme", cmd}
 				f.publish(k, nil, id-1, &agentd.SessionResponse{State: agentd.StateRunning, NextCursor: id,
 					Chunks: []agentd.Chunk{{ID: id, Stream: agentd.StreamStdout, Data: data}}})
-				if held, _ := f.LiveWindow(); held > DefaultLiveBudget {
+				if held := f.LiveWindow().Held; held > DefaultLiveBudget {
 					t.Fatalf("after chunk %d of command %d the windows hold %d bytes, over the budget of %d", id, cmd, held, DefaultLiveBudget)
 				}
 				f.storedTo(k, id)
 			}
 		}
-		held, evicted := f.LiveWindow()
+		u := f.LiveWindow()
+		held, evicted := u.Held, u.Evicted
 		if held > DefaultLiveBudget || evicted == 0 {
 			t.Fatalf("windows hold %d bytes (budget %d), %d evicted", held, DefaultLiveBudget, evicted)
 		}
@@ -188,7 +189,7 @@ func TestLiveBudget(t *testing.T) {
 			for cmd := int64(1); cmd <= commands; cmd++ {
 				f.publish(liveKey{"acme", cmd}, nil, id-1, &agentd.SessionResponse{State: agentd.StateRunning, NextCursor: id,
 					Chunks: []agentd.Chunk{{ID: id, Stream: agentd.StreamStdout, Data: data}}})
-				if held, _ := f.LiveWindow(); held > 32<<20 {
+				if held := f.LiveWindow().Held; held > 32<<20 {
 					t.Fatalf("windows hold %d bytes, over the budget", held)
 				}
 			}
@@ -205,7 +206,7 @@ func TestLiveBudget(t *testing.T) {
 		for cmd := int64(1); cmd <= commands; cmd++ {
 			f.live.forget(liveKey{"acme", cmd})
 		}
-		if held, _ := f.LiveWindow(); held != 0 {
+		if held := f.LiveWindow().Held; held != 0 {
 			t.Fatalf("%d bytes held once every window is forgotten", held)
 		}
 	})

@@ -90,8 +90,7 @@ func lostAccess(err error) error {
 	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
 }
 
-// Terminals tracks open browser terminals, so they can be closed (an org
-// suspended, a test dropping connections).
+// Terminals is the set of a bridge's open browser terminals.
 type Terminals struct {
 	mu    sync.Mutex
 	conns map[*websocket.Conn]struct{}
@@ -110,18 +109,6 @@ func (t *Terminals) remove(c *websocket.Conn) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	delete(t.conns, c)
-}
-
-// DropAll closes every open terminal connection abruptly; clients
-// reconnect and continue from their cursor.
-func (t *Terminals) DropAll() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(t.conns)
-	for c := range t.conns {
-		_ = c.CloseNow()
-	}
-	return n
 }
 
 // idlePollPause spaces the bridge's polls that come back at once with
