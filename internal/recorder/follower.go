@@ -311,32 +311,14 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	var ahead *aheadRead
 	defer func() { ahead.drop() }()
 	if known != nil && known.first != nil {
-		// The starter holds the lease already and has agentd's first
-		// answer: record it as it is.
-		f.publish(lk, org.DB, 0, known.first)
-		done, err := f.record(ctx, org, known.cmd, known.first, nil)
-		if err == nil {
-			f.storedTo(lk, uint64(done.cmd.LastChunk))
-		}
-		if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
+		var over bool
+		if c, over = f.recordFirst(ctx, org, known); over {
 			return nil
 		}
-		if err == nil {
-			c = &done.cmd
-		}
-		// Otherwise read on from where the record stands.
 	}
-	for acquired := known != nil; !acquired; {
-		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
-		switch {
-		case err == nil && !ok:
-			return nil // another replica follows it
-		case err == nil:
-			acquired = true
-		case !store.IsUnavailable(err):
+	if known == nil {
+		if held, err := f.acquire(ctx, org, id, retry); !held || err != nil {
 			return err
-		case !retry():
-			return ctx.Err()
 		}
 	}
 	for ctx.Err() == nil {
@@ -389,7 +371,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 				// nothing is judged from a failed read. A lease left to
 				// lapse here would have every replica's sweep adopt the
 				// command and wait on it side by side, the row naming a
-				// replica that may be long dead (found by the chaos run).
+				// replica that may be long dead.
 				if held, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()+backoff)); err == nil && !held {
 					return nil // another replica took it over
 				}
@@ -407,6 +389,43 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		c = &done.cmd
 	}
 	return ctx.Err()
+}
+
+// recordFirst records the starter's first answer of a command, as it is:
+// the starter holds the lease already. It returns the command as stored
+// (nil: read it again), or over when following it is done (it ended, or
+// another replica took it).
+func (f *Followers) recordFirst(ctx context.Context, org Org, known *started) (c *recordings.Command, over bool) {
+	lk := liveKey{org.Slug, known.cmd.ID}
+	f.publish(lk, org.DB, 0, known.first)
+	done, err := f.record(ctx, org, known.cmd, known.first, nil)
+	if err == nil {
+		f.storedTo(lk, uint64(done.cmd.LastChunk))
+	}
+	if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
+		return nil, true
+	}
+	if err == nil {
+		return &done.cmd, false
+	}
+	return nil, false // read on from where the record stands
+}
+
+// acquire takes command id's lease for this process, waiting out a
+// database that is away (retry); held is false when another replica
+// follows it or ctx ended.
+func (f *Followers) acquire(ctx context.Context, org Org, id int64, retry func() bool) (held bool, err error) {
+	for {
+		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
+		switch {
+		case err == nil:
+			return ok, nil
+		case !store.IsUnavailable(err):
+			return false, err
+		case !retry():
+			return false, ctx.Err()
+		}
+	}
 }
 
 // maxBackoff bounds the wait between a follower's attempts while the
@@ -521,12 +540,11 @@ func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID s
 // A small batch of a running command waits up to gatherWindow for the
 // output that follows it, up to gatherBytes, and is stored with it in one
 // commit: a terminal's echoes while someone types (or a program writing a
-// line at a time) cost one commit per window instead of one per write,
-// and the database writes no longer queue behind each other with the
-// keystrokes' own. Readers get each part the moment it arrives, as
-// before; agentd keeps all of it until it is stored (the reads acknowledge
-// only what was stored before), so a console that dies meanwhile loses
-// nothing: its successor reads it again.
+// line at a time) cost one commit per window, not one per write, and the
+// database writes do not queue behind the keystrokes' own. Readers get
+// each part the moment it arrives; agentd keeps all of it until it is
+// stored (the reads acknowledge only what was stored before), so a
+// console that dies meanwhile loses nothing: its successor reads it again.
 const (
 	gatherWindow = 20 * time.Millisecond // Followers.Gather's default
 	gatherBytes  = 64 << 10

@@ -18,18 +18,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
-// Package terminal is the browser terminal: a WebSocket bridged to the
-// terminal gateway's operations (internal/gateway), each checked, recorded and
-// audited there as if it came through the JSON API. It keeps the open
-// connections, so they can be dropped (tests) and closed on revocation.
-//
-// The browser terminal speaks JSON text messages over a WebSocket that the
-// console bridges to the same operations as the JSON API: every keystroke
-// is a Stdin (recorded before it is forwarded), every window change a
-// Resize (audited), and output comes from Poll with a cursor. A client
-// that reconnects names its command and the last chunk id it showed, and
-// continues from there without losing or repeating output.
-
 // ClientMessage is what the browser sends.
 type ClientMessage struct {
 	// Type is "input" (Data holds the keystrokes) or "resize".
