@@ -53,6 +53,10 @@ type Config struct {
 	// command lasts without a write: after a replica dies, another adopts
 	// its commands once their leases lapse.
 	FollowerLease time.Duration
+	// LiveWindowMiB bounds, in MiB, the recent output of every command
+	// this process records kept in memory for clients' polls; output
+	// past it is read from the recording.
+	LiveWindowMiB int
 	// FollowerSweepInterval is how often running commands without a live
 	// follower are looked for (and adopted).
 	FollowerSweepInterval time.Duration
@@ -112,6 +116,9 @@ const (
 	DefaultMaxRunningCommandsPerUser  = 20
 	DefaultMaxRunningCommandsPerAgent = 100
 )
+
+// DefaultLiveWindowMiB is recorder.DefaultLiveBudget in MiB.
+const DefaultLiveWindowMiB = 256
 
 // Load parses args (without the program name) with getenv for defaults.
 // Its flags may stand anywhere on the line, before or after a command and
@@ -255,6 +262,12 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	}
 	fs.DurationVar(&c.FollowerSweepInterval, "follower-sweep-interval", fsi,
 		"how often running commands whose follower lease lapsed are adopted (GATEHOUSE_FOLLOWER_SWEEP_INTERVAL)")
+	lw, err := strconv.Atoi(env("GATEHOUSE_LIVE_WINDOW_MIB", strconv.Itoa(DefaultLiveWindowMiB)))
+	if err != nil {
+		return nil, fmt.Errorf("GATEHOUSE_LIVE_WINDOW_MIB must be a whole number of MiB: %w", err)
+	}
+	fs.IntVar(&c.LiveWindowMiB, "live-window-mib", lw,
+		"MiB of recent command output kept in memory, over every command this process records, for clients' polls; older output is read from the recording (GATEHOUSE_LIVE_WINDOW_MIB)")
 	uw, err := time.ParseDuration(env("GATEHOUSE_UNREACHABLE_WINDOW", "60s"))
 	if err != nil || uw <= 0 {
 		return nil, fmt.Errorf("GATEHOUSE_UNREACHABLE_WINDOW must be a positive duration such as 60s")
@@ -359,6 +372,9 @@ func (c *Config) finish(getenv func(string) string) error {
 	}
 	if c.MaxOpenSessionsPerUser < 0 || c.MaxOpenSessionsPerAgent < 0 || c.MaxRunningCommandsPerUser < 0 || c.MaxRunningCommandsPerAgent < 0 {
 		return fmt.Errorf("the --max-open-sessions-… and --max-running-commands-… caps cannot be negative (0 turns one off)")
+	}
+	if c.LiveWindowMiB < 1 || c.LiveWindowMiB > 1<<20 {
+		return fmt.Errorf("--live-window-mib must be between 1 and 1048576, not %d", c.LiveWindowMiB)
 	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")

@@ -48,6 +48,38 @@ func TestFollowerSettings(t *testing.T) {
 	}
 }
 
+// TestLiveWindowSetting: the live window's budget comes from a flag or the
+// environment in MiB, 256 by default; a budget under 1 MiB is refused.
+func TestLiveWindowSetting(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		mib  int
+		err  string
+	}{
+		{name: "default", mib: config.DefaultLiveWindowMiB},
+		{name: "environment", env: map[string]string{"GATEHOUSE_LIVE_WINDOW_MIB": "64"}, mib: 64},
+		{name: "flag wins", args: []string{"--live-window-mib", "1024"}, env: map[string]string{"GATEHOUSE_LIVE_WINDOW_MIB": "64"}, mib: 1024},
+		{name: "none", args: []string{"--live-window-mib", "0"}, err: "--live-window-mib"},
+		{name: "not a number", env: map[string]string{"GATEHOUSE_LIVE_WINDOW_MIB": "lots"}, err: "GATEHOUSE_LIVE_WINDOW_MIB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, _, err := config.Load("console", tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.err != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.err) {
+					t.Fatalf("error %v, want one naming %s", err, tc.err)
+				}
+				return
+			}
+			if err != nil || c.LiveWindowMiB != tc.mib {
+				t.Fatalf("%d MiB, %v; want %d", c.LiveWindowMiB, err, tc.mib)
+			}
+		})
+	}
+}
+
 // Metrics are off unless an address is given; retention runs hourly unless
 // told otherwise; bad values are refused naming the setting.
 func TestOperationsSettings(t *testing.T) {

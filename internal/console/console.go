@@ -315,7 +315,9 @@ func (c *Console) Start() {
 		defer wg.Done()
 		c.Health.Run(ctx)
 	}()
-	c.Gateway.Followers.Start(ctx)
+	if err := c.Gateway.Followers.Start(ctx); err != nil {
+		c.Logger.Error("recording followers not started", "error", err)
+	}
 	go func() {
 		defer wg.Done()
 		// Commands whose follower died (a replica stopped) are adopted

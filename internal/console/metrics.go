@@ -20,6 +20,10 @@ func (c *Console) MetricsHandler() http.Handler { return c.Metrics.Handler() }
 func (c *Console) watchMetrics() {
 	c.Metrics.Watch(metrics.Gauges{
 		Followers: c.Gateway.Followers.Active,
+		LiveWindow: func() (int64, int64, int) {
+			u := c.Gateway.Followers.LiveWindow()
+			return u.Held, u.Evicted, u.Waiting
+		},
 		SessionsByState: func(ctx context.Context) (map[string]int, error) {
 			return c.countByState(ctx, sessions.Session{}.TableName())
 		},

@@ -58,7 +58,10 @@ func (c *Console) newGateway() *gateway.Gateway {
 		OpenOrg:  c.followerOrg,
 		HTTP:     hc,
 		Lease:    c.Config.FollowerLease,
-		Logger:   c.Logger,
+		// The window of recent output clients' polls are answered from,
+		// over every command followed here.
+		LiveBudget: int64(c.Config.LiveWindowMiB) << 20,
+		Logger:     c.Logger,
 		// Private environments get a dialer that checks before it
 		// connects: no handshake reaches the console's own machine.
 		Clients: envs.AgentdClients{Private: agentdClient(netguard.Blocked)},

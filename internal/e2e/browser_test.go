@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -88,6 +91,30 @@ func newBrowserFor(t *testing.T, deadline time.Duration) context.Context {
 type server struct {
 	c   *console.Console
 	url string
+	// hijacked are the connections the console took over (its
+	// WebSockets), for tests that drop them.
+	hijacked *connSet
+}
+
+// connSet is a set of connections a server handed over to its handlers.
+type connSet struct {
+	mu    sync.Mutex
+	conns []net.Conn
+}
+
+// dropAll closes every connection of the set abruptly, as a lost network
+// does, and says how many were still open.
+func (s *connSet) dropAll() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, c := range s.conns {
+		if c.Close() == nil {
+			n++
+		}
+	}
+	s.conns = nil
+	return n
 }
 
 // newServer builds the console on dialect d. With Postgres the catalog is a
@@ -121,12 +148,21 @@ func newServerLog(t *testing.T, d store.Dialect, logw io.Writer, opts ...func(*c
 		t.Fatalf("console.New: %v", err)
 	}
 	c.Platform.Sleep = func(context.Context, time.Duration) {}
-	srv := httptest.NewServer(c.Handler())
+	hijacked := &connSet{}
+	srv := httptest.NewUnstartedServer(c.Handler())
+	srv.Config.ConnState = func(nc net.Conn, st http.ConnState) {
+		if st == http.StateHijacked {
+			hijacked.mu.Lock()
+			hijacked.conns = append(hijacked.conns, nc)
+			hijacked.mu.Unlock()
+		}
+	}
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		c.Close()
 	})
-	return &server{c: c, url: srv.URL}
+	return &server{c: c, url: srv.URL, hijacked: hijacked}
 }
 
 // testid selects an element by its data-testid.

@@ -181,7 +181,7 @@ func TestBrowserTerminal(t *testing.T) {
 func dropAndReconnect(t *testing.T, ctx context.Context, srv *server) {
 	t.Helper()
 	before := connects(t, ctx)
-	if n := srv.c.Terminal.Open.DropAll(); n < 1 {
+	if n := srv.hijacked.dropAll(); n < 1 {
 		t.Fatalf("dropped %d terminal connections; want at least 1", n)
 	}
 	deadline := time.Now().Add(15 * time.Second)

@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
@@ -107,16 +108,16 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	g.Followers.CreatePending(org.rec(), cmd.ID, create)
 	create.WaitMS = wait.Milliseconds()
 	resp, err := g.client(t).CreateSession(fctx, create)
-	var ae *agentd.Error
-	if errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign {
+	outcome, ae := recorder.SortCreate(err)
+	switch outcome {
+	case recorder.CreateArrived:
 		// The follower sent the create again while this one was on its
 		// way, and that one arrived first: the command runs, once.
 		g.Followers.CreateDone(org.rec(), cmd.ID)
 		g.remember(org, cmd)
 		g.Followers.Follow(org.Slug, cmd.ID)
 		return Output{CommandID: cmd.ID, SessionID: sessionID, TTY: req.TTY, State: agentd.StateRunning, Chunks: []agentd.Chunk{}}, nil
-	}
-	if errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign {
+	case recorder.CreateRefused:
 		// agentd refused the command: it never ran. Its record ends here.
 		g.Followers.CreateDone(org.rec(), cmd.ID)
 		g.reachable(ctx, org, t)
@@ -132,7 +133,7 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	// Its input chain is empty: its first keystroke is one statement.
 	g.remember(org, cmd)
 	g.inputs.store(knownKey{db: org.DB, id: cmd.ID}, cmd)
-	if err != nil {
+	if outcome == recorder.CreateUnanswered {
 		// No answer: the follower reads the command, and sends the create
 		// again while agentd does not know it.
 		g.Followers.Follow(org.Slug, cmd.ID)

@@ -181,6 +181,11 @@ func TestMetricsAfterScriptedRun(t *testing.T) {
 		if !has(fams, "gatehouse_terminal_commands_running", nil) {
 			t.Errorf("running-commands gauge missing (its read of the open org databases failed)")
 		}
+		for _, name := range []string{"gatehouse_live_window_bytes", "gatehouse_live_window_evicted_bytes_total", "gatehouse_live_window_waiting_polls"} {
+			if !has(fams, name, nil) {
+				t.Errorf("live window metric %s missing", name)
+			}
+		}
 	})
 }
 

@@ -13,6 +13,12 @@ const scrapeTimeout = 5 * time.Second
 var (
 	descFollowers = prometheus.NewDesc(namespace+"_terminal_followers_active",
 		"Running commands whose output this process records now.", nil, nil)
+	descLiveBytes = prometheus.NewDesc(namespace+"_live_window_bytes",
+		"Bytes of recent output this process keeps in memory for clients' polls of the commands it records (bounded by --live-window-mib).", nil, nil)
+	descLiveEvicted = prometheus.NewDesc(namespace+"_live_window_evicted_bytes_total",
+		"Bytes the live window's budget pushed out before their command's window would have let them go; polls needing them read the recording.", nil, nil)
+	descLiveWaiting = prometheus.NewDesc(namespace+"_live_window_waiting_polls",
+		"Clients' long-polls of followed commands waiting on this process's live window for output (polls agentd does not see).", nil, nil)
 	descRunning = prometheus.NewDesc(namespace+"_terminal_commands_running",
 		"Commands in state running, over every org.", nil, nil)
 	descSessions = prometheus.NewDesc(namespace+"_sessions",
@@ -35,7 +41,7 @@ type gaugeCollector struct {
 }
 
 func (c *gaugeCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descFollowers, descRunning, descSessions, descPoolOpen, descPoolInUse, descPoolIdle, descPoolWaits, descPoolWaitSeconds} {
+	for _, d := range []*prometheus.Desc{descFollowers, descLiveBytes, descLiveEvicted, descLiveWaiting, descRunning, descSessions, descPoolOpen, descPoolInUse, descPoolIdle, descPoolWaits, descPoolWaitSeconds} {
 		ch <- d
 	}
 }
@@ -45,6 +51,12 @@ func (c *gaugeCollector) Collect(ch chan<- prometheus.Metric) {
 	defer cancel()
 	if c.g.Followers != nil {
 		ch <- prometheus.MustNewConstMetric(descFollowers, prometheus.GaugeValue, float64(c.g.Followers()))
+	}
+	if c.g.LiveWindow != nil {
+		held, evicted, waiting := c.g.LiveWindow()
+		ch <- prometheus.MustNewConstMetric(descLiveBytes, prometheus.GaugeValue, float64(held))
+		ch <- prometheus.MustNewConstMetric(descLiveEvicted, prometheus.CounterValue, float64(evicted))
+		ch <- prometheus.MustNewConstMetric(descLiveWaiting, prometheus.GaugeValue, float64(waiting))
 	}
 	if c.g.RunningCommands != nil {
 		if n, err := c.g.RunningCommands(ctx); err == nil {

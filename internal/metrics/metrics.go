@@ -209,6 +209,10 @@ func boundLabel(s string) string {
 type Gauges struct {
 	// Followers counts the commands this process records now.
 	Followers func() int
+	// LiveWindow is what the live output window holds, in bytes, the
+	// bytes its budget pushed out since the process started, and the
+	// clients' polls waiting on it.
+	LiveWindow func() (held, evicted int64, waiting int)
 	// SessionsByState counts sessions per state over every org.
 	SessionsByState func(ctx context.Context) (map[string]int, error)
 	// RunningCommands counts commands in state running over every org.

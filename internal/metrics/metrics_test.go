@@ -140,6 +140,7 @@ func TestDashboardMetricsExist(t *testing.T) {
 	m.RetentionRemoved("acme", "recordings", 1)
 	m.RetentionRound("acme", "removed")
 	m.Watch(Gauges{Followers: func() int { return 0 },
+		LiveWindow:      func() (int64, int64, int) { return 0, 0, 0 },
 		SessionsByState: func(context.Context) (map[string]int, error) { return map[string]int{"running": 1}, nil },
 		RunningCommands: func(context.Context) (int, error) { return 0, nil },
 		DBPools:         func() map[string]PoolStats { return map[string]PoolStats{"catalog": {}} }})

@@ -66,8 +66,12 @@ type Followers struct {
 	// the output after it before both are stored in one commit (0:
 	// gatherWindow).
 	Gather time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	// LiveBudget bounds the bytes of recent output kept in memory for
+	// clients' polls, over every command followed here (0:
+	// DefaultLiveBudget).
+	LiveBudget int64
+	Logger     *slog.Logger
+	Now        func() time.Time
 
 	// Clients reach agentd; the gateway uses them too.
 	Clients envs.AgentdClients
@@ -91,8 +95,11 @@ type Followers struct {
 	// looked at afresh.
 	indexed map[string]*gorm.DB
 	wg      sync.WaitGroup
+	// ctx is the context every follower runs under, made by Start or by
+	// the first follower asked for before it; stop cancels it.
 	ctx     context.Context
 	stop    context.CancelFunc
+	started bool
 }
 
 type followKey struct {
@@ -147,12 +154,24 @@ func (f *Followers) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Start makes the followers ready; Stop ends them. Followers started
-// before Start run under a background context.
-func (f *Followers) Start(ctx context.Context) {
+// ErrStarted is Start called a second time.
+var ErrStarted = errors.New("recorder: followers already started")
+
+// Start makes the followers ready, once: a second call is ErrStarted. The
+// followers' context keeps ctx's values, not its cancellation; Stop ends
+// them. Followers asked for before Start already run under the context
+// Start would make, so Stop ends them too.
+func (f *Followers) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	if f.started {
+		return ErrStarted
+	}
+	f.started = true
+	if f.ctx == nil {
+		f.ctx, f.stop = context.WithCancel(context.WithoutCancel(ctx))
+	}
+	return nil
 }
 
 // Stop ends every follower and waits for them. Their leases lapse and
@@ -185,7 +204,7 @@ func (f *Followers) FollowNew(org Org, c recordings.Command, first *agentd.Sessi
 	// Clients' polls are answered from the follower's reads from the
 	// moment the starter answers (a poll may arrive before the
 	// follower's goroutine runs).
-	f.live.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
+	f.publish(liveKey{org.Slug, c.ID}, org.DB, 0, first)
 	// The follower starts following once the starter's answer is on its
 	// way: storing the first answer (for a command as quick as `true`, its
 	// end and command.end too) would otherwise compete for the CPU with
@@ -222,6 +241,7 @@ func (f *Followers) start(org string, id int64, known *started) {
 	if f.ctx.Err() != nil {
 		f.mu.Unlock()
 		f.live.forget(liveKey{org, id})
+		f.dropPending(org, id)
 		return
 	}
 	f.running[k] = true
@@ -246,6 +266,10 @@ func (f *Followers) start(org string, id int64, known *started) {
 		// Clients of the command ask agentd (or read the recording) once
 		// its follower here is gone.
 		defer f.live.forget(liveKey{org, id})
+		// A create still unanswered when following ends (or never began:
+		// the org could not be opened) is not sent again: its environment
+		// values leave memory with it.
+		defer f.dropPending(org, id)
 		if known != nil && known.after > 0 {
 			pause := time.NewTimer(known.after)
 			select {
@@ -268,8 +292,6 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		return err
 	}
 	defer release()
-	// A create still unanswered when following ends is not sent again.
-	defer f.CreateDone(org, id)
 	lk := liveKey{slug, id}
 	ctx, cancel := tenant.BindRevoked(ctx, org.Revoked)
 	defer cancel()
@@ -289,32 +311,14 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 	var ahead *aheadRead
 	defer func() { ahead.drop() }()
 	if known != nil && known.first != nil {
-		// The starter holds the lease already and has agentd's first
-		// answer: record it as it is.
-		f.live.publish(lk, org.DB, 0, known.first)
-		done, err := f.record(ctx, org, known.cmd, known.first, nil)
-		if err == nil {
-			f.live.storedTo(lk, uint64(done.cmd.LastChunk))
-		}
-		if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
+		var over bool
+		if c, over = f.recordFirst(ctx, org, known); over {
 			return nil
 		}
-		if err == nil {
-			c = &done.cmd
-		}
-		// Otherwise read on from where the record stands.
 	}
-	for acquired := known != nil; !acquired; {
-		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
-		switch {
-		case err == nil && !ok:
-			return nil // another replica follows it
-		case err == nil:
-			acquired = true
-		case !store.IsUnavailable(err):
+	if known == nil {
+		if held, err := f.acquire(ctx, org, id, retry); !held || err != nil {
 			return err
-		case !retry():
-			return ctx.Err()
 		}
 	}
 	for ctx.Err() == nil {
@@ -367,7 +371,7 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 				// nothing is judged from a failed read. A lease left to
 				// lapse here would have every replica's sweep adopt the
 				// command and wait on it side by side, the row naming a
-				// replica that may be long dead (found by the chaos run).
+				// replica that may be long dead.
 				if held, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()+backoff)); err == nil && !held {
 					return nil // another replica took it over
 				}
@@ -385,6 +389,43 @@ func (f *Followers) follow(ctx context.Context, slug string, id int64, known *st
 		c = &done.cmd
 	}
 	return ctx.Err()
+}
+
+// recordFirst records the starter's first answer of a command, as it is:
+// the starter holds the lease already. It returns the command as stored
+// (nil: read it again), or over when following it is done (it ended, or
+// another replica took it).
+func (f *Followers) recordFirst(ctx context.Context, org Org, known *started) (c *recordings.Command, over bool) {
+	lk := liveKey{org.Slug, known.cmd.ID}
+	f.publish(lk, org.DB, 0, known.first)
+	done, err := f.record(ctx, org, known.cmd, known.first, nil)
+	if err == nil {
+		f.storedTo(lk, uint64(done.cmd.LastChunk))
+	}
+	if (err == nil && done.ended) || errors.Is(err, recordings.ErrLeaseLost) {
+		return nil, true
+	}
+	if err == nil {
+		return &done.cmd, false
+	}
+	return nil, false // read on from where the record stands
+}
+
+// acquire takes command id's lease for this process, waiting out a
+// database that is away (retry); held is false when another replica
+// follows it or ctx ended.
+func (f *Followers) acquire(ctx context.Context, org Org, id int64, retry func() bool) (held bool, err error) {
+	for {
+		ok, err := recordings.Acquire(ctx, org.DB, id, f.Owner, f.now(), f.now().Add(f.lease()))
+		switch {
+		case err == nil:
+			return ok, nil
+		case !store.IsUnavailable(err):
+			return false, err
+		case !retry():
+			return false, ctx.Err()
+		}
+	}
 }
 
 // maxBackoff bounds the wait between a follower's attempts while the
@@ -429,16 +470,16 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 		cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 		defer cancel()
 		resp, err := cl.CreateSession(cctx, req)
-		var ae *agentd.Error
-		switch {
-		case err == nil:
+		outcome, ae := SortCreate(err)
+		switch outcome {
+		case CreateStarted:
 			f.CreateDone(org, c.ID)
 			stored, err := f.record(ctx, org, c, resp, nil)
 			return stored, nil, err
-		case errors.As(err, &ae) && ae.Code == agentd.CodeIDInUse && !ae.Foreign:
+		case CreateArrived:
 			f.CreateDone(org, c.ID) // it did arrive: read it next
 			return stepResult{cmd: c}, nil, nil
-		case errors.As(err, &ae) && ae.Status < 500 && !ae.Foreign:
+		case CreateRefused:
 			f.CreateDone(org, c.ID)
 			return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
 				Reason: "agentd refused to start it: " + ae.Message, At: f.now()})
@@ -451,31 +492,6 @@ func (f *Followers) notStarted(ctx context.Context, org Org, cl *agentd.Client, 
 	return stepResult{ended: true}, nil, f.finish(ctx, org, c, recordings.End{State: recordings.StateLost,
 		Reason: "agentd never acknowledged starting it", At: f.now()})
 }
-
-// pendingKey names a create this process sent without an answer, by the
-// org's open database (ids start over in a re-created org).
-type pendingKey struct {
-	db *gorm.DB
-	id int64
-}
-
-// CreatePending keeps a command's create until agentd answered it, so a
-// follower can send it again (it holds the environment variables, which
-// are never stored).
-func (f *Followers) CreatePending(org Org, id int64, req agentd.CreateSessionRequest) {
-	f.pending.Store(pendingKey{org.DB, id}, req)
-}
-
-func (f *Followers) pendingCreate(org Org, id int64) (agentd.CreateSessionRequest, bool) {
-	v, ok := f.pending.Load(pendingKey{org.DB, id})
-	if !ok {
-		return agentd.CreateSessionRequest{}, false
-	}
-	return v.(agentd.CreateSessionRequest), true
-}
-
-// CreateDone forgets a create agentd answered.
-func (f *Followers) CreateDone(org Org, id int64) { f.pending.Delete(pendingKey{org.DB, id}) }
 
 // stepResult is what one step left: the command as stored, and whether it
 // ended.
@@ -524,12 +540,11 @@ func (f *Followers) readAhead(ctx context.Context, cl *agentd.Client, agentdID s
 // A small batch of a running command waits up to gatherWindow for the
 // output that follows it, up to gatherBytes, and is stored with it in one
 // commit: a terminal's echoes while someone types (or a program writing a
-// line at a time) cost one commit per window instead of one per write,
-// and the database writes no longer queue behind each other with the
-// keystrokes' own. Readers get each part the moment it arrives, as
-// before; agentd keeps all of it until it is stored (the reads acknowledge
-// only what was stored before), so a console that dies meanwhile loses
-// nothing: its successor reads it again.
+// line at a time) cost one commit per window, not one per write, and the
+// database writes do not queue behind the keystrokes' own. Readers get
+// each part the moment it arrives; agentd keeps all of it until it is
+// stored (the reads acknowledge only what was stored before), so a
+// console that dies meanwhile loses nothing: its successor reads it again.
 const (
 	gatherWindow = 20 * time.Millisecond // Followers.Gather's default
 	gatherBytes  = 64 << 10
@@ -672,11 +687,11 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 	}
 	// Clients polling this command get it now, before it is stored (as
 	// they did asking agentd themselves).
-	f.live.publish(lk, org.DB, readFrom, resp)
+	f.publish(lk, org.DB, readFrom, resp)
 	if err := org.Sessions.ReportReachable(ctx, c.SessionID); err != nil {
 		f.logger().Warn("recording follower: clear agentd failures", "org", org.Slug, "session", c.SessionID, "error", err)
 	}
-	publish := func(cursor uint64, r *agentd.SessionResponse) { f.live.publish(lk, org.DB, cursor, r) }
+	publish := func(cursor uint64, r *agentd.SessionResponse) { f.publish(lk, org.DB, cursor, r) }
 	var stamps []time.Time
 	if gathering(resp) {
 		resp, stamps = f.gather(ctx, cl, c, resp, publish)
@@ -692,7 +707,7 @@ func (f *Followers) step(ctx context.Context, org Org, t sessions.Target, c reco
 		next.drop()
 		next = nil
 	} else {
-		f.live.storedTo(lk, uint64(stored.cmd.LastChunk))
+		f.storedTo(lk, uint64(stored.cmd.LastChunk))
 	}
 	return stored, next, err
 }

@@ -18,18 +18,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/tenant"
 )
 
-// Package terminal is the browser terminal: a WebSocket bridged to the
-// terminal gateway's operations (internal/gateway), each checked, recorded and
-// audited there as if it came through the JSON API. It keeps the open
-// connections, so they can be dropped (tests) and closed on revocation.
-//
-// The browser terminal speaks JSON text messages over a WebSocket that the
-// console bridges to the same operations as the JSON API: every keystroke
-// is a Stdin (recorded before it is forwarded), every window change a
-// Resize (audited), and output comes from Poll with a cursor. A client
-// that reconnects names its command and the last chunk id it showed, and
-// continues from there without losing or repeating output.
-
 // ClientMessage is what the browser sends.
 type ClientMessage struct {
 	// Type is "input" (Data holds the keystrokes) or "resize".
@@ -90,8 +78,7 @@ func lostAccess(err error) error {
 	return apperr.New(apperr.ErrForbidden, "access_removed", "%s", msg)
 }
 
-// Terminals tracks open browser terminals, so they can be closed (an org
-// suspended, a test dropping connections).
+// Terminals is the set of a bridge's open browser terminals.
 type Terminals struct {
 	mu    sync.Mutex
 	conns map[*websocket.Conn]struct{}
@@ -112,25 +99,30 @@ func (t *Terminals) remove(c *websocket.Conn) {
 	delete(t.conns, c)
 }
 
-// DropAll closes every open terminal connection abruptly; clients
-// reconnect and continue from their cursor.
-func (t *Terminals) DropAll() int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	n := len(t.conns)
-	for c := range t.conns {
-		_ = c.CloseNow()
-	}
-	return n
-}
-
 // idlePollPause spaces the bridge's polls that come back at once with
 // nothing, so they do not spin.
 const idlePollPause = 250 * time.Millisecond
 
+// Operations are the terminal gateway's operations a bridge forwards, each
+// checked, recorded and audited by the gateway; *gateway.Gateway has them.
+type Operations interface {
+	Exec(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID int64, req gateway.ExecRequest) (gateway.Output, error)
+	OpenedTerminal(org gateway.Org, a *authz.Actor, commandID int64)
+	Watch(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64) error
+	Continue(ctx context.Context, org gateway.Org, a *authz.Actor, sessionID, commandID int64) error
+	Attach(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64) error
+	Detach(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64, reason string, ended bool) error
+	Stdin(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64, data []byte, eof bool) error
+	Resize(ctx context.Context, org gateway.Org, a *authz.Actor, m gateway.Meta, sessionID, commandID int64, rows, cols uint16) error
+	Poll(ctx context.Context, org gateway.Org, a *authz.Actor, sessionID, commandID int64, cursor uint64, waitMS int64) (gateway.Output, error)
+	// EndReason says what ended a command beyond its state:
+	// "session_close" when its session's close did, else "".
+	EndReason(ctx context.Context, org gateway.Org, sessionID, commandID int64) string
+}
+
 // Bridge serves browser terminals through a gateway. One per process.
 type Bridge struct {
-	Gateway *gateway.Gateway
+	Gateway Operations
 	Logger  *slog.Logger
 	// Open are the open browser terminals.
 	Open Terminals
@@ -143,9 +135,10 @@ func (b *Bridge) logger() *slog.Logger {
 	return slog.Default()
 }
 
-// Serve serves one browser terminal over conn until either side ends it.
+// Serve serves one browser terminal over conn until either side ends it:
+// a reader forwards keystrokes and window changes, a poller sends the
+// command's output and end, both through one writer.
 func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org gateway.Org, a *authz.Actor, m gateway.Meta, at Attach) error {
-	g := b.Gateway
 	b.Open.add(conn)
 	defer b.Open.remove(conn)
 	// Reads use the request's own context: a read canceled by a revocation
@@ -157,225 +150,309 @@ func (b *Bridge) Serve(ctx context.Context, conn *websocket.Conn, org gateway.Or
 	// into or not: a revocation closes it within gateway.RecheckEvery.
 	ctx, stopWatch := gateway.WatchPrincipal(ctx, at.Recheck)
 	defer stopWatch()
-	// now is the actor of one operation: the credential checked again,
-	// with its roles as they stand.
-	now := func() (*authz.Actor, error) {
-		if at.Recheck == nil {
-			return a, nil
-		}
-		return at.Recheck(ctx)
+	t := &term{ops: b.Gateway, org: org, a: a, m: m, at: at, ctx: ctx, w: &writer{conn: conn, ctx: ctx}, cursor: at.Cursor}
+	if err := t.open(); err != nil {
+		return t.w.fail(err)
 	}
-	// done writes the operation's refusals to the audit log at once, not
-	// when the connection ends (a crash would lose them).
-	done := func(act *authz.Actor, err error) error {
-		if ferr := act.Flush(context.WithoutCancel(ctx)); ferr != nil {
-			return gateway.Unrecorded(ferr)
-		}
+	if !at.Watch {
+		defer t.detach(b.logger())
+	}
+	if err := t.done(a, nil); err != nil {
+		return t.w.fail(err)
+	}
+	if err := t.w.send(ServerMessage{Type: "attached", CommandID: t.cid, ReadOnly: at.Watch}); err != nil {
 		return err
 	}
-	send := func(msg ServerMessage) error {
-		b, err := json.Marshal(msg)
+	// The bridge returns only once the reader did: it acts for the
+	// request, which must not be used once the request is over.
+	reading := make(chan struct{})
+	defer func() { <-reading }()
+	defer conn.CloseNow()
+	go func() {
+		defer close(reading)
+		defer cancel()
+		(&reader{t: t, conn: conn}).run(readCtx)
+	}()
+	return (&poller{t: t}).run()
+}
+
+// term is one browser terminal being served: what it acts on, as whom,
+// and the command it shows.
+type term struct {
+	ops Operations
+	org gateway.Org
+	a   *authz.Actor
+	m   gateway.Meta
+	at  Attach
+	// ctx ends when the terminal must: revoked, or either side gone.
+	ctx context.Context
+	w   *writer
+	// cid is the command shown; cursor the last chunk sent of it.
+	cid    int64
+	cursor uint64
+	// ended says the command's end was seen and sent (the poller's).
+	ended bool
+}
+
+// actor is the actor of one operation: the credential checked again, with
+// its roles as they stand.
+func (t *term) actor() (*authz.Actor, error) {
+	if t.at.Recheck == nil {
+		return t.a, nil
+	}
+	return t.at.Recheck(t.ctx)
+}
+
+// done writes an operation's refusals to the audit log at once, not when
+// the connection ends (a crash would lose them), and returns err.
+func (t *term) done(act *authz.Actor, err error) error {
+	if ferr := act.Flush(context.WithoutCancel(t.ctx)); ferr != nil {
+		return gateway.Unrecorded(ferr)
+	}
+	return err
+}
+
+// open starts, continues or watches the command the terminal shows, each
+// authorized and audited before anything is shown or sent.
+func (t *term) open() error {
+	g, at := t.ops, t.at
+	t.cid = at.CommandID
+	switch {
+	case at.Watch:
+		if t.cid == 0 {
+			return &apperr.ValidationError{Fields: map[string]string{"command": "Say which command to watch."}}
+		}
+		return g.Watch(t.ctx, t.org, t.a, t.m, at.SessionID, t.cid)
+	case t.cid == 0:
+		out, err := g.Exec(t.ctx, t.org, t.a, t.m, at.SessionID, gateway.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
 		if err != nil {
 			return err
 		}
-		// Not bound to ctx: the message that says why the terminal ends
-		// must still go out once ctx ended.
-		wctx, wcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer wcancel()
-		return conn.Write(wctx, websocket.MessageText, b)
+		t.cid = out.CommandID
+		g.OpenedTerminal(t.org, t.a, t.cid)
+		return nil
 	}
-	// leaving is why the terminal ends, the first reason given winning
-	// (both the reader and the poll loop may end it).
-	var leaving struct {
-		sync.Mutex
-		why string
-	}
-	leave := func(why string) {
-		leaving.Lock()
-		defer leaving.Unlock()
-		if leaving.why == "" {
-			leaving.why = why
-		}
-	}
-	fail := func(err error) error {
-		msg := "The terminal could not continue."
-		var ae *apperr.Error
-		var ve *apperr.ValidationError
-		switch {
-		case errors.As(err, &ae):
-			msg = ae.Message
-		case errors.As(err, &ve):
-			msg = ve.Error()
-		}
-		// Said before the connection closes: the reader then sees it
-		// closed, which is not why.
-		leave("the terminal was ended: " + msg)
-		_ = send(ServerMessage{Type: "error", Message: msg})
-		_ = conn.Close(websocket.StatusPolicyViolation, clip.String(msg, 120))
+	// Continuing a command is using the session: authorized before
+	// anything, even whether the command exists, is said. A command that
+	// ended meanwhile is not refused: the reconnecting terminal gets the
+	// output it missed and the end.
+	if err := g.Continue(t.ctx, t.org, t.a, at.SessionID, t.cid); err != nil {
 		return err
 	}
+	// Joining a running command, one's own after a reload or someone
+	// else's, is audited before anything is shown or sent.
+	return g.Attach(t.ctx, t.org, t.a, t.m, at.SessionID, t.cid)
+}
 
-	cid, cursor := at.CommandID, at.Cursor
-	if at.Watch {
-		if cid == 0 {
-			return fail(&apperr.ValidationError{Fields: map[string]string{"command": "Say which command to watch."}})
-		}
-		if err := g.Watch(ctx, org, a, m, at.SessionID, cid); err != nil {
-			return fail(err)
-		}
-	} else if cid == 0 {
-		out, err := g.Exec(ctx, org, a, m, at.SessionID, gateway.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
+// detach audits a terminal leaving its command: command.detach with why
+// (closed, lost, access removed), or nothing more once its end was seen
+// (its command.end says all).
+func (t *term) detach(log *slog.Logger) {
+	t.w.leave("the terminal was closed")
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(t.ctx), 10*time.Second)
+	defer cancel()
+	if err := t.ops.Detach(ctx, t.org, t.a, t.m, t.at.SessionID, t.cid, t.w.why(), t.ended); err != nil {
+		log.Warn("recording a terminal's detach failed", "org", t.org.Slug, "command", t.cid, "error", err)
+	}
+}
+
+// writer sends the console's messages over a terminal's connection and
+// keeps why the terminal ends, the first reason given winning (the reader
+// and the poller may both end it).
+type writer struct {
+	conn *websocket.Conn
+	// ctx is the terminal's: a message is sent after it ended too.
+	ctx     context.Context
+	mu      sync.Mutex
+	leaving string
+}
+
+// send writes one message. It is not bound to the terminal's context: the
+// message that says why the terminal ends must still go out once that
+// ended.
+func (w *writer) send(msg ServerMessage) error {
+	b, err := json.Marshal(msg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(w.ctx), 10*time.Second)
+	defer cancel()
+	return w.conn.Write(ctx, websocket.MessageText, b)
+}
+
+// leave records why the terminal ends, unless a reason was given first.
+func (w *writer) leave(why string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.leaving == "" {
+		w.leaving = why
+	}
+}
+
+func (w *writer) why() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.leaving
+}
+
+// fail ends the terminal with err: its message (an apperr's own, never an
+// internal detail) is sent, then the connection closes. It returns err.
+func (w *writer) fail(err error) error {
+	msg := "The terminal could not continue."
+	var ae *apperr.Error
+	var ve *apperr.ValidationError
+	switch {
+	case errors.As(err, &ae):
+		msg = ae.Message
+	case errors.As(err, &ve):
+		msg = ve.Error()
+	}
+	// Said before the connection closes: the reader then sees it closed,
+	// which is not why.
+	w.leave("the terminal was ended: " + msg)
+	_ = w.send(ServerMessage{Type: "error", Message: msg})
+	_ = w.conn.Close(websocket.StatusPolicyViolation, clip.String(msg, 120))
+	return err
+}
+
+// reader forwards a terminal's keystrokes and window changes, in order,
+// through the gateway, each checked against the credential and the
+// policy as they stand; a watching terminal's go nowhere.
+type reader struct {
+	t    *term
+	conn *websocket.Conn
+}
+
+// run reads until the connection ends or an operation is refused (which
+// ends the terminal).
+func (r *reader) run(ctx context.Context) {
+	t := r.t
+	for {
+		typ, b, err := r.conn.Read(ctx)
 		if err != nil {
-			return fail(err)
-		}
-		cid = out.CommandID
-		g.OpenedTerminal(org, a, cid)
-	} else {
-		// Continuing a command is using the session: authorized before
-		// anything, even whether the command exists, is said (running's
-		// lookup). A command that ended meanwhile is not refused: the
-		// reconnecting terminal gets the output it missed and the end.
-		if err := g.Continue(ctx, org, a, at.SessionID, cid); err != nil {
-			return fail(err)
-		}
-		// Joining a running command, one's own after a reload or someone
-		// else's, is audited before anything is shown or sent.
-		if err := g.Attach(ctx, org, a, m, at.SessionID, cid); err != nil {
-			return fail(err)
-		}
-	}
-	// ended says the command's end was seen: its command.end says all; a
-	// terminal leaving a command that still runs is audited as
-	// command.detach, with why (closed, lost, access removed).
-	ended := false
-	if !at.Watch {
-		defer func() {
-			leave("the terminal was closed")
-			dctx, dcancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-			defer dcancel()
-			if err := g.Detach(dctx, org, a, m, at.SessionID, cid, leaving.why, ended); err != nil {
-				b.logger().Warn("recording a terminal's detach failed", "org", org.Slug, "command", cid, "error", err)
+			if websocket.CloseStatus(err) == -1 && ctx.Err() == nil {
+				t.w.leave("the connection was lost")
 			}
-		}()
+			return
+		}
+		if t.at.Watch || typ != websocket.MessageText {
+			continue
+		}
+		var msg ClientMessage
+		if json.Unmarshal(b, &msg) != nil || !msg.valid() {
+			continue
+		}
+		if err := r.forward(msg); err != nil {
+			_ = t.w.fail(err)
+			return
+		}
 	}
-	if err := done(a, nil); err != nil {
-		return fail(err)
+}
+
+// valid reports a message worth forwarding: input with data, or a window
+// size within bounds.
+func (m ClientMessage) valid() bool {
+	switch m.Type {
+	case "input":
+		return m.Data != ""
+	case "resize":
+		return m.Rows > 0 && m.Cols > 0 && m.Rows <= 4096 && m.Cols <= 4096
 	}
-	if err := send(ServerMessage{Type: "attached", CommandID: cid, ReadOnly: at.Watch}); err != nil {
+	return false
+}
+
+// forward sends one keystroke or window change through the gateway as
+// the actor the credential is now.
+func (r *reader) forward(msg ClientMessage) error {
+	t := r.t
+	act, err := t.actor()
+	if err != nil {
 		return err
 	}
-
-	// Keystrokes and window changes, in order, through the gateway. The
-	// bridge returns only once this reader did: it acts for the request,
-	// which must not be used once the request is over.
-	reader := make(chan struct{})
-	defer func() { <-reader }()
-	defer conn.CloseNow()
-	go func() {
-		defer close(reader)
-		defer cancel()
-		for {
-			typ, b, err := conn.Read(readCtx)
-			if err != nil {
-				if websocket.CloseStatus(err) == -1 && readCtx.Err() == nil {
-					leave("the connection was lost")
-				}
-				return
-			}
-			if at.Watch || typ != websocket.MessageText {
-				continue
-			}
-			var msg ClientMessage
-			if json.Unmarshal(b, &msg) != nil {
-				continue
-			}
-			if (msg.Type == "input" && msg.Data == "") || (msg.Type == "resize" && (msg.Rows == 0 || msg.Cols == 0 || msg.Rows > 4096 || msg.Cols > 4096)) {
-				continue
-			}
-			// Every keystroke and window change is checked against the
-			// credential and the policy as they stand now.
-			act, err := now()
-			if err != nil {
-				_ = fail(err)
-				return
-			}
-			switch msg.Type {
-			case "input":
-				err = done(act, g.Stdin(ctx, org, act, m, at.SessionID, cid, []byte(msg.Data), false))
-			case "resize":
-				if err = done(act, g.Resize(ctx, org, act, m, at.SessionID, cid, msg.Rows, msg.Cols)); errors.Is(err, apperr.ErrConflict) {
-					err = nil
-				}
-			}
-			if err != nil {
-				_ = fail(lostAccess(err))
-				return
-			}
+	switch msg.Type {
+	case "input":
+		err = t.done(act, t.ops.Stdin(t.ctx, t.org, act, t.m, t.at.SessionID, t.cid, []byte(msg.Data), false))
+	case "resize":
+		// A window change of a command that ended is no refusal.
+		if err = t.done(act, t.ops.Resize(t.ctx, t.org, act, t.m, t.at.SessionID, t.cid, msg.Rows, msg.Cols)); errors.Is(err, apperr.ErrConflict) {
+			err = nil
 		}
-	}()
+	}
+	if err != nil {
+		return lostAccess(err)
+	}
+	return nil
+}
 
-	for ctx.Err() == nil {
+// poller sends a terminal's command's output from its cursor, and its
+// end, long-polling the gateway.
+type poller struct {
+	t *term
+}
+
+// run polls until the command ends (sent with its end), the terminal's
+// context ends (said why, if revoked) or a poll is refused.
+func (p *poller) run() error {
+	t := p.t
+	for t.ctx.Err() == nil {
 		asked := time.Now()
-		act, err := now()
+		act, err := t.actor()
 		if err != nil {
-			return fail(err)
+			return t.w.fail(err)
 		}
-		out, err := g.Poll(ctx, org, act, at.SessionID, cid, cursor, 20000)
-		if err = done(act, err); err != nil {
-			if ctx.Err() != nil {
+		out, err := t.ops.Poll(t.ctx, t.org, act, t.at.SessionID, t.cid, t.cursor, 20000)
+		if err = t.done(act, err); err != nil {
+			if t.ctx.Err() != nil {
 				break
 			}
-			return fail(lostAccess(err))
+			return t.w.fail(lostAccess(err))
 		}
-		for _, ch := range out.Chunks {
-			if ch.ID <= cursor {
-				continue
-			}
-			if err := send(ServerMessage{Type: "output", ID: ch.ID, Stream: ch.Stream, Data: ch.Data}); err != nil {
-				return err
-			}
-			cursor = ch.ID
-		}
-		// Exec records are not sent but pass the cursor: an answer that
-		// held only them moved it.
-		advanced := out.NextCursor > cursor
-		if out.NextCursor > cursor && len(out.Chunks) == 0 {
-			cursor = out.NextCursor
+		advanced, err := p.send(out)
+		if err != nil {
+			return err
 		}
 		if out.State != recordings.StateRunning && !out.More {
-			ended = true
-			if err := send(ServerMessage{Type: "exit", State: out.State, ExitCode: out.ExitCode, EndedBy: endedBy(ctx, org, at.SessionID, cid)}); err != nil {
+			t.ended = true
+			t.w.leave("the command ended")
+			if err := t.w.send(ServerMessage{Type: "exit", State: out.State, ExitCode: out.ExitCode, EndedBy: t.ops.EndReason(t.ctx, t.org, t.at.SessionID, t.cid)}); err != nil {
 				return err
 			}
-			return conn.Close(websocket.StatusNormalClosure, "the command ended")
+			return t.w.conn.Close(websocket.StatusNormalClosure, "the command ended")
 		}
-		if len(out.Chunks) == 0 && !advanced && time.Since(asked) < idlePollPause {
+		if !advanced && time.Since(asked) < idlePollPause {
 			// Answered at once with nothing (a command of a closed session
 			// whose end is not recorded yet): no wait at agentd paced it.
 			select {
-			case <-ctx.Done():
+			case <-t.ctx.Done():
 			case <-time.After(idlePollPause):
 			}
 		}
 	}
-	if cause := gateway.EndedBy(ctx); cause != nil {
+	if cause := gateway.EndedBy(t.ctx); cause != nil {
 		// Revoked (signed out, access removed, org suspended): say why.
-		return fail(cause)
+		return t.w.fail(cause)
 	}
-	_ = conn.Close(websocket.StatusGoingAway, "the terminal was closed")
+	_ = t.w.conn.Close(websocket.StatusGoingAway, "the terminal was closed")
 	return nil
 }
 
-// endedBy says what ended a command beyond its state: "session_close"
-// when its session's close did (the close records why before it kills
-// anything, so the reason is there by the time agentd reports the end).
-// A failed read says nothing more rather than fail the terminal.
-func endedBy(ctx context.Context, org gateway.Org, sessionID, commandID int64) string {
-	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	c, err := recordings.GetInSession(rctx, org.DB, sessionID, commandID)
-	if err == nil && recordings.EndedBySessionClose(c.Reason) {
-		return "session_close"
+// send sends the chunks of out after the cursor, moving it, and reports
+// whether the answer moved it at all: exec records are not sent but pass
+// the cursor, so an answer that held only them moved it.
+func (p *poller) send(out gateway.Output) (advanced bool, err error) {
+	t := p.t
+	for _, ch := range out.Chunks {
+		if ch.ID <= t.cursor {
+			continue
+		}
+		if err := t.w.send(ServerMessage{Type: "output", ID: ch.ID, Stream: ch.Stream, Data: ch.Data}); err != nil {
+			return true, err
+		}
+		t.cursor = ch.ID
 	}
-	return ""
+	advanced = len(out.Chunks) > 0 || out.NextCursor > t.cursor
+	if out.NextCursor > t.cursor && len(out.Chunks) == 0 {
+		t.cursor = out.NextCursor
+	}
+	return advanced, nil
 }
