@@ -68,17 +68,6 @@ func (p *NetworkPolicy) inspects() bool {
 	return false
 }
 
-// hasMethods reports whether some rule decides by HTTP method, so plain
-// HTTP must be decided request by request.
-func (p *NetworkPolicy) hasMethods() bool {
-	for _, r := range p.Policy.Rules {
-		if len(r.Methods) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // ruleMatches reports whether rule i's host and ports match c, whatever
 // its methods and paths (which only an inspected request shows), by
 // asking the policy package about a policy of that rule alone.

@@ -69,13 +69,15 @@ func (u *upstream) close() {
 }
 
 // serveRequests serves HTTP requests read from br (the first is req) and
-// answers on w. Each request's destination is decided; with rules that
-// decide by method, or inside inspected TLS, every request is decided and
-// forwarded on its own, otherwise the connection is relayed as it is once
-// the first is allowed. A denied request is answered 403 with a body that
-// names the rule, and the connection ends.
+// answers on w. Every request is decided on its own (its method, path and
+// destination) before it is forwarded, on plain HTTP as inside inspected
+// TLS: a keep-alive connection is never relayed untouched, so a second
+// request cannot reach what the first could not have. A request whose
+// destination (absolute URL, else Host) differs from the connection's is
+// decided as that destination and goes to a connection of its own. A
+// denied request is answered 403 with a body that names the rule, and the
+// connection ends.
 func (nc *netConn) serveRequests(req *http.Request, br *bufio.Reader, w net.Conn, inspected bool) {
-	perRequest := inspected || nc.pol.hasMethods()
 	var up upstream
 	defer up.close()
 	defPort := 80
@@ -90,18 +92,15 @@ func (nc *netConn) serveRequests(req *http.Request, br *bufio.Reader, w net.Conn
 	for {
 		host := req.Host
 		if req.URL.Host != "" {
+			// An absolute URL names the destination, and the Host the
+			// server sees must be the one decided (RFC 9112, 3.2.2).
 			host = req.URL.Host
+			req.Host = host
 		}
 		name, port := splitHostPort(host, defPort)
 		nc.rec.Host = req.Host
 		if !nc.sendTo(&up, req, name, port, inspected) {
 			writeDenied(w, nc.rec)
-			return
-		}
-		if !perRequest {
-			if err := req.Write(countWriter{up.conn, &nc.rec.BytesOut}); err == nil {
-				nc.relay(w, up.conn)
-			}
 			return
 		}
 		if !nc.exchange(&up, req, br, w) {

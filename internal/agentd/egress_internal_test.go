@@ -3,9 +3,16 @@ package agentd
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +120,72 @@ func TestInspectedCoversRulesWithMethodsAndPaths(t *testing.T) {
 	}
 	if np.inspected(policy.Conn{Name: "a.test", Port: 80}) || np.inspected(policy.Conn{Name: "b.test", Port: 443}) {
 		t.Fatal("a connection the rule does not name is inspected")
+	}
+}
+
+// Every plain-HTTP request on a keep-alive connection is decided: a path
+// rule denies the second request although the first was allowed, and a
+// Host that changes is decided as its own name.
+func TestEgressKeepAliveDecidesEveryRequest(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Host+r.URL.Path)
+		mu.Unlock()
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	hostport := strings.TrimPrefix(srv.URL, "http://")
+	_, port, _ := net.SplitHostPort(hostport)
+	for _, tc := range []struct {
+		name, second string
+		rules        []policy.NetRule
+	}{
+		{"a denied path", "GET /secret/data HTTP/1.1\r\nHost: " + hostport + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1"},
+			{Action: policy.Deny, Host: "127.0.0.1", Paths: []string{"/secret*"}},
+		}},
+		{"a denied method", "DELETE /ok HTTP/1.1\r\nHost: " + hostport + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1", Methods: []string{"GET"}},
+		}},
+		{"another host", "GET /ok HTTP/1.1\r\nHost: 127.0.0.2:" + port + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: tc.rules}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			e := &sessionEgress{svc: &egressService{names: newUpstreamDNS("")}, ctx: ctx}
+			a, b := net.Pipe()
+			defer a.Close()
+			nc := &netConn{e: e, pol: np, client: b, br: bufio.NewReader(b)}
+			done := make(chan struct{})
+			go func() { nc.serveHTTP(); b.Close(); close(done) }()
+			go fmt.Fprintf(a, "GET /ok HTTP/1.1\r\nHost: %s\r\n\r\n%s", hostport, tc.second)
+			a.SetReadDeadline(time.Now().Add(10 * time.Second))
+			out, _ := io.ReadAll(a)
+			<-done
+			br := bufio.NewReader(bytes.NewReader(out))
+			for i, want := range []int{http.StatusOK, http.StatusForbidden} {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("response %d: %v (client got %q)", i+1, err, out)
+				}
+				io.Copy(io.Discard, resp.Body)
+				if resp.StatusCode != want {
+					t.Fatalf("response %d: status %d, want %d", i+1, resp.StatusCode, want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 1 || seen[0] != hostport+"/ok" {
+				t.Fatalf("the server saw %q, want only the first request", seen)
+			}
+		})
 	}
 }
