@@ -189,3 +189,71 @@ func TestEgressKeepAliveDecidesEveryRequest(t *testing.T) {
 		})
 	}
 }
+
+// A rule reaches a private or local address by naming it only for its
+// own ports and only with an address or prefix within the address's
+// range: a wildcard rule for another port, or a prefix that merely
+// contains loopback (0.0.0.0/0), does not lead a name to the host's
+// loopback.
+func TestEgressRefusedAddrNeedsRuleWithinRangeAndPort(t *testing.T) {
+	var own netip.Addr // one of this host's addresses outside loopback
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, n := range addrs {
+			if ipn, ok := n.(*net.IPNet); ok {
+				if a, ok := netip.AddrFromSlice(ipn.IP); ok && a.Is4() && !a.IsLoopback() {
+					own = a.Unmap()
+					break
+				}
+			}
+		}
+	}
+	wild := policy.NetRule{Action: policy.Allow, Host: "*.example.com", Ports: []int{8080}}
+	for _, tc := range []struct {
+		name    string
+		rule    policy.NetRule
+		addr    string
+		refused bool
+	}{
+		{"loopback prefix for another port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.0/8", Ports: []int{9999}}, "127.0.0.1", true},
+		{"loopback prefix for the port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.0/8", Ports: []int{8080}}, "127.0.0.1", false},
+		{"loopback address for the port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.1", Ports: []int{8080}}, "127.0.0.1", false},
+		{"loopback address for any port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.1"}, "127.0.0.1", false},
+		{"everything", policy.NetRule{Action: policy.Allow, Host: "0.0.0.0/0"}, "127.0.0.1", true},
+		{"everything v6", policy.NetRule{Action: policy.Allow, Host: "::/0"}, "::1", true},
+		{"a prefix holding loopback", policy.NetRule{Action: policy.Allow, Host: "64.0.0.0/2"}, "127.0.0.1", true},
+		{"everything to a private address", policy.NetRule{Action: policy.Allow, Host: "0.0.0.0/0"}, "10.1.2.3", true},
+		{"a private prefix", policy.NetRule{Action: policy.Allow, Host: "10.0.0.0/8"}, "10.1.2.3", false},
+		{"link-local prefix", policy.NetRule{Action: policy.Allow, Host: "169.0.0.0/8"}, "169.254.1.1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{tc.rule, wild}}}
+			nc := &netConn{pol: np}
+			a := netip.MustParseAddr(tc.addr)
+			d := np.Policy.DecideConn(policy.Conn{Name: "x.example.com", Addr: a, Port: 8080})
+			why := nc.refusedAddr("x.example.com", a, 8080, "", "", d)
+			if (why != "") != tc.refused {
+				t.Fatalf("refusedAddr = %q, want refused %v", why, tc.refused)
+			}
+		})
+	}
+	if own.IsValid() {
+		t.Run("this host's address", func(t *testing.T) {
+			for _, tc := range []struct {
+				host    string
+				refused bool
+			}{
+				{netip.PrefixFrom(own, 8).Masked().String(), true},
+				{own.String(), false},
+			} {
+				np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{
+					{Action: policy.Allow, Host: tc.host}, wild,
+				}}}
+				nc := &netConn{pol: np}
+				d := np.Policy.DecideConn(policy.Conn{Name: "x.example.com", Addr: own, Port: 8080})
+				if why := nc.refusedAddr("x.example.com", own, 8080, "", "", d); (why != "") != tc.refused {
+					t.Fatalf("rule %s: refusedAddr = %q, want refused %v", tc.host, why, tc.refused)
+				}
+			}
+		})
+	}
+}
