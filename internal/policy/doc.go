@@ -16,7 +16,17 @@
 // optionally by Args, space-separated words over the remaining arguments
 // in which `*` is any number of words, `?` exactly one, and any other
 // word a shell case pattern over one word (its `*` crosses slashes); and
-// optionally by SHA256, the program file's content. A Text rule instead
+// optionally by SHA256, the program file's content. For git, a deny or
+// ask rule's Args also meet the arguments without git's global options
+// before the subcommand (-C path, -c name=value, --git-dir, --work-tree,
+// --namespace, --config-env, --exec-path, --no-pager/-P, --paginate/-p,
+// --bare, --no-replace-objects, the pathspec options and the like, with
+// their values, attached by = or not; and a `--`), so "push *" denies git
+// -C . push, both in DecideCommand and DecideProgram; an option before
+// the subcommand that the gateway does not know leaves the rule one that
+// may apply (the dynamic setting decides). Allow rules match only the
+// arguments as written, since an option like -c can change what the
+// subcommand runs. A Text rule instead
 // matches a regular expression against the raw command line and each
 // env variable of the request (as NAME=value and as the value): legacy
 // command patterns become such deny rules (FromPatterns). Text rules only
