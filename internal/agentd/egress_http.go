@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 
 	"github.com/gatehouse/gatehouse/internal/policy"
 )
@@ -153,11 +154,27 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 	if up.conn == nil {
 		return false
 	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// The request is allowed: the client may send its body. The proxy
+		// answers the expectation itself, so the server's answer that
+		// follows is always the final one.
+		req.Header.Del("Expect")
+		if _, err := io.WriteString(countWriter{w, &nc.rec.BytesIn}, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return false
+		}
+	}
 	if err := req.Write(countWriter{up.conn, &nc.rec.BytesOut}); err != nil {
 		return false
 	}
 	nc.lookupPeer()
 	resp, err := http.ReadResponse(up.br, req)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// An interim answer (103 Early Hints): passed on, then the
+		// final one is read.
+		if err = writeInterim(countWriter{w, &nc.rec.BytesIn}, resp); err == nil {
+			resp, err = http.ReadResponse(up.br, req)
+		}
+	}
 	if err != nil {
 		return false
 	}
@@ -177,6 +194,18 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 		return false
 	}
 	return !req.Close && !resp.Close
+}
+
+// writeInterim writes a 1xx answer: its status line and header, no body.
+func writeInterim(w io.Writer, resp *http.Response) error {
+	if _, err := fmt.Fprintf(w, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode)); err != nil {
+		return err
+	}
+	if err := resp.Header.Write(w); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\r\n")
+	return err
 }
 
 func addrOf(c net.Conn) (a netip.Addr) {

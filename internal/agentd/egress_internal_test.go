@@ -257,3 +257,45 @@ func TestEgressRefusedAddrNeedsRuleWithinRangeAndPort(t *testing.T) {
 		})
 	}
 }
+
+// A request that expects 100-continue is answered 100 by the proxy once
+// it is allowed, and the server's final answer follows; the connection
+// then carries the next request.
+func TestEgressExpectContinue(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		fmt.Fprintf(w, "%s %s", r.URL.Path, b)
+	}))
+	defer srv.Close()
+	hostport := strings.TrimPrefix(srv.URL, "http://")
+	np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{{Action: policy.Allow, Host: "127.0.0.1"}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := &sessionEgress{svc: &egressService{names: newUpstreamDNS("")}, ctx: ctx}
+	a, b := net.Pipe()
+	defer a.Close()
+	nc := &netConn{e: e, pol: np, client: b, br: bufio.NewReader(b)}
+	done := make(chan struct{})
+	go func() { nc.serveHTTP(); b.Close(); close(done) }()
+	go fmt.Fprintf(a, "POST /up HTTP/1.1\r\nHost: %s\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"+
+		"GET /next HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport, hostport)
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	out, _ := io.ReadAll(a)
+	<-done
+	br := bufio.NewReader(bytes.NewReader(out))
+	var got []string
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break
+		}
+		body, _ := io.ReadAll(resp.Body)
+		got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, body))
+	}
+	want := []string{"100 ", "103 ", "200 /up hello", "103 ", "200 /next "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the client got %q, want %q", got, want)
+	}
+}
