@@ -83,8 +83,10 @@
 // parsed (fish, csh, pwsh…), BASH_ENV, ENV, LD_PRELOAD, LD_AUDIT or an
 // exported function set for a command, a prompt set (PS0 to PS4,
 // PROMPT_COMMAND: bash expands them, PS4 under set -x, running their
-// command substitutions), a ${name@P} prompt expansion, compgen -F (a
-// shell function), and a quoted string that hides a command substitution
+// command substitutions) by assignment, declare, a nameref, printf -v,
+// read or mapfile, a ${name@P} prompt expansion, compgen -F (a shell
+// function), fc other than fc -l (it runs history entries, which history
+// -s can write), and a quoted string that hides a command substitution
 // in an array subscript (bash runs it when it evaluates the string as
 // arithmetic) are decided by the dynamic setting. So are arguments that a rule's args pattern may or may not
 // match ("git $CMD" against "push *"). The dynamic setting is bounded by

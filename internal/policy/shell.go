@@ -305,6 +305,9 @@ func (w *walker) decl(c *syntax.DeclClause, sc *scope) {
 			w.dynamic(sc, sc.slice(c), name+" is given `"+sc.slice(a.Value)+"`, known only when it runs, and evaluates what it names")
 		case a.Name != nil && runsCode(a.Name.Value) != "":
 			w.dynamic(sc, sc.slice(c), "it sets "+a.Name.Value+", which "+runsCode(a.Name.Value))
+		case v.known() && runsCode(v.text) != "":
+			// declare -n ref=PS4: assigning to ref sets PS4.
+			w.dynamic(sc, sc.slice(c), name+" may make a reference to "+v.text+", which "+runsCode(v.text))
 		}
 	}
 	w.run([]word{{text: name, src: name}}, stdin{}, sc, true, sc.slice(c), "")
@@ -363,6 +366,11 @@ func (w *walker) subscript(v word, sc *scope) {
 		w.dynamic(sc, v.src, "bash runs the command substitution in this array subscript when it evaluates it as arithmetic")
 	}
 }
+
+// settersByName are builtins that assign to the variables their
+// arguments name (printf -v, read, mapfile): naming one that runs code
+// (PS4) is setting it.
+var settersByName = setOf("printf", "read", "mapfile", "readarray")
 
 // arithBuiltins evaluate (some of) their arguments as arithmetic or as
 // variable names with subscripts.
@@ -496,6 +504,16 @@ func (w *walker) run(words []word, in stdin, sc *scope, shell bool, text, extra 
 		for _, a := range words[1:] {
 			w.subscript(a, sc)
 		}
+	}
+	if t.builtin && settersByName[t.name] {
+		for _, a := range words[1:] {
+			if why := runsCode(a.text); a.known() && why != "" {
+				w.dynamic(sc, text, t.name+" may set "+a.text+", which "+why)
+			}
+		}
+	}
+	if t.builtin && t.name == "fc" && !slices.ContainsFunc(words[1:], func(a word) bool { return a.known() && strings.HasPrefix(a.text, "-") && strings.Contains(a.text, "l") }) {
+		w.dynamic(sc, text, "fc runs commands from the shell's history (which history -s and history -r fill), known only when it runs")
 	}
 	if extra != "" && t.unknown == "" {
 		t.unknown = extra
