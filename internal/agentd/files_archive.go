@@ -72,9 +72,13 @@ func topNotDir(name string) error {
 }
 
 // tarSlack is what a tar stream of files entries may hold beyond their
-// bodies: each entry's header block and padding, with room for a long
-// name's PAX or GNU header, and the end-of-archive blocks.
-func tarSlack(files int) int64 { return 64<<10 + 3<<10*int64(max(files, 0)) }
+// bodies of at most limit bytes: each entry's header block and padding,
+// with room for a long name's PAX or GNU header, and the end-of-archive
+// blocks; never more than 64 KiB over the limit itself, so the stream
+// stays within about twice the limit however many entries are allowed.
+func tarSlack(files int, limit int64) int64 {
+	return 64<<10 + min(3<<10*int64(max(files, 0)), max(limit, 0))
+}
 
 // unpackReader reads the decompressed stream of an archive and fails with
 // the over-limit error once it has given more than limit bytes, so the
@@ -111,7 +115,7 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 		return newError(CodeBadRequest, "The archive is not gzip-compressed data.")
 	}
 	defer gz.Close()
-	cr := &unpackReader{r: gz, limit: t.lim.unpackBytes + tarSlack(t.lim.unpackFiles), lim: t.lim.unpackBytes}
+	cr := &unpackReader{r: gz, limit: t.lim.unpackBytes + tarSlack(t.lim.unpackFiles, t.lim.unpackBytes), lim: t.lim.unpackBytes}
 	defer func() { t.decompressed = cr.n }()
 	tr := tar.NewReader(cr)
 	for {
