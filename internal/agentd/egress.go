@@ -7,10 +7,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/policy"
 )
 
@@ -68,17 +70,6 @@ func (p *NetworkPolicy) inspects() bool {
 	return false
 }
 
-// hasMethods reports whether some rule decides by HTTP method, so plain
-// HTTP must be decided request by request.
-func (p *NetworkPolicy) hasMethods() bool {
-	for _, r := range p.Policy.Rules {
-		if len(r.Methods) > 0 {
-			return true
-		}
-	}
-	return false
-}
-
 // ruleMatches reports whether rule i's host and ports match c, whatever
 // its methods and paths (which only an inspected request shows), by
 // asking the policy package about a policy of that rule alone.
@@ -100,22 +91,76 @@ func (p *NetworkPolicy) inspected(c policy.Conn) bool {
 	return false
 }
 
-// namesAddr reports whether an allow or ask rule names a by address or
-// prefix: what lets a name reach a private or loopback address.
-func (p *NetworkPolicy) namesAddr(a netip.Addr) bool {
-	a = a.Unmap()
+// namesAddr reports whether an allow or ask rule names a on port by
+// address or prefix: what lets a name reach a private or local address. The
+// rule's ports must include port, and its address or prefix must lie
+// within a's own range (addrScope): 127.0.0.0/8 names 127.0.0.1, but
+// 0.0.0.0/0 or 10.0.0.0/8 do not name loopback, and only the exact address
+// names one of this host's own, since the proxy dials from agentd's
+// namespace and reaches the host's services there.
+func (p *NetworkPolicy) namesAddr(a netip.Addr, port int) bool {
+	a = a.Unmap().WithZone("")
+	scope := addrScope(a)
 	for _, r := range p.Policy.Rules {
-		if r.Action == policy.Deny {
+		if r.Action == policy.Deny || len(r.Ports) > 0 && !slices.Contains(r.Ports, port) {
 			continue
 		}
-		if pfx, err := netip.ParsePrefix(r.Host); err == nil && pfx.Contains(a) {
-			return true
+		pfx, err := netip.ParsePrefix(r.Host)
+		if err != nil {
+			ra, err := netip.ParseAddr(r.Host)
+			if err != nil {
+				continue
+			}
+			ra = ra.Unmap().WithZone("")
+			pfx = netip.PrefixFrom(ra, ra.BitLen())
 		}
-		if ra, err := netip.ParseAddr(r.Host); err == nil && ra.Unmap() == a {
+		pfx = pfx.Masked()
+		if pfx.Contains(a) && pfx.Bits() >= scope.Bits() {
 			return true
 		}
 	}
 	return false
+}
+
+// localScopes are the ranges of addresses that are not the Internet's,
+// narrowest first: a rule reaches an address in one only by naming an
+// address or prefix inside it.
+var localScopes = []netip.Prefix{
+	netip.MustParsePrefix("127.0.0.0/8"),
+	netip.MustParsePrefix("::1/128"),
+	netip.MustParsePrefix("0.0.0.0/8"),
+	netip.MustParsePrefix("::/128"),
+	netip.MustParsePrefix("169.254.0.0/16"),
+	netip.MustParsePrefix("fe80::/10"),
+	netip.MustParsePrefix("224.0.0.0/4"),
+	netip.MustParsePrefix("ff00::/8"),
+	netip.MustParsePrefix("10.0.0.0/8"),
+	netip.MustParsePrefix("172.16.0.0/12"),
+	netip.MustParsePrefix("192.168.0.0/16"),
+	netip.MustParsePrefix("fc00::/7"),
+	cgnat,
+}
+
+// addrScope is the range a rule's address or prefix must lie within to
+// name a private or local address a: the loopback, link-local, private
+// (and so on) range holding it, or a alone when it is one of this host's
+// own addresses (or otherwise refused by netguard outside those ranges).
+// A public address has the whole Internet as its scope.
+func addrScope(a netip.Addr) netip.Prefix {
+	if !privateAddr(a) {
+		return netip.PrefixFrom(a, 0)
+	}
+	if netguard.Blocked(a) != "" && !a.IsLoopback() && !a.IsUnspecified() && !a.IsLinkLocalUnicast() && !a.IsMulticast() && !(a.Is4() && localScopes[2].Contains(a)) {
+		// One of this host's own addresses (any range), a NAT64 form of
+		// a local one, or broadcast: only the address itself names it.
+		return netip.PrefixFrom(a, a.BitLen())
+	}
+	for _, s := range localScopes {
+		if s.Contains(a) {
+			return s
+		}
+	}
+	return netip.PrefixFrom(a, a.BitLen())
 }
 
 // namesExactly reports whether rule i names name itself (not a wildcard,

@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"strings"
 
 	"github.com/gatehouse/gatehouse/internal/policy"
 )
@@ -69,13 +70,15 @@ func (u *upstream) close() {
 }
 
 // serveRequests serves HTTP requests read from br (the first is req) and
-// answers on w. Each request's destination is decided; with rules that
-// decide by method, or inside inspected TLS, every request is decided and
-// forwarded on its own, otherwise the connection is relayed as it is once
-// the first is allowed. A denied request is answered 403 with a body that
-// names the rule, and the connection ends.
+// answers on w. Every request is decided on its own (its method, path and
+// destination) before it is forwarded, on plain HTTP as inside inspected
+// TLS: a keep-alive connection is never relayed untouched, so a second
+// request cannot reach what the first could not have. A request whose
+// destination (absolute URL, else Host) differs from the connection's is
+// decided as that destination and goes to a connection of its own. A
+// denied request is answered 403 with a body that names the rule, and the
+// connection ends.
 func (nc *netConn) serveRequests(req *http.Request, br *bufio.Reader, w net.Conn, inspected bool) {
-	perRequest := inspected || nc.pol.hasMethods()
 	var up upstream
 	defer up.close()
 	defPort := 80
@@ -90,18 +93,15 @@ func (nc *netConn) serveRequests(req *http.Request, br *bufio.Reader, w net.Conn
 	for {
 		host := req.Host
 		if req.URL.Host != "" {
+			// An absolute URL names the destination, and the Host the
+			// server sees must be the one decided (RFC 9112, 3.2.2).
 			host = req.URL.Host
+			req.Host = host
 		}
 		name, port := splitHostPort(host, defPort)
 		nc.rec.Host = req.Host
 		if !nc.sendTo(&up, req, name, port, inspected) {
 			writeDenied(w, nc.rec)
-			return
-		}
-		if !perRequest {
-			if err := req.Write(countWriter{up.conn, &nc.rec.BytesOut}); err == nil {
-				nc.relay(w, up.conn)
-			}
 			return
 		}
 		if !nc.exchange(&up, req, br, w) {
@@ -154,11 +154,27 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 	if up.conn == nil {
 		return false
 	}
+	if strings.EqualFold(req.Header.Get("Expect"), "100-continue") {
+		// The request is allowed: the client may send its body. The proxy
+		// answers the expectation itself, so the server's answer that
+		// follows is always the final one.
+		req.Header.Del("Expect")
+		if _, err := io.WriteString(countWriter{w, &nc.rec.BytesIn}, "HTTP/1.1 100 Continue\r\n\r\n"); err != nil {
+			return false
+		}
+	}
 	if err := req.Write(countWriter{up.conn, &nc.rec.BytesOut}); err != nil {
 		return false
 	}
 	nc.lookupPeer()
 	resp, err := http.ReadResponse(up.br, req)
+	for err == nil && resp.StatusCode >= 100 && resp.StatusCode < 200 && resp.StatusCode != http.StatusSwitchingProtocols {
+		// An interim answer (103 Early Hints): passed on, then the
+		// final one is read.
+		if err = writeInterim(countWriter{w, &nc.rec.BytesIn}, resp); err == nil {
+			resp, err = http.ReadResponse(up.br, req)
+		}
+	}
 	if err != nil {
 		return false
 	}
@@ -178,6 +194,18 @@ func (nc *netConn) exchange(up *upstream, req *http.Request, br *bufio.Reader, w
 		return false
 	}
 	return !req.Close && !resp.Close
+}
+
+// writeInterim writes a 1xx answer: its status line and header, no body.
+func writeInterim(w io.Writer, resp *http.Response) error {
+	if _, err := fmt.Fprintf(w, "HTTP/1.1 %03d %s\r\n", resp.StatusCode, http.StatusText(resp.StatusCode)); err != nil {
+		return err
+	}
+	if err := resp.Header.Write(w); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\r\n")
+	return err
 }
 
 func addrOf(c net.Conn) (a netip.Addr) {

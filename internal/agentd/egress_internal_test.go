@@ -3,9 +3,16 @@ package agentd
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"crypto/tls"
+	"fmt"
+	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -113,5 +120,182 @@ func TestInspectedCoversRulesWithMethodsAndPaths(t *testing.T) {
 	}
 	if np.inspected(policy.Conn{Name: "a.test", Port: 80}) || np.inspected(policy.Conn{Name: "b.test", Port: 443}) {
 		t.Fatal("a connection the rule does not name is inspected")
+	}
+}
+
+// Every plain-HTTP request on a keep-alive connection is decided: a path
+// rule denies the second request although the first was allowed, and a
+// Host that changes is decided as its own name.
+func TestEgressKeepAliveDecidesEveryRequest(t *testing.T) {
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Host+r.URL.Path)
+		mu.Unlock()
+		fmt.Fprint(w, "ok")
+	}))
+	defer srv.Close()
+	hostport := strings.TrimPrefix(srv.URL, "http://")
+	_, port, _ := net.SplitHostPort(hostport)
+	for _, tc := range []struct {
+		name, second string
+		rules        []policy.NetRule
+	}{
+		{"a denied path", "GET /secret/data HTTP/1.1\r\nHost: " + hostport + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1"},
+			{Action: policy.Deny, Host: "127.0.0.1", Paths: []string{"/secret*"}},
+		}},
+		{"a denied method", "DELETE /ok HTTP/1.1\r\nHost: " + hostport + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1", Methods: []string{"GET"}},
+		}},
+		{"another host", "GET /ok HTTP/1.1\r\nHost: 127.0.0.2:" + port + "\r\nConnection: close\r\n\r\n", []policy.NetRule{
+			{Action: policy.Allow, Host: "127.0.0.1"},
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mu.Lock()
+			seen = nil
+			mu.Unlock()
+			np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: tc.rules}}
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			e := &sessionEgress{svc: &egressService{names: newUpstreamDNS("")}, ctx: ctx}
+			a, b := net.Pipe()
+			defer a.Close()
+			nc := &netConn{e: e, pol: np, client: b, br: bufio.NewReader(b)}
+			done := make(chan struct{})
+			go func() { nc.serveHTTP(); b.Close(); close(done) }()
+			go fmt.Fprintf(a, "GET /ok HTTP/1.1\r\nHost: %s\r\n\r\n%s", hostport, tc.second)
+			a.SetReadDeadline(time.Now().Add(10 * time.Second))
+			out, _ := io.ReadAll(a)
+			<-done
+			br := bufio.NewReader(bytes.NewReader(out))
+			for i, want := range []int{http.StatusOK, http.StatusForbidden} {
+				resp, err := http.ReadResponse(br, nil)
+				if err != nil {
+					t.Fatalf("response %d: %v (client got %q)", i+1, err, out)
+				}
+				io.Copy(io.Discard, resp.Body)
+				if resp.StatusCode != want {
+					t.Fatalf("response %d: status %d, want %d", i+1, resp.StatusCode, want)
+				}
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if len(seen) != 1 || seen[0] != hostport+"/ok" {
+				t.Fatalf("the server saw %q, want only the first request", seen)
+			}
+		})
+	}
+}
+
+// A rule reaches a private or local address by naming it only for its
+// own ports and only with an address or prefix within the address's
+// range: a wildcard rule for another port, or a prefix that merely
+// contains loopback (0.0.0.0/0), does not lead a name to the host's
+// loopback.
+func TestEgressRefusedAddrNeedsRuleWithinRangeAndPort(t *testing.T) {
+	var own netip.Addr // one of this host's addresses outside loopback
+	if addrs, err := net.InterfaceAddrs(); err == nil {
+		for _, n := range addrs {
+			if ipn, ok := n.(*net.IPNet); ok {
+				if a, ok := netip.AddrFromSlice(ipn.IP); ok && a.Is4() && !a.IsLoopback() {
+					own = a.Unmap()
+					break
+				}
+			}
+		}
+	}
+	wild := policy.NetRule{Action: policy.Allow, Host: "*.example.com", Ports: []int{8080}}
+	for _, tc := range []struct {
+		name    string
+		rule    policy.NetRule
+		addr    string
+		refused bool
+	}{
+		{"loopback prefix for another port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.0/8", Ports: []int{9999}}, "127.0.0.1", true},
+		{"loopback prefix for the port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.0/8", Ports: []int{8080}}, "127.0.0.1", false},
+		{"loopback address for the port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.1", Ports: []int{8080}}, "127.0.0.1", false},
+		{"loopback address for any port", policy.NetRule{Action: policy.Allow, Host: "127.0.0.1"}, "127.0.0.1", false},
+		{"everything", policy.NetRule{Action: policy.Allow, Host: "0.0.0.0/0"}, "127.0.0.1", true},
+		{"everything v6", policy.NetRule{Action: policy.Allow, Host: "::/0"}, "::1", true},
+		{"a prefix holding loopback", policy.NetRule{Action: policy.Allow, Host: "64.0.0.0/2"}, "127.0.0.1", true},
+		{"everything to a private address", policy.NetRule{Action: policy.Allow, Host: "0.0.0.0/0"}, "10.1.2.3", true},
+		{"a private prefix", policy.NetRule{Action: policy.Allow, Host: "10.0.0.0/8"}, "10.1.2.3", false},
+		{"link-local prefix", policy.NetRule{Action: policy.Allow, Host: "169.0.0.0/8"}, "169.254.1.1", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{tc.rule, wild}}}
+			nc := &netConn{pol: np}
+			a := netip.MustParseAddr(tc.addr)
+			d := np.Policy.DecideConn(policy.Conn{Name: "x.example.com", Addr: a, Port: 8080})
+			why := nc.refusedAddr("x.example.com", a, 8080, "", "", d)
+			if (why != "") != tc.refused {
+				t.Fatalf("refusedAddr = %q, want refused %v", why, tc.refused)
+			}
+		})
+	}
+	if own.IsValid() {
+		t.Run("this host's address", func(t *testing.T) {
+			for _, tc := range []struct {
+				host    string
+				refused bool
+			}{
+				{netip.PrefixFrom(own, 8).Masked().String(), true},
+				{own.String(), false},
+			} {
+				np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{
+					{Action: policy.Allow, Host: tc.host}, wild,
+				}}}
+				nc := &netConn{pol: np}
+				d := np.Policy.DecideConn(policy.Conn{Name: "x.example.com", Addr: own, Port: 8080})
+				if why := nc.refusedAddr("x.example.com", own, 8080, "", "", d); (why != "") != tc.refused {
+					t.Fatalf("rule %s: refusedAddr = %q, want refused %v", tc.host, why, tc.refused)
+				}
+			}
+		})
+	}
+}
+
+// A request that expects 100-continue is answered 100 by the proxy once
+// it is allowed, and the server's final answer follows; the connection
+// then carries the next request.
+func TestEgressExpectContinue(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		w.Header().Set("Link", "</a.css>; rel=preload")
+		w.WriteHeader(http.StatusEarlyHints)
+		fmt.Fprintf(w, "%s %s", r.URL.Path, b)
+	}))
+	defer srv.Close()
+	hostport := strings.TrimPrefix(srv.URL, "http://")
+	np := &NetworkPolicy{Policy: policy.Network{Default: policy.Deny, Rules: []policy.NetRule{{Action: policy.Allow, Host: "127.0.0.1"}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	e := &sessionEgress{svc: &egressService{names: newUpstreamDNS("")}, ctx: ctx}
+	a, b := net.Pipe()
+	defer a.Close()
+	nc := &netConn{e: e, pol: np, client: b, br: bufio.NewReader(b)}
+	done := make(chan struct{})
+	go func() { nc.serveHTTP(); b.Close(); close(done) }()
+	go fmt.Fprintf(a, "POST /up HTTP/1.1\r\nHost: %s\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"+
+		"GET /next HTTP/1.1\r\nHost: %s\r\nConnection: close\r\n\r\n", hostport, hostport)
+	a.SetReadDeadline(time.Now().Add(10 * time.Second))
+	out, _ := io.ReadAll(a)
+	<-done
+	br := bufio.NewReader(bytes.NewReader(out))
+	var got []string
+	for {
+		resp, err := http.ReadResponse(br, nil)
+		if err != nil {
+			break
+		}
+		body, _ := io.ReadAll(resp.Body)
+		got = append(got, fmt.Sprintf("%d %s", resp.StatusCode, body))
+	}
+	want := []string{"100 ", "103 ", "200 /up hello", "103 ", "200 /next "}
+	if strings.Join(got, "|") != strings.Join(want, "|") {
+		t.Fatalf("the client got %q, want %q", got, want)
 	}
 }

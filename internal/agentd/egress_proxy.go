@@ -298,9 +298,9 @@ func (nc *netConn) allowed(ctx context.Context, d policy.Decision) bool {
 // refusedAddr says why a, one address of name, may not be dialled even
 // though the policy allows the connection ("" when it may): metadata and
 // link-local addresses never; private, loopback and this host's own
-// addresses only when a rule names the address or the deciding rule names
-// the name itself (not through a wildcard or the default); and no address
-// a rule denies.
+// addresses only when a rule for the port names the address or a prefix
+// within its range (namesAddr) or the deciding rule names the name itself
+// (not through a wildcard or the default); and no address a rule denies.
 func (nc *netConn) refusedAddr(name string, a netip.Addr, port int, method, path string, d policy.Decision) string {
 	if why := netguard.Metadata(a); why != "" {
 		return fmt.Sprintf("%s resolves to %s, %s, which is never reachable.", orAddr(name, a), a, why)
@@ -308,7 +308,7 @@ func (nc *netConn) refusedAddr(name string, a netip.Addr, port int, method, path
 	if syntheticNet.Contains(a) {
 		return fmt.Sprintf("%s is in %s, where the session's resolver makes up addresses, and stands for no name now.", a, syntheticNet)
 	}
-	if privateAddr(a) && !nc.pol.namesAddr(a) && !nc.pol.namesExactly(d.Rule, name) {
+	if privateAddr(a) && !nc.pol.namesAddr(a, port) && !nc.pol.namesExactly(d.Rule, name) {
 		return fmt.Sprintf("%s resolves to %s, a private or local address, which only a rule naming it (or naming %s itself) lets through.", orAddr(name, a), a, orAddr(name, a))
 	}
 	if nc.pol.Policy.DecideConn(policy.Conn{Name: name, Addr: a, Port: port, Method: method, Path: path}).Action == policy.Deny {

@@ -71,6 +71,41 @@ func topNotDir(name string) error {
 	return newError(CodeBadRequest, "The archive entry %q names the archive's top directory but is not a directory; such entries are refused.", name)
 }
 
+// tarSlack is what a tar stream of files entries may hold beyond their
+// bodies of at most limit bytes: each entry's header block and padding,
+// with room for a long name's PAX or GNU header, and the end-of-archive
+// blocks; never more than 64 KiB over the limit itself, so the stream
+// stays within about twice the limit however many entries are allowed.
+func tarSlack(files int, limit int64) int64 {
+	return 64<<10 + min(3<<10*int64(max(files, 0)), max(limit, 0))
+}
+
+// unpackReader reads the decompressed stream of an archive and fails with
+// the over-limit error once it has given more than limit bytes, so the
+// unpack limit bounds what is decompressed (headers the tar reader
+// consumes itself, such as PAX records of up to 1 MiB each, included), not
+// only the entry bodies that reach the tree writer.
+type unpackReader struct {
+	r     io.Reader
+	n     int64 // bytes given so far
+	limit int64 // the unpack limit plus slack for headers
+	lim   int64 // the unpack limit the error names
+}
+
+func (c *unpackReader) Read(p []byte) (int, error) {
+	if c.n >= c.limit {
+		return 0, newError(CodeTooLarge, "The tree holds more than %d bytes.", c.lim)
+	}
+	if room := c.limit - c.n; int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// unpackTarGz unpacks a tar.gz into t; at most t's unpack limit plus
+// tarSlack is decompressed, whatever the archive's headers say.
 func unpackTarGz(t *treeWriter, file *os.File) error {
 	if _, err := file.Seek(0, io.SeekStart); err != nil {
 		return err
@@ -80,11 +115,17 @@ func unpackTarGz(t *treeWriter, file *os.File) error {
 		return newError(CodeBadRequest, "The archive is not gzip-compressed data.")
 	}
 	defer gz.Close()
-	tr := tar.NewReader(gz)
+	cr := &unpackReader{r: gz, limit: t.lim.unpackBytes + tarSlack(t.lim.unpackFiles, t.lim.unpackBytes), lim: t.lim.unpackBytes}
+	defer func() { t.decompressed = cr.n }()
+	tr := tar.NewReader(cr)
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
 			return nil
+		}
+		var e *Error
+		if errors.As(err, &e) {
+			return e
 		}
 		if err != nil {
 			return newError(CodeBadRequest, "The archive is not a valid tar.gz: %s.", strings.TrimSuffix(err.Error(), "."))

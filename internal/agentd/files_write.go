@@ -282,6 +282,9 @@ type treeWriter struct {
 	// links are the symlinks made, resolved again once the tree is
 	// complete (see checkLinks).
 	links []string
+	// decompressed is how many bytes a tar.gz decompressed to, headers
+	// included (bounded by unpackReader).
+	decompressed int64
 }
 
 // treeEntry is one line of a tree hash.

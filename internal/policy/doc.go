@@ -16,7 +16,17 @@
 // optionally by Args, space-separated words over the remaining arguments
 // in which `*` is any number of words, `?` exactly one, and any other
 // word a shell case pattern over one word (its `*` crosses slashes); and
-// optionally by SHA256, the program file's content. A Text rule instead
+// optionally by SHA256, the program file's content. For git, a deny or
+// ask rule's Args also meet the arguments without git's global options
+// before the subcommand (-C path, -c name=value, --git-dir, --work-tree,
+// --namespace, --config-env, --exec-path, --no-pager/-P, --paginate/-p,
+// --bare, --no-replace-objects, the pathspec options and the like, with
+// their values, attached by = or not; and a `--`), so "push *" denies git
+// -C . push, both in DecideCommand and DecideProgram; an option before
+// the subcommand that the gateway does not know leaves the rule one that
+// may apply (the dynamic setting decides). Allow rules match only the
+// arguments as written, since an option like -c can change what the
+// subcommand runs. A Text rule instead
 // matches a regular expression against the raw command line and each
 // env variable of the request (as NAME=value and as the value): legacy
 // command patterns become such deny rules (FromPatterns). Text rules only
@@ -42,8 +52,11 @@
 //   - shells: sh, bash, rbash, dash, ash, zsh, ksh, ksh93, mksh, lksh,
 //     oksh, pdksh, posh, yash with -c, or reading a here-document or
 //     here-string (bash <<EOF, sh <<< '…', bash /dev/stdin);
-//   - builtins: eval (its words joined), trap's action, alias values,
-//     mapfile -C, command, builtin, exec, hash -p (the file it names);
+//   - builtins and keywords: eval (its words joined), trap's action,
+//     alias values, mapfile -C, compgen -C and compgen -W (its word
+//     list, whose substitutions run), command, builtin, exec, hash -p
+//     (the file it names), and time (with or without -p, and after its
+//     `--`);
 //   - wrappers, after their options and up to their command: env (its
 //     NAME=value words and -S), sudo, doas, pkexec, nice, nohup, timeout,
 //     stdbuf, setsid, chroot, ionice, chrt, taskset, unshare, nsenter,
@@ -68,10 +81,14 @@
 // alias, a function or hash -p on the same line may redefine, an
 // interactive shell a wrapper starts, a shell whose language is not
 // parsed (fish, csh, pwsh…), BASH_ENV, ENV, LD_PRELOAD, LD_AUDIT or an
-// exported function set for a command, and a quoted string that hides a
-// command substitution in an array subscript (bash runs it when it
-// evaluates the string as arithmetic) are decided by the dynamic
-// setting. So are arguments that a rule's args pattern may or may not
+// exported function set for a command, a prompt set (PS0 to PS4,
+// PROMPT_COMMAND: bash expands them, PS4 under set -x, running their
+// command substitutions) by assignment, declare, a nameref, printf -v,
+// read or mapfile, a ${name@P} prompt expansion, compgen -F (a shell
+// function), fc other than fc -l (it runs history entries, which history
+// -s can write), and a quoted string that hides a command substitution
+// in an array subscript (bash runs it when it evaluates the string as
+// arithmetic) are decided by the dynamic setting. So are arguments that a rule's args pattern may or may not
 // match ("git $CMD" against "push *"). The dynamic setting is bounded by
 // what the rules could decide: when every possible outcome is the same
 // (no rule could deny what the default allows), that outcome stands; an

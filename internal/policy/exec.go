@@ -389,10 +389,40 @@ func (r *rule) matchTarget(t target) (m match, why, note string) {
 		case matchArgs(r.args, t.args, true):
 			lower(mayMatch, "its arguments "+unknownArgs(t.args)+" are known only when it runs")
 		default:
-			return noMatch, "", ""
+			return r.matchGitArgs(t, m, why, note)
 		}
 	}
 	return m, why, note
+}
+
+// matchGitArgs matches a deny or ask rule's args against git's arguments
+// without its global options (git -C . push is git push), after they did
+// not match as written: an option before the subcommand must not hide it.
+// An option git may have that the gateway does not know makes the rule
+// one that may apply. Allow rules match only the arguments as written,
+// since options such as -c can change what the subcommand runs.
+func (r *rule) matchGitArgs(t target, m match, why, note string) (match, string, string) {
+	if r.Action == Allow || !t.isGit() {
+		return noMatch, "", ""
+	}
+	rest, stripped, unknown := gitSubcommand(t.args)
+	switch {
+	case unknown != "":
+		if why == "" {
+			why = unknown
+		}
+		return mayMatch, why, note
+	case !stripped:
+		return noMatch, "", ""
+	case matchArgs(r.args, rest, false):
+		return m, why, note
+	case matchArgs(r.args, rest, true):
+		if why == "" {
+			why = "its arguments " + unknownArgs(rest) + " are known only when it runs"
+		}
+		return mayMatch, why, note
+	}
+	return noMatch, "", ""
 }
 
 func unknownArgs(args []arg) string {

@@ -174,7 +174,7 @@ func (w *walker) stmt(s *syntax.Stmt, sc *scope) {
 		w.stmt(c.Body, sc.inside("function "+name))
 	case *syntax.TimeClause:
 		if c.Stmt != nil {
-			w.stmt(c.Stmt, sc)
+			w.stmt(timed(c.Stmt), sc)
 		}
 	case *syntax.CoprocClause:
 		w.substs(c.Name, sc)
@@ -196,12 +196,43 @@ func (w *walker) stmt(s *syntax.Stmt, sc *scope) {
 			case *syntax.ProcSubst:
 				w.stmts(n.Stmts, sc.inside(procLabel(n)))
 				return false
+			case *syntax.ParamExp:
+				if promptExpansion(n) {
+					w.promptDynamic(n, sc)
+				}
 			case *syntax.Word:
 				w.subscript(resolveWord(n), sc)
 			}
 			return true
 		})
 	}
+}
+
+// timed is what the time keyword runs: bash 5.2 takes a `--` after time
+// (and after time -p) as the end of its options, which the parser reads
+// as the program `--`.
+func timed(s *syntax.Stmt) *syntax.Stmt {
+	c, ok := s.Cmd.(*syntax.CallExpr)
+	if !ok || len(c.Args) == 0 || c.Args[0].Lit() != "--" {
+		return s
+	}
+	cp := *s
+	call := *c
+	call.Args = c.Args[1:]
+	cp.Cmd = &call
+	return &cp
+}
+
+// promptExpansion reports a ${name@P} expansion, which expands its value
+// as a prompt string: command substitutions in the value run.
+func promptExpansion(n *syntax.ParamExp) bool {
+	return n.Exp != nil && n.Exp.Op == syntax.OtherParamOps && n.Exp.Word != nil && strings.Contains(n.Exp.Word.Lit(), "P")
+}
+
+// promptDynamic records a ${name@P} expansion as code known only when it
+// runs.
+func (w *walker) promptDynamic(n *syntax.ParamExp, sc *scope) {
+	w.dynamic(sc, sc.slice(n), "`"+sc.slice(n)+"` expands the variable as a prompt, which runs the command substitutions its value holds, known only when it runs")
 }
 
 // substs walks the command and process substitutions inside n, which run
@@ -234,6 +265,10 @@ func (w *walker) substs(n syntax.Node, sc *scope) {
 		case *syntax.Stmt:
 			w.stmt(n, sc)
 			return false
+		case *syntax.ParamExp:
+			if promptExpansion(n) {
+				w.promptDynamic(n, sc)
+			}
 		}
 		return true
 	})
@@ -270,6 +305,9 @@ func (w *walker) decl(c *syntax.DeclClause, sc *scope) {
 			w.dynamic(sc, sc.slice(c), name+" is given `"+sc.slice(a.Value)+"`, known only when it runs, and evaluates what it names")
 		case a.Name != nil && runsCode(a.Name.Value) != "":
 			w.dynamic(sc, sc.slice(c), "it sets "+a.Name.Value+", which "+runsCode(a.Name.Value))
+		case v.known() && runsCode(v.text) != "":
+			// declare -n ref=PS4: assigning to ref sets PS4.
+			w.dynamic(sc, sc.slice(c), name+" may make a reference to "+v.text+", which "+runsCode(v.text))
 		}
 	}
 	w.run([]word{{text: name, src: name}}, stdin{}, sc, true, sc.slice(c), "")
@@ -314,6 +352,8 @@ func runsCode(name string) string {
 		return "loads the library it names into the program"
 	case strings.HasPrefix(name, "BASH_FUNC_"):
 		return "defines a function for the shell it starts"
+	case name == "PS0" || name == "PS1" || name == "PS2" || name == "PS3" || name == "PS4" || name == "PROMPT_COMMAND":
+		return "is a prompt the shell expands, running the command substitutions it holds (PS4 with set -x; PROMPT_COMMAND runs as code)"
 	}
 	return ""
 }
@@ -326,6 +366,11 @@ func (w *walker) subscript(v word, sc *scope) {
 		w.dynamic(sc, v.src, "bash runs the command substitution in this array subscript when it evaluates it as arithmetic")
 	}
 }
+
+// settersByName are builtins that assign to the variables their
+// arguments name (printf -v, read, mapfile): naming one that runs code
+// (PS4) is setting it.
+var settersByName = setOf("printf", "read", "mapfile", "readarray")
 
 // arithBuiltins evaluate (some of) their arguments as arithmetic or as
 // variable names with subscripts.
@@ -459,6 +504,16 @@ func (w *walker) run(words []word, in stdin, sc *scope, shell bool, text, extra 
 		for _, a := range words[1:] {
 			w.subscript(a, sc)
 		}
+	}
+	if t.builtin && settersByName[t.name] {
+		for _, a := range words[1:] {
+			if why := runsCode(a.text); a.known() && why != "" {
+				w.dynamic(sc, text, t.name+" may set "+a.text+", which "+why)
+			}
+		}
+	}
+	if t.builtin && t.name == "fc" && !slices.ContainsFunc(words[1:], func(a word) bool { return a.known() && strings.HasPrefix(a.text, "-") && strings.Contains(a.text, "l") }) {
+		w.dynamic(sc, text, "fc runs commands from the shell's history (which history -s and history -r fill), known only when it runs")
 	}
 	if extra != "" && t.unknown == "" {
 		t.unknown = extra

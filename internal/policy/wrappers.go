@@ -298,6 +298,25 @@ func (w *walker) shellBuiltin(name string, args []word, in stdin, sc *scope, tex
 			w.dynamic(sc, text, p.unknown)
 		}
 		return true
+	case "compgen":
+		// -C runs a command and -W's word list is expanded (its
+		// substitutions run): both are code; -F calls a shell function,
+		// which may be anything by the time it runs.
+		p := parseOpts(name, opts{arg: "oAGWFCXPSV", flag: "abcdefgjksuvI"}, args)
+		if cb, ok := p.set["-C"]; ok {
+			w.code(cb, sc, name+" -C")
+		}
+		if wl, ok := p.set["-W"]; ok {
+			wl.text = ": " + wl.text
+			w.code(wl, sc, name+" -W")
+		}
+		if fn, ok := p.set["-F"]; ok {
+			w.dynamic(sc, text, name+" -F calls the shell function "+fn.src+", whose commands are known only when it runs")
+		}
+		if p.unknown != "" {
+			w.dynamic(sc, text, p.unknown)
+		}
+		return true
 	case "enable":
 		p := parseOpts(name, opts{arg: "fd", flag: "anps"}, args)
 		if _, ok := p.set["-f"]; ok || p.unknown != "" {
