@@ -190,10 +190,11 @@ func (s *Service) Verify(ctx context.Context, org orgs.Org, log *audit.Log, res 
 	return res.WithAnchor(ac), nil
 }
 
-// verifyOne checks cp's signature against the org's key it names; the
-// problem is nil when it verifies.
-func (s *Service) verifyOne(ctx context.Context, org orgs.Org, cp Checkpoint) (*audit.CheckpointProblem, error) {
-	keys, err := s.publicKeys(ctx, org)
+// verifyOne checks cp's signature against the org's key it names (a key
+// the console sealed, see publicKeys); the problem is nil when it
+// verifies.
+func (s *Service) verifyOne(db *gorm.DB, org orgs.Org, cp Checkpoint) (*audit.CheckpointProblem, error) {
+	keys, err := s.publicKeys(db, org, cp.KeyID)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +202,7 @@ func (s *Service) verifyOne(ctx context.Context, org orgs.Org, cp Checkpoint) (*
 		return nil, nil
 	}
 	return &audit.CheckpointProblem{FromSeq: cp.Seq, ThroughSeq: cp.Seq,
-		Reason: fmt.Sprintf("the newest checkpoint, of event %d, does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)}, nil
+		Reason: fmt.Sprintf("the newest checkpoint, of event %d, does not verify with a key of the organization sealed by the console (it names %s): it was edited or not signed by the console", cp.Seq, cp.KeyID)}, nil
 }
 
 // Result says what Take did.
@@ -235,7 +236,7 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 		return res, err
 	}
 	if hasPrev {
-		if res.Forged, err = s.verifyOne(ctx, org, prev); err != nil || res.Forged != nil {
+		if res.Forged, err = s.verifyOne(s.Catalog.WithContext(ctx), org, prev); err != nil || res.Forged != nil {
 			res.Checkpoint = prev
 			return res, err
 		}
@@ -413,20 +414,4 @@ func (s *Service) signingKey(tx *gorm.DB, org orgs.Org) (string, ed25519.Private
 		return "", nil, fmt.Errorf("store audit checkpoint key: %w", err)
 	}
 	return k.KeyID, priv, nil
-}
-
-// publicKey is the org's public key keyID.
-func (s *Service) publicKey(ctx context.Context, org orgs.Org, keyID string) (ed25519.PublicKey, error) {
-	var rows []keyRow
-	if err := s.Catalog.WithContext(ctx).Select("public_key").Where("org_id = ? AND key_id = ?", org.ID, keyID).Limit(1).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("read audit checkpoint key: %w", err)
-	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("the audit checkpoint key %s of %s is missing", keyID, org.Slug)
-	}
-	pub, err := base64.StdEncoding.DecodeString(rows[0].PublicKey)
-	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("the audit checkpoint key %s of %s is malformed", keyID, org.Slug)
-	}
-	return pub, nil
 }

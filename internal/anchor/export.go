@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 )
@@ -53,15 +54,23 @@ type Export struct {
 }
 
 // Export is the org's newest checkpoint with its public key (ErrNone
-// when it has none yet).
+// when it has none yet). A checkpoint that does not verify with a key the
+// console sealed is refused (apperr.ErrConflict), not handed out: with a
+// public key of its forger's in the file it would verify offline.
 func (s *Service) Export(ctx context.Context, org orgs.Org) (Export, error) {
 	cp, err := s.Latest(ctx, org)
 	if err != nil {
 		return Export{}, err
 	}
-	pub, err := s.publicKey(ctx, org, cp.KeyID)
+	keys, err := s.publicKeys(s.Catalog.WithContext(ctx), org, cp.KeyID)
 	if err != nil {
 		return Export{}, err
+	}
+	pub, ok := keys[cp.KeyID]
+	if !ok || !ed25519.Verify(pub, cp.SignedText(), cp.Signature) {
+		return Export{}, apperr.New(apperr.ErrConflict, "checkpoint_unverified",
+			"The newest audit checkpoint of %q, of event %d, does not verify with a key of the organization sealed by the console (it names %s), so it is not exported: run audit verify.",
+			org.Slug, cp.Seq, cp.KeyID)
 	}
 	return NewExport(cp, pub)
 }

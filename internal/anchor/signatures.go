@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 )
@@ -24,7 +26,7 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 	if err := s.Catalog.WithContext(ctx).Where("org_id = ?", org.ID).Order("seq").Find(&rows).Error; err != nil {
 		return audit.CheckpointCheck{}, fmt.Errorf("read audit checkpoints of %s: %w", org.Slug, err)
 	}
-	keys, err := s.publicKeys(ctx, org)
+	keys, err := s.publicKeys(s.Catalog.WithContext(ctx), org, "")
 	if err != nil {
 		return audit.CheckpointCheck{}, err
 	}
@@ -39,7 +41,7 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 		pub, ok := keys[cp.KeyID]
 		switch {
 		case !ok:
-			problem(cp.Seq, cp.Seq, "the checkpoint of event %d names key %s, which the organization does not have", cp.Seq, cp.KeyID)
+			problem(cp.Seq, cp.Seq, "the checkpoint of event %d names key %s, which is not a key of the organization sealed by the console", cp.Seq, cp.KeyID)
 		case !ed25519.Verify(pub, cp.SignedText(), cp.Signature):
 			problem(cp.Seq, cp.Seq, "the checkpoint of event %d does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)
 		}
@@ -69,20 +71,46 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 	return cc, nil
 }
 
-// publicKeys are the org's checkpoint keys by key id.
-func (s *Service) publicKeys(ctx context.Context, org orgs.Org) (map[string]ed25519.PublicKey, error) {
+// publicKeys are the org's checkpoint keys by key id (all of them when
+// keyID is empty). A key counts only when its sealed seed opens under the
+// master key, bound to the org and key id, and derives exactly the row's
+// public key: anyone who can write the catalog can add a row with a public
+// key of their own, but cannot seal its seed.
+func (s *Service) publicKeys(db *gorm.DB, org orgs.Org, keyID string) (map[string]ed25519.PublicKey, error) {
+	q := db.Select("key_id, public_key, sealed_key").Where("org_id = ?", org.ID)
+	if keyID != "" {
+		q = q.Where("key_id = ?", keyID)
+	}
 	var rows []keyRow
-	if err := s.Catalog.WithContext(ctx).Select("key_id, public_key").Where("org_id = ?", org.ID).Find(&rows).Error; err != nil {
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read audit checkpoint keys of %s: %w", org.Slug, err)
 	}
 	keys := make(map[string]ed25519.PublicKey, len(rows))
 	for _, r := range rows {
-		pub, err := base64.StdEncoding.DecodeString(r.PublicKey)
-		if err == nil && len(pub) == ed25519.PublicKeySize && KeyID(pub) == r.KeyID {
+		if pub, ok := s.opens(org, r); ok {
 			keys[r.KeyID] = pub
 		}
 	}
 	return keys, nil
+}
+
+// opens is r's public key when r is a key the console made: its seed
+// opens under the master key for org and r.KeyID and derives r's public
+// key, which r.KeyID names.
+func (s *Service) opens(org orgs.Org, r keyRow) (ed25519.PublicKey, bool) {
+	raw, err := base64.StdEncoding.DecodeString(r.PublicKey)
+	pub := ed25519.PublicKey(raw)
+	if err != nil || len(pub) != ed25519.PublicKeySize || KeyID(pub) != r.KeyID {
+		return nil, false
+	}
+	seed, err := s.Box.Open(r.SealedKey, keyAD(org, r.KeyID))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, false
+	}
+	if !pub.Equal(ed25519.NewKeyFromSeed(seed).Public()) {
+		return nil, false
+	}
+	return pub, true
 }
 
 // newestRecorded is the event sequence number of the newest checkpoint
