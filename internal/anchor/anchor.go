@@ -216,30 +216,38 @@ type Result struct {
 	// checkpoint recorded: nothing is written (a checkpoint of the cut
 	// or restored log would hide it) until the log is repaired.
 	Mismatch *audit.AnchorCheck
-	// Forged is set when the newest checkpoint's signature does not
-	// verify: nothing is written until it is repaired.
+	// Forged is set when the newest kept checkpoint's signature does not
+	// verify, or the platform audit log records a newer checkpoint than
+	// the newest kept (it was deleted): nothing is written until it is
+	// repaired, since a checkpoint built on the one kept would hide it.
 	Forged *audit.CheckpointProblem
 }
 
 // Take checkpoints the org's chain head when it moved past the newest
-// checkpoint, and does nothing when it did not: an idle org costs two
-// reads (the newest checkpoint, the head). The write holds a per-org lock
-// (a Postgres advisory lock; SQLite's write lock), re-reads the newest
-// checkpoint under it and never writes one at or below it, so replicas
-// running the loop together write each head once, in order. The
-// checkpoint and its platform audit record commit together.
+// checkpoint, and does nothing when it did not: an idle org costs three
+// reads (the newest recorded checkpoint, the newest kept, the head). It
+// builds only on a newest kept checkpoint that verifies and that is the
+// newest the platform audit log recorded (see Result.Forged). The write
+// holds a per-org lock (a Postgres advisory lock; SQLite's write lock),
+// re-reads the newest checkpoint under it and never writes one at or
+// below it, so replicas running the loop together write each head once,
+// in order. The checkpoint and its platform audit record commit together.
 func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Result, error) {
 	var res Result
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return res, err
+	}
 	prev, err := s.Latest(ctx, org)
 	hasPrev := err == nil
 	if err != nil && !errors.Is(err, ErrNone) {
 		return res, err
 	}
 	if hasPrev {
-		if res.Forged, err = s.verifyOne(s.Catalog.WithContext(ctx), org, prev); err != nil || res.Forged != nil {
-			res.Checkpoint = prev
-			return res, err
-		}
+		res.Checkpoint = prev
+	}
+	if res.Forged, err = s.newestProblem(s.Catalog.WithContext(ctx), org, prev, hasPrev, recorded, hasRecorded); err != nil || res.Forged != nil {
+		return res, err
 	}
 	head, ok, err := s.headAgainst(ctx, log, prev, hasPrev, &res)
 	if err != nil {
@@ -262,7 +270,12 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 			res.Checkpoint = cur // another replica got there first
 			return nil
 		case !hasPrev || cur.Seq != prev.Seq:
-			// A newer checkpoint came meanwhile: the head must hold it too.
+			// A newer checkpoint came meanwhile: it must verify, and the
+			// head must hold it too.
+			if res.Forged, err = s.verifyOne(tx, org, cur); err != nil || res.Forged != nil {
+				res.Checkpoint = cur
+				return err
+			}
 			ac, err := log.CheckAnchors(ctx, []audit.Anchor{cur.Anchor()})
 			if err != nil {
 				return err

@@ -7,6 +7,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
@@ -54,25 +55,35 @@ type Export struct {
 }
 
 // Export is the org's newest checkpoint with its public key (ErrNone
-// when it has none yet). A checkpoint that does not verify with a key the
-// console sealed is refused (apperr.ErrConflict), not handed out: with a
-// public key of its forger's in the file it would verify offline.
+// when it has none yet). A newest checkpoint that Take would not build on
+// is refused (apperr.ErrConflict), not handed out: one that does not
+// verify with a key the console sealed would, with its forger's public
+// key in the file, verify offline; an older one left when the newest was
+// deleted would pass for the newest.
 func (s *Service) Export(ctx context.Context, org orgs.Org) (Export, error) {
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return Export{}, err
+	}
 	cp, err := s.Latest(ctx, org)
+	hasCp := err == nil
+	if err != nil && (!errors.Is(err, ErrNone) || !hasRecorded) {
+		return Export{}, err
+	}
+	db := s.Catalog.WithContext(ctx)
+	p, err := s.newestProblem(db, org, cp, hasCp, recorded, hasRecorded)
 	if err != nil {
 		return Export{}, err
 	}
-	keys, err := s.publicKeys(s.Catalog.WithContext(ctx), org, cp.KeyID)
-	if err != nil {
-		return Export{}, err
-	}
-	pub, ok := keys[cp.KeyID]
-	if !ok || !ed25519.Verify(pub, cp.SignedText(), cp.Signature) {
+	if p != nil {
 		return Export{}, apperr.New(apperr.ErrConflict, "checkpoint_unverified",
-			"The newest audit checkpoint of %q, of event %d, does not verify with a key of the organization sealed by the console (it names %s), so it is not exported: run audit verify.",
-			org.Slug, cp.Seq, cp.KeyID)
+			"The newest audit checkpoint of %q is not exported: %s. Run audit verify.", org.Slug, p.Reason)
 	}
-	return NewExport(cp, pub)
+	keys, err := s.publicKeys(db, org, cp.KeyID)
+	if err != nil {
+		return Export{}, err
+	}
+	return NewExport(cp, keys[cp.KeyID])
 }
 
 // NewExport builds the export of cp signed by pub's key.

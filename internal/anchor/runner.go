@@ -115,7 +115,7 @@ func (r *Runner) Round(ctx context.Context) Stats {
 			r.logger().Warn("audit checkpoint failed; retried next round", "org", slug, "error", err)
 		case res.Forged != nil:
 			st.Mismatched++
-			r.logger().Error("the newest audit checkpoint does not verify; no newer checkpoint is taken until it does",
+			r.logger().Error("the newest audit checkpoint does not verify or a newer one was deleted; no newer checkpoint is taken until it is repaired",
 				"org", slug, "checkpoint_seq", res.Forged.FromSeq, "reason", res.Forged.Reason)
 			r.mismatch(ctx, slug, "checkpoint", res.Forged.Reason, map[string]any{"checkpoint_seq": res.Forged.FromSeq})
 		case res.Mismatch != nil:

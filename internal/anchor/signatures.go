@@ -22,6 +22,10 @@ import (
 // checked by signature only. Whoever holds the master key can still sign
 // new ones; an exported checkpoint kept elsewhere guards against that.
 func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.CheckpointCheck, error) {
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return audit.CheckpointCheck{}, err
+	}
 	var rows []checkpointRow
 	if err := s.Catalog.WithContext(ctx).Where("org_id = ?", org.ID).Order("seq").Find(&rows).Error; err != nil {
 		return audit.CheckpointCheck{}, fmt.Errorf("read audit checkpoints of %s: %w", org.Slug, err)
@@ -57,18 +61,44 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 				*cp.PrevSeq, cp.Seq, *cp.PrevSeq)
 		}
 	}
-	recorded, ok, err := s.newestRecorded(ctx, org)
-	if err != nil {
-		return audit.CheckpointCheck{}, err
-	}
 	var newest int64
 	if len(rows) > 0 {
 		newest = rows[len(rows)-1].Seq
 	}
-	if ok && recorded > newest {
-		problem(newest+1, recorded, "the platform audit log records a checkpoint of event %d, newer than the newest kept (%d): it was deleted", recorded, newest)
+	if p := deletedNewest(newest, recorded, hasRecorded); p != nil {
+		cc.OK = false
+		cc.Problems = append(cc.Problems, *p)
 	}
 	return cc, nil
+}
+
+// deletedNewest is the problem of a newest kept checkpoint, of event
+// newest (0 when none is kept), older than the newest the platform audit
+// log recorded (ok false when it recorded none): the newer ones were
+// deleted. The record must be read before the kept checkpoints: a
+// checkpoint and its record commit together, so one committed in between
+// is then among the kept, not taken for deleted.
+func deletedNewest(newest, recorded int64, ok bool) *audit.CheckpointProblem {
+	if !ok || recorded <= newest {
+		return nil
+	}
+	return &audit.CheckpointProblem{FromSeq: newest + 1, ThroughSeq: recorded,
+		Reason: fmt.Sprintf("the platform audit log records a checkpoint of event %d, newer than the newest kept (%d): it was deleted", recorded, newest)}
+}
+
+// newestProblem checks the org's newest kept checkpoint (hasCp false when
+// none is kept) before anything builds on it or hands it out: it verifies
+// with a key the console sealed, and the platform audit log records none
+// newer (recorded and hasRecorded, read before cp; see deletedNewest).
+// The problem is nil when it holds.
+func (s *Service) newestProblem(db *gorm.DB, org orgs.Org, cp Checkpoint, hasCp bool, recorded int64, hasRecorded bool) (*audit.CheckpointProblem, error) {
+	if !hasCp {
+		return deletedNewest(0, recorded, hasRecorded), nil
+	}
+	if p, err := s.verifyOne(db, org, cp); err != nil || p != nil {
+		return p, err
+	}
+	return deletedNewest(cp.Seq, recorded, hasRecorded), nil
 }
 
 // publicKeys are the org's checkpoint keys by key id (all of them when

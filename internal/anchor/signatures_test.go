@@ -213,6 +213,68 @@ func TestInsertedKeyIsNotTrusted(t *testing.T) {
 	})
 }
 
+// A newest checkpoint deleted with the events it recorded is not laundered
+// by the next checkpoint: while the platform log records a newer one than
+// the newest kept, Take writes nothing and reports it like a forgery, the
+// loop records the mismatch, verify keeps failing and export refuses. With
+// every checkpoint deleted the same holds.
+func TestTakeDoesNotLaunderDeletedNewest(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		for _, tc := range []struct {
+			name   string
+			delete string
+			kept   int64 // the newest checkpoint left
+		}{
+			{"the newest", "seq = 9", 6},
+			{"all", "seq > 0", 0},
+		} {
+			t.Run(tc.name, func(t *testing.T) {
+				ctx := context.Background()
+				f := newFixture(t, d)
+				threeCheckpoints(t, f) // 2, 4, 6
+				f.append(t, 3)
+				if res := f.take(t); !res.Written || res.Checkpoint.Seq != 9 {
+					t.Fatalf("take: %+v", res)
+				}
+				f.cut(t, tc.kept+1)
+				f.exec(t, "DELETE FROM audit_anchors WHERE org_id = ? AND "+tc.delete, f.org.ID)
+				f.append(t, 1) // the head moved past the newest kept
+				rows, _ := f.counts(t)
+				res := f.take(t)
+				if res.Written || res.Forged == nil || res.Forged.FromSeq != tc.kept+1 || res.Forged.ThroughSeq != 9 ||
+					!strings.Contains(res.Forged.Reason, "records a checkpoint of event 9") {
+					t.Fatalf("take after the newest checkpoint was deleted: %+v %+v", res, res.Forged)
+				}
+				var kinds []string
+				r := &anchor.Runner{Anchors: f.svc,
+					ListOrgs: func(context.Context) ([]string, error) { return []string{"acme"}, nil },
+					OpenOrg: func(context.Context, string) (anchor.OrgDeps, error) {
+						return anchor.OrgDeps{Org: f.org, Audit: f.log, Release: func() {}}, nil
+					},
+					Mismatch: func(org, kind string) { kinds = append(kinds, org+"/"+kind) },
+				}
+				if st := r.Round(ctx); st.Mismatched != 1 || st.Written != 0 || strings.Join(kinds, ",") != "acme/checkpoint" {
+					t.Fatalf("round: %+v, told %v", st, kinds)
+				}
+				if after, _ := f.counts(t); after != rows {
+					t.Fatalf("%d checkpoints after take and a round, want %d: one was written over the deleted newest", after, rows)
+				}
+				evs, err := f.platform.Query(ctx, audit.Filter{Action: anchor.MismatchAction}, 0, 10)
+				if err != nil || len(evs) != 1 || !strings.Contains(string(evs[0].Details), "records a checkpoint of event 9") {
+					t.Fatalf("platform mismatch events %+v, %v", evs, err)
+				}
+				if v := f.verify(t); v.OK || v.Checkpoints == nil || v.Checkpoints.OK {
+					t.Fatalf("verify passed after the newest checkpoint was deleted: %+v", v)
+				}
+				if exp, err := f.svc.Export(ctx, f.org); !errors.Is(err, apperr.ErrConflict) || !strings.Contains(err.Error(), "event 9") {
+					t.Fatalf("export after the newest checkpoint was deleted: %+v %v", exp, err)
+				}
+			})
+		}
+	})
+}
+
 func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	if err := f.catalog.Exec(sql, args...).Error; err != nil {
