@@ -36,6 +36,10 @@ const Action = "audit.checkpoint"
 // admins).
 const ExportAction = "audit.checkpoint_export"
 
+// checkpointTarget is the target type of an Action event; its ID is the
+// org's slug and its details name the org's id.
+const checkpointTarget = "organization"
+
 // KeepPerOrg is how many checkpoints the catalog keeps per org; older
 // ones are pruned as new ones are written (every one stays in the
 // platform audit log). Verification needs only the newest; the ones
@@ -370,7 +374,7 @@ func (s *Service) write(ctx context.Context, tx *gorm.DB, org orgs.Org, head aud
 	_, err = s.Audit.AppendTx(ctx, tx, audit.Event{
 		Actor:  audit.Actor{Type: audit.ActorSystem, Name: "audit-checkpoint"},
 		Action: Action,
-		Target: audit.Target{Type: "organization", ID: org.Slug, Name: org.Name},
+		Target: audit.Target{Type: checkpointTarget, ID: org.Slug, Name: org.Name},
 		Details: audit.Details(map[string]any{"org_id": org.ID, "seq": cp.Seq, "hash": cp.Hash,
 			"taken_at": cp.TakenAt.Format(time.RFC3339), "key_id": cp.KeyID, "prev_seq": prevSeq, "signature": r.Signature}),
 	})

@@ -145,28 +145,32 @@ func (s *Service) opens(org orgs.Org, r keyRow) (ed25519.PublicKey, bool) {
 
 // newestRecorded is the event sequence number of the newest checkpoint
 // the platform audit log recorded for org (ok false when it recorded
-// none among its newest checkpoint events).
+// none). It reads exactly the audit.checkpoint events of the org's target,
+// newest first, and takes the first whose org_id is the org's: one of an
+// earlier org that had the slug is passed over, however many there are.
 func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool, error) {
 	if s.Audit == nil {
 		return 0, false, nil
 	}
-	// The action filter matches by prefix: exports and mismatches of the
-	// org come back too and are skipped.
-	evs, err := s.Audit.Query(ctx, audit.Filter{Action: Action, Target: org.Slug}, 0, 50)
-	if err != nil {
-		return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
+	const page = 100
+	var before int64
+	for {
+		evs, err := s.Audit.Recorded(ctx, Action, checkpointTarget, org.Slug, before, page)
+		if err != nil {
+			return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
+		}
+		for _, e := range evs {
+			var d struct {
+				OrgID int64 `json:"org_id"`
+				Seq   int64 `json:"seq"`
+			}
+			if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
+				return d.Seq, true, nil
+			}
+		}
+		if len(evs) < page {
+			return 0, false, nil
+		}
+		before = evs[len(evs)-1].Seq
 	}
-	for _, e := range evs {
-		if e.Action != Action {
-			continue
-		}
-		var d struct {
-			OrgID int64 `json:"org_id"`
-			Seq   int64 `json:"seq"`
-		}
-		if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
-			return d.Seq, true, nil
-		}
-	}
-	return 0, false, nil
 }

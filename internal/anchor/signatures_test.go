@@ -275,6 +275,44 @@ func TestTakeDoesNotLaunderDeletedNewest(t *testing.T) {
 	})
 }
 
+// The newest recorded checkpoint is found however many look-alike platform
+// events came after it: exports of the org's checkpoint and checkpoints of
+// another org whose display name is this org's slug. A deleted newest
+// checkpoint still fails verification and stops Take.
+func TestNewestRecordedIsNotCrowdedOut(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		f := newFixture(t, d)
+		threeCheckpoints(t, f) // 2, 4, 6
+		other := addOrg(t, f.catalog, "globex")
+		other.Name = f.org.Slug
+		otherLog := audit.NewLog(storetest.Open(t, d, store.OrgSet), audit.OrgTable, nil)
+		for range 5 {
+			if _, err := otherLog.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem}, Action: "thing.do"}); err != nil {
+				t.Fatal(err)
+			}
+			if res, err := f.svc.Take(ctx, other, otherLog); err != nil || !res.Written {
+				t.Fatalf("take of %s: %+v %v", other.Slug, res, err)
+			}
+		}
+		for range 60 {
+			if _, err := f.platform.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorUser, ID: "1", Name: "admin"}, Action: anchor.ExportAction,
+				Target: audit.Target{Type: "organization", ID: f.org.Slug, Name: f.org.Name}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		f.exec(t, "DELETE FROM audit_anchors WHERE org_id = ? AND seq = 6", f.org.ID)
+		if v := f.verify(t); v.OK || v.Checkpoints == nil || !strings.Contains(v.Reason, "records a checkpoint of event 6, newer than the newest kept (4)") {
+			t.Fatalf("verify after the newest checkpoint was deleted behind 60 exports: %+v", v)
+		}
+		f.append(t, 1)
+		if res := f.take(t); res.Written || res.Forged == nil || res.Forged.ThroughSeq != 6 {
+			t.Fatalf("take after the newest checkpoint was deleted behind 60 exports: %+v", res)
+		}
+	})
+}
+
 func (f *fixture) exec(t *testing.T, sql string, args ...any) {
 	t.Helper()
 	if err := f.catalog.Exec(sql, args...).Error; err != nil {
