@@ -33,15 +33,20 @@ type Stats struct {
 	Written   int
 	Unchanged int
 	// Mismatched counts orgs whose log no longer holds their newest
-	// checkpoint (logged as errors; verify names the missing events).
+	// checkpoint (Result.Mismatch) and orgs whose newest kept checkpoint
+	// does not verify or is older than the newest the platform log
+	// recorded (Result.Forged): logged as errors, told to Mismatch and
+	// recorded as MismatchAction; verify names the missing events or the
+	// tampered checkpoints.
 	Mismatched int
 	Failed     int
 }
 
 // MismatchAction is the platform audit action recording that a round
-// found an org's log not holding its newest checkpoint, or that
-// checkpoint not verifying. It is written when what was found changes,
-// not every round.
+// found an org's log not holding its newest checkpoint (kind "log"), or
+// that checkpoint not verifying or older than the newest recorded (kind
+// "checkpoint"). It is written when what was found changes, not every
+// round.
 const MismatchAction = "audit.checkpoint_mismatch"
 
 // Runner checkpoints every active org's head on each tick.
