@@ -36,6 +36,10 @@ const Action = "audit.checkpoint"
 // admins).
 const ExportAction = "audit.checkpoint_export"
 
+// checkpointTarget is the target type of an Action event; its ID is the
+// org's slug and its details name the org's id.
+const checkpointTarget = "organization"
+
 // KeepPerOrg is how many checkpoints the catalog keeps per org; older
 // ones are pruned as new ones are written (every one stays in the
 // platform audit log). Verification needs only the newest; the ones
@@ -190,10 +194,11 @@ func (s *Service) Verify(ctx context.Context, org orgs.Org, log *audit.Log, res 
 	return res.WithAnchor(ac), nil
 }
 
-// verifyOne checks cp's signature against the org's key it names; the
-// problem is nil when it verifies.
-func (s *Service) verifyOne(ctx context.Context, org orgs.Org, cp Checkpoint) (*audit.CheckpointProblem, error) {
-	keys, err := s.publicKeys(ctx, org)
+// verifyOne checks cp's signature against the org's key it names (a key
+// the console sealed, see publicKeys); the problem is nil when it
+// verifies.
+func (s *Service) verifyOne(db *gorm.DB, org orgs.Org, cp Checkpoint) (*audit.CheckpointProblem, error) {
+	keys, err := s.publicKeys(db, org, cp.KeyID)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +206,7 @@ func (s *Service) verifyOne(ctx context.Context, org orgs.Org, cp Checkpoint) (*
 		return nil, nil
 	}
 	return &audit.CheckpointProblem{FromSeq: cp.Seq, ThroughSeq: cp.Seq,
-		Reason: fmt.Sprintf("the newest checkpoint, of event %d, does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)}, nil
+		Reason: fmt.Sprintf("the newest checkpoint, of event %d, does not verify with a key of the organization sealed by the console (it names %s): it was edited or not signed by the console", cp.Seq, cp.KeyID)}, nil
 }
 
 // Result says what Take did.
@@ -215,30 +220,38 @@ type Result struct {
 	// checkpoint recorded: nothing is written (a checkpoint of the cut
 	// or restored log would hide it) until the log is repaired.
 	Mismatch *audit.AnchorCheck
-	// Forged is set when the newest checkpoint's signature does not
-	// verify: nothing is written until it is repaired.
+	// Forged is set when the newest kept checkpoint's signature does not
+	// verify, or the platform audit log records a newer checkpoint than
+	// the newest kept (it was deleted): nothing is written until it is
+	// repaired, since a checkpoint built on the one kept would hide it.
 	Forged *audit.CheckpointProblem
 }
 
 // Take checkpoints the org's chain head when it moved past the newest
-// checkpoint, and does nothing when it did not: an idle org costs two
-// reads (the newest checkpoint, the head). The write holds a per-org lock
-// (a Postgres advisory lock; SQLite's write lock), re-reads the newest
-// checkpoint under it and never writes one at or below it, so replicas
-// running the loop together write each head once, in order. The
-// checkpoint and its platform audit record commit together.
+// checkpoint, and does nothing when it did not: an idle org costs three
+// reads (the newest recorded checkpoint, the newest kept, the head). It
+// builds only on a newest kept checkpoint that verifies and that is the
+// newest the platform audit log recorded (see Result.Forged). The write
+// holds a per-org lock (a Postgres advisory lock; SQLite's write lock),
+// re-reads the newest checkpoint under it and never writes one at or
+// below it, so replicas running the loop together write each head once,
+// in order. The checkpoint and its platform audit record commit together.
 func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Result, error) {
 	var res Result
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return res, err
+	}
 	prev, err := s.Latest(ctx, org)
 	hasPrev := err == nil
 	if err != nil && !errors.Is(err, ErrNone) {
 		return res, err
 	}
 	if hasPrev {
-		if res.Forged, err = s.verifyOne(ctx, org, prev); err != nil || res.Forged != nil {
-			res.Checkpoint = prev
-			return res, err
-		}
+		res.Checkpoint = prev
+	}
+	if res.Forged, err = s.newestProblem(s.Catalog.WithContext(ctx), org, prev, hasPrev, recorded, hasRecorded); err != nil || res.Forged != nil {
+		return res, err
 	}
 	head, ok, err := s.headAgainst(ctx, log, prev, hasPrev, &res)
 	if err != nil {
@@ -261,7 +274,12 @@ func (s *Service) Take(ctx context.Context, org orgs.Org, log *audit.Log) (Resul
 			res.Checkpoint = cur // another replica got there first
 			return nil
 		case !hasPrev || cur.Seq != prev.Seq:
-			// A newer checkpoint came meanwhile: the head must hold it too.
+			// A newer checkpoint came meanwhile: it must verify, and the
+			// head must hold it too.
+			if res.Forged, err = s.verifyOne(tx, org, cur); err != nil || res.Forged != nil {
+				res.Checkpoint = cur
+				return err
+			}
 			ac, err := log.CheckAnchors(ctx, []audit.Anchor{cur.Anchor()})
 			if err != nil {
 				return err
@@ -356,7 +374,7 @@ func (s *Service) write(ctx context.Context, tx *gorm.DB, org orgs.Org, head aud
 	_, err = s.Audit.AppendTx(ctx, tx, audit.Event{
 		Actor:  audit.Actor{Type: audit.ActorSystem, Name: "audit-checkpoint"},
 		Action: Action,
-		Target: audit.Target{Type: "organization", ID: org.Slug, Name: org.Name},
+		Target: audit.Target{Type: checkpointTarget, ID: org.Slug, Name: org.Name},
 		Details: audit.Details(map[string]any{"org_id": org.ID, "seq": cp.Seq, "hash": cp.Hash,
 			"taken_at": cp.TakenAt.Format(time.RFC3339), "key_id": cp.KeyID, "prev_seq": prevSeq, "signature": r.Signature}),
 	})
@@ -413,20 +431,4 @@ func (s *Service) signingKey(tx *gorm.DB, org orgs.Org) (string, ed25519.Private
 		return "", nil, fmt.Errorf("store audit checkpoint key: %w", err)
 	}
 	return k.KeyID, priv, nil
-}
-
-// publicKey is the org's public key keyID.
-func (s *Service) publicKey(ctx context.Context, org orgs.Org, keyID string) (ed25519.PublicKey, error) {
-	var rows []keyRow
-	if err := s.Catalog.WithContext(ctx).Select("public_key").Where("org_id = ? AND key_id = ?", org.ID, keyID).Limit(1).Find(&rows).Error; err != nil {
-		return nil, fmt.Errorf("read audit checkpoint key: %w", err)
-	}
-	if len(rows) == 0 {
-		return nil, fmt.Errorf("the audit checkpoint key %s of %s is missing", keyID, org.Slug)
-	}
-	pub, err := base64.StdEncoding.DecodeString(rows[0].PublicKey)
-	if err != nil || len(pub) != ed25519.PublicKeySize {
-		return nil, fmt.Errorf("the audit checkpoint key %s of %s is malformed", keyID, org.Slug)
-	}
-	return pub, nil
 }

@@ -7,11 +7,13 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 )
@@ -53,17 +55,35 @@ type Export struct {
 }
 
 // Export is the org's newest checkpoint with its public key (ErrNone
-// when it has none yet).
+// when it has none yet). A newest checkpoint that Take would not build on
+// is refused (apperr.ErrConflict), not handed out: one that does not
+// verify with a key the console sealed would, with its forger's public
+// key in the file, verify offline; an older one left when the newest was
+// deleted would pass for the newest.
 func (s *Service) Export(ctx context.Context, org orgs.Org) (Export, error) {
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return Export{}, err
+	}
 	cp, err := s.Latest(ctx, org)
+	hasCp := err == nil
+	if err != nil && (!errors.Is(err, ErrNone) || !hasRecorded) {
+		return Export{}, err
+	}
+	db := s.Catalog.WithContext(ctx)
+	p, err := s.newestProblem(db, org, cp, hasCp, recorded, hasRecorded)
 	if err != nil {
 		return Export{}, err
 	}
-	pub, err := s.publicKey(ctx, org, cp.KeyID)
+	if p != nil {
+		return Export{}, apperr.New(apperr.ErrConflict, "checkpoint_unverified",
+			"The newest audit checkpoint of %q is not exported: %s. Run audit verify.", org.Slug, p.Reason)
+	}
+	keys, err := s.publicKeys(db, org, cp.KeyID)
 	if err != nil {
 		return Export{}, err
 	}
-	return NewExport(cp, pub)
+	return NewExport(cp, keys[cp.KeyID])
 }
 
 // NewExport builds the export of cp signed by pub's key.

@@ -33,15 +33,20 @@ type Stats struct {
 	Written   int
 	Unchanged int
 	// Mismatched counts orgs whose log no longer holds their newest
-	// checkpoint (logged as errors; verify names the missing events).
+	// checkpoint (Result.Mismatch) and orgs whose newest kept checkpoint
+	// does not verify or is older than the newest the platform log
+	// recorded (Result.Forged): logged as errors, told to Mismatch and
+	// recorded as MismatchAction; verify names the missing events or the
+	// tampered checkpoints.
 	Mismatched int
 	Failed     int
 }
 
 // MismatchAction is the platform audit action recording that a round
-// found an org's log not holding its newest checkpoint, or that
-// checkpoint not verifying. It is written when what was found changes,
-// not every round.
+// found an org's log not holding its newest checkpoint (kind "log"), or
+// that checkpoint not verifying or older than the newest recorded (kind
+// "checkpoint"). It is written when what was found changes, not every
+// round.
 const MismatchAction = "audit.checkpoint_mismatch"
 
 // Runner checkpoints every active org's head on each tick.
@@ -115,7 +120,7 @@ func (r *Runner) Round(ctx context.Context) Stats {
 			r.logger().Warn("audit checkpoint failed; retried next round", "org", slug, "error", err)
 		case res.Forged != nil:
 			st.Mismatched++
-			r.logger().Error("the newest audit checkpoint does not verify; no newer checkpoint is taken until it does",
+			r.logger().Error("the newest audit checkpoint does not verify or a newer one was deleted; no newer checkpoint is taken until it is repaired",
 				"org", slug, "checkpoint_seq", res.Forged.FromSeq, "reason", res.Forged.Reason)
 			r.mismatch(ctx, slug, "checkpoint", res.Forged.Reason, map[string]any{"checkpoint_seq": res.Forged.FromSeq})
 		case res.Mismatch != nil:

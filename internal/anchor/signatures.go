@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"fmt"
 
+	"gorm.io/gorm"
+
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/orgs"
 )
@@ -20,11 +22,15 @@ import (
 // checked by signature only. Whoever holds the master key can still sign
 // new ones; an exported checkpoint kept elsewhere guards against that.
 func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.CheckpointCheck, error) {
+	recorded, hasRecorded, err := s.newestRecorded(ctx, org)
+	if err != nil {
+		return audit.CheckpointCheck{}, err
+	}
 	var rows []checkpointRow
 	if err := s.Catalog.WithContext(ctx).Where("org_id = ?", org.ID).Order("seq").Find(&rows).Error; err != nil {
 		return audit.CheckpointCheck{}, fmt.Errorf("read audit checkpoints of %s: %w", org.Slug, err)
 	}
-	keys, err := s.publicKeys(ctx, org)
+	keys, err := s.publicKeys(s.Catalog.WithContext(ctx), org, "")
 	if err != nil {
 		return audit.CheckpointCheck{}, err
 	}
@@ -39,7 +45,7 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 		pub, ok := keys[cp.KeyID]
 		switch {
 		case !ok:
-			problem(cp.Seq, cp.Seq, "the checkpoint of event %d names key %s, which the organization does not have", cp.Seq, cp.KeyID)
+			problem(cp.Seq, cp.Seq, "the checkpoint of event %d names key %s, which is not a key of the organization sealed by the console", cp.Seq, cp.KeyID)
 		case !ed25519.Verify(pub, cp.SignedText(), cp.Signature):
 			problem(cp.Seq, cp.Seq, "the checkpoint of event %d does not verify with the organization's key %s: it was edited or not signed by the console", cp.Seq, cp.KeyID)
 		}
@@ -55,60 +61,116 @@ func (s *Service) CheckSignatures(ctx context.Context, org orgs.Org) (audit.Chec
 				*cp.PrevSeq, cp.Seq, *cp.PrevSeq)
 		}
 	}
-	recorded, ok, err := s.newestRecorded(ctx, org)
-	if err != nil {
-		return audit.CheckpointCheck{}, err
-	}
 	var newest int64
 	if len(rows) > 0 {
 		newest = rows[len(rows)-1].Seq
 	}
-	if ok && recorded > newest {
-		problem(newest+1, recorded, "the platform audit log records a checkpoint of event %d, newer than the newest kept (%d): it was deleted", recorded, newest)
+	if p := deletedNewest(newest, recorded, hasRecorded); p != nil {
+		cc.OK = false
+		cc.Problems = append(cc.Problems, *p)
 	}
 	return cc, nil
 }
 
-// publicKeys are the org's checkpoint keys by key id.
-func (s *Service) publicKeys(ctx context.Context, org orgs.Org) (map[string]ed25519.PublicKey, error) {
+// deletedNewest is the problem of a newest kept checkpoint, of event
+// newest (0 when none is kept), older than the newest the platform audit
+// log recorded (ok false when it recorded none): the newer ones were
+// deleted. The record must be read before the kept checkpoints: a
+// checkpoint and its record commit together, so one committed in between
+// is then among the kept, not taken for deleted.
+func deletedNewest(newest, recorded int64, ok bool) *audit.CheckpointProblem {
+	if !ok || recorded <= newest {
+		return nil
+	}
+	return &audit.CheckpointProblem{FromSeq: newest + 1, ThroughSeq: recorded,
+		Reason: fmt.Sprintf("the platform audit log records a checkpoint of event %d, newer than the newest kept (%d): it was deleted", recorded, newest)}
+}
+
+// newestProblem checks the org's newest kept checkpoint (hasCp false when
+// none is kept) before anything builds on it or hands it out: it verifies
+// with a key the console sealed, and the platform audit log records none
+// newer (recorded and hasRecorded, read before cp; see deletedNewest).
+// The problem is nil when it holds.
+func (s *Service) newestProblem(db *gorm.DB, org orgs.Org, cp Checkpoint, hasCp bool, recorded int64, hasRecorded bool) (*audit.CheckpointProblem, error) {
+	if !hasCp {
+		return deletedNewest(0, recorded, hasRecorded), nil
+	}
+	if p, err := s.verifyOne(db, org, cp); err != nil || p != nil {
+		return p, err
+	}
+	return deletedNewest(cp.Seq, recorded, hasRecorded), nil
+}
+
+// publicKeys are the org's checkpoint keys by key id (all of them when
+// keyID is empty). A key counts only when its sealed seed opens under the
+// master key, bound to the org and key id, and derives exactly the row's
+// public key: anyone who can write the catalog can add a row with a public
+// key of their own, but cannot seal its seed.
+func (s *Service) publicKeys(db *gorm.DB, org orgs.Org, keyID string) (map[string]ed25519.PublicKey, error) {
+	q := db.Select("key_id, public_key, sealed_key").Where("org_id = ?", org.ID)
+	if keyID != "" {
+		q = q.Where("key_id = ?", keyID)
+	}
 	var rows []keyRow
-	if err := s.Catalog.WithContext(ctx).Select("key_id, public_key").Where("org_id = ?", org.ID).Find(&rows).Error; err != nil {
+	if err := q.Find(&rows).Error; err != nil {
 		return nil, fmt.Errorf("read audit checkpoint keys of %s: %w", org.Slug, err)
 	}
 	keys := make(map[string]ed25519.PublicKey, len(rows))
 	for _, r := range rows {
-		pub, err := base64.StdEncoding.DecodeString(r.PublicKey)
-		if err == nil && len(pub) == ed25519.PublicKeySize && KeyID(pub) == r.KeyID {
+		if pub, ok := s.opens(org, r); ok {
 			keys[r.KeyID] = pub
 		}
 	}
 	return keys, nil
 }
 
+// opens is r's public key when r is a key the console made: its seed
+// opens under the master key for org and r.KeyID and derives r's public
+// key, which r.KeyID names.
+func (s *Service) opens(org orgs.Org, r keyRow) (ed25519.PublicKey, bool) {
+	raw, err := base64.StdEncoding.DecodeString(r.PublicKey)
+	pub := ed25519.PublicKey(raw)
+	if err != nil || len(pub) != ed25519.PublicKeySize || KeyID(pub) != r.KeyID {
+		return nil, false
+	}
+	seed, err := s.Box.Open(r.SealedKey, keyAD(org, r.KeyID))
+	if err != nil || len(seed) != ed25519.SeedSize {
+		return nil, false
+	}
+	if !pub.Equal(ed25519.NewKeyFromSeed(seed).Public()) {
+		return nil, false
+	}
+	return pub, true
+}
+
 // newestRecorded is the event sequence number of the newest checkpoint
 // the platform audit log recorded for org (ok false when it recorded
-// none among its newest checkpoint events).
+// none). It reads exactly the audit.checkpoint events of the org's target,
+// newest first, and takes the first whose org_id is the org's: one of an
+// earlier org that had the slug is passed over, however many there are.
 func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool, error) {
 	if s.Audit == nil {
 		return 0, false, nil
 	}
-	// The action filter matches by prefix: exports and mismatches of the
-	// org come back too and are skipped.
-	evs, err := s.Audit.Query(ctx, audit.Filter{Action: Action, Target: org.Slug}, 0, 50)
-	if err != nil {
-		return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
+	const page = 100
+	var before int64
+	for {
+		evs, err := s.Audit.Recorded(ctx, Action, checkpointTarget, org.Slug, before, page)
+		if err != nil {
+			return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
+		}
+		for _, e := range evs {
+			var d struct {
+				OrgID int64 `json:"org_id"`
+				Seq   int64 `json:"seq"`
+			}
+			if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
+				return d.Seq, true, nil
+			}
+		}
+		if len(evs) < page {
+			return 0, false, nil
+		}
+		before = evs[len(evs)-1].Seq
 	}
-	for _, e := range evs {
-		if e.Action != Action {
-			continue
-		}
-		var d struct {
-			OrgID int64 `json:"org_id"`
-			Seq   int64 `json:"seq"`
-		}
-		if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
-			return d.Seq, true, nil
-		}
-	}
-	return 0, false, nil
 }

@@ -251,6 +251,28 @@ func (l *Log) Query(ctx context.Context, f Filter, before int64, limit int) ([]E
 	return l.page(ctx, f, page{before: before, limit: limit})
 }
 
+// Recorded returns events of exactly action done to exactly the target
+// of type targetType and ID targetID, newest first, with seq below before
+// (0 = from the newest), at most limit. Unlike a Filter nothing matches by
+// prefix or by name, so what a check relies on cannot be crowded out by
+// look-alikes (audit.checkpoint_export, a target named like another's ID).
+func (l *Log) Recorded(ctx context.Context, action, targetType, targetID string, before int64, limit int) ([]Event, error) {
+	q := l.db.WithContext(ctx).Table(l.table).Select(columns).
+		Where("target_id = ? AND action = ? AND target_type = ?", targetID, action, targetType)
+	if before > 0 {
+		q = q.Where("seq < ?", before)
+	}
+	var rows []row
+	if err := q.Order("seq DESC").Limit(limit).Scan(&rows).Error; err != nil {
+		return nil, fmt.Errorf("read audit events: %w", err)
+	}
+	out := make([]Event, len(rows))
+	for i, r := range rows {
+		out[i] = fromRow(r)
+	}
+	return out, nil
+}
+
 // page is one keyset step: descending below before, or ascending above
 // after (and at most upto, when set).
 type page struct {

@@ -27,6 +27,9 @@ func (s *Server) checkpointAfter(c echo.Context, t *tenant.Tenant) {
 	if res.Mismatch != nil {
 		s.Logger.Error("audit log no longer holds its newest checkpoint", "org", t.Org.Slug, "reason", res.Mismatch.Reason)
 	}
+	if res.Forged != nil {
+		s.Logger.Error("the newest audit checkpoint does not verify or a newer one was deleted", "org", t.Org.Slug, "reason", res.Forged.Reason)
+	}
 }
 
 // apiOrgCheckpoint takes a checkpoint of the org's head and answers the
@@ -72,7 +75,9 @@ func (s *Server) apiPlatformOrgCheckpoint(c echo.Context) error {
 }
 
 // sendCheckpoint answers the org's newest checkpoint as a JSON download;
-// mismatch, when set, is said in its unsigned warning.
+// mismatch, when set, is said in its unsigned warning. A newest checkpoint
+// that does not verify, or one older than the newest the platform log
+// recorded, is refused by Export (409), never answered.
 func (s *Server) sendCheckpoint(c echo.Context, o orgs.Org, mismatch *audit.AnchorCheck) error {
 	exp, err := s.Anchors.Export(c.Request().Context(), o)
 	if errors.Is(err, anchor.ErrNone) {

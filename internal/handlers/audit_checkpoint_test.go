@@ -180,3 +180,53 @@ func TestAuditCheckpointOverHTTP(t *testing.T) {
 		})
 	})
 }
+
+// An export never launders a deleted newest checkpoint: with it deleted
+// from the catalog and the events it recorded cut from the org's log, the
+// export refuses (409) and writes no checkpoint over the gap.
+func TestCheckpointExportRefusesDeletedNewest(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		e := newEnv(t, d)
+		platform := e.adminToken()
+		e.createOrg(platform, "acme", "Acme")
+		root := e.enterOrg(platform, "acme")
+		org, err := e.c.Orgs.Get(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ten, err := e.c.Tenants.Open(ctx, "acme")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(ten.Release)
+		export := func() response {
+			t.Helper()
+			return e.do(request{method: http.MethodGet, path: "/api/v1/orgs/acme/audit/checkpoint", token: root})
+		}
+		wantStatus(t, "first export", export(), http.StatusOK)
+		kept, err := e.c.Anchors.Latest(ctx, org)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantStatus(t, "second export", export(), http.StatusOK)
+		newest, err := e.c.Anchors.Latest(ctx, org)
+		if err != nil || newest.Seq <= kept.Seq {
+			t.Fatalf("the second export took no newer checkpoint: %+v %v (first %d)", newest, err, kept.Seq)
+		}
+		if err := ten.DB.Exec("DELETE FROM audit_events WHERE seq > ?", kept.Seq).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := e.c.Catalog.Exec("DELETE FROM audit_anchors WHERE org_id = ? AND seq = ?", org.ID, newest.Seq).Error; err != nil {
+			t.Fatal(err)
+		}
+		r := export()
+		wantStatus(t, "export after the newest checkpoint was deleted", r, http.StatusConflict)
+		mustContain(t, "refusal", string(r.body), fmt.Sprintf("records a checkpoint of event %d", newest.Seq))
+		if cp, err := e.c.Anchors.Latest(ctx, org); err != nil || cp.Seq != kept.Seq {
+			t.Fatalf("newest checkpoint after the refused export: %+v %v, want the kept one of event %d", cp, err, kept.Seq)
+		}
+		wantStatus(t, "platform export", e.do(request{method: http.MethodGet, path: "/api/v1/audit/checkpoints/acme", token: platform}), http.StatusConflict)
+	})
+}
