@@ -77,3 +77,22 @@ func mustJSON(t *testing.T, v any) []byte {
 	}
 	return b
 }
+
+// Deleting an organization needs ?confirm=<slug>, as the document
+// declares: without it or with another slug nothing is deleted and the
+// answer names the field.
+func TestOpenAPIDeleteOrgNeedsConfirm(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, store.SQLite)
+	tok := e.adminToken()
+	e.createOrg(tok, "doomed", "Doomed")
+	for _, q := range []string{"", "?confirm=other"} {
+		r := e.json(http.MethodDelete, "/api/v1/orgs/doomed"+q, tok, nil)
+		wantStatus(t, "delete with "+q, r, http.StatusBadRequest)
+		if env := r.envelope(t); env.Error.Code != "validation_failed" || env.Error.Fields["confirm"] == "" {
+			t.Fatalf("delete with %q: %s", q, r.body)
+		}
+	}
+	wantStatus(t, "still there", e.json(http.MethodGet, "/api/v1/orgs/doomed", tok, nil), http.StatusOK)
+	wantStatus(t, "delete confirmed", e.json(http.MethodDelete, "/api/v1/orgs/doomed?confirm=doomed", tok, nil), http.StatusNoContent)
+}
