@@ -96,3 +96,24 @@ func TestOpenAPIDeleteOrgNeedsConfirm(t *testing.T) {
 	wantStatus(t, "still there", e.json(http.MethodGet, "/api/v1/orgs/doomed", tok, nil), http.StatusOK)
 	wantStatus(t, "delete confirmed", e.json(http.MethodDelete, "/api/v1/orgs/doomed?confirm=doomed", tok, nil), http.StatusNoContent)
 }
+
+// An org user's password change names its invalid fields as the request
+// does (current_password, new_password), never the form's current/new.
+func TestOpenAPIOrgPasswordChangeNamesRequestFields(t *testing.T) {
+	t.Parallel()
+	f := newOrgFixture(t, store.SQLite)
+	for _, tc := range []struct {
+		name  string
+		body  map[string]string
+		field string
+	}{
+		{"wrong current password", map[string]string{"current_password": "wrong", "new_password": "a-long-enough-new-password"}, "current_password"},
+		{"short new password", map[string]string{"current_password": userPassword, "new_password": "x"}, "new_password"},
+	} {
+		r := f.e.json(http.MethodPost, "/api/v1/orgs/acme/auth/password", f.tokens["plain"], tc.body)
+		wantStatus(t, tc.name, r, http.StatusBadRequest)
+		if env := r.envelope(t); env.Error.Fields[tc.field] == "" || len(env.Error.Fields) != 1 {
+			t.Errorf("%s: fields are not just %s: %s", tc.name, tc.field, r.body)
+		}
+	}
+}
