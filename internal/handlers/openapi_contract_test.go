@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"strings"
 	"testing"
 
 	"github.com/gatehouse/gatehouse/internal/rbac"
@@ -115,5 +117,47 @@ func TestOpenAPIOrgPasswordChangeNamesRequestFields(t *testing.T) {
 		if env := r.envelope(t); env.Error.Fields[tc.field] == "" || len(env.Error.Fields) != 1 {
 			t.Errorf("%s: fields are not just %s: %s", tc.name, tc.field, r.body)
 		}
+	}
+}
+
+// The file operations refuse what the document marks required: a read
+// without a path, a fetch without a url or a path, each naming its field.
+// A fetch downloads what its environment can reach, a loopback address
+// included (the document says so; nothing checks the first URL's
+// address), and a pinned SHA-256 that differs answers 400
+// checksum_mismatch.
+func TestOpenAPIFileOperationsAsDocumented(t *testing.T) {
+	t.Parallel()
+	f := newTerminalFixture(t, store.SQLite)
+	for _, tc := range []struct {
+		name, method, path string
+		body               any
+		field              string
+	}{
+		{"read without a path", http.MethodGet, f.sessionPath("/files"), nil, "path"},
+		{"fetch without a url", http.MethodPost, f.sessionPath("/files/fetch"), map[string]string{"path": "x"}, "url"},
+		{"fetch without a path", http.MethodPost, f.sessionPath("/files/fetch"), map[string]string{"url": "http://127.0.0.1:1/x"}, "path"},
+	} {
+		r := f.call(tc.method, tc.path, "member", tc.body)
+		wantStatus(t, tc.name, r, http.StatusBadRequest)
+		if env := r.envelope(t); env.Error.Code != "validation_failed" || env.Error.Fields[tc.field] == "" {
+			t.Errorf("%s: %s, want validation_failed naming %s", tc.name, r.body, tc.field)
+		}
+	}
+
+	payload := []byte("served on loopback")
+	src := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = w.Write(payload) }))
+	defer src.Close()
+	r := f.call(http.MethodPost, f.sessionPath("/files/fetch"), "member", map[string]string{"url": src.URL, "path": "loopback.txt"})
+	wantStatus(t, "fetch from a loopback address", r, http.StatusOK)
+	r = f.call(http.MethodGet, f.sessionPath("/files?path=loopback.txt"), "member", nil)
+	wantStatus(t, "read the download", r, http.StatusOK)
+	if !bytes.Equal(r.body, payload) {
+		t.Fatalf("downloaded %q, want %q", r.body, payload)
+	}
+	r = f.call(http.MethodPost, f.sessionPath("/files/fetch"), "member", map[string]string{"url": src.URL, "path": "pinned.txt", "sha256": strings.Repeat("0", 64)})
+	wantStatus(t, "a pin that differs", r, http.StatusBadRequest)
+	if code := r.envelope(t).Error.Code; code != "checksum_mismatch" {
+		t.Fatalf("a pin that differs: code %q, want checksum_mismatch", code)
 	}
 }
