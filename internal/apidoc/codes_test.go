@@ -39,11 +39,12 @@ var notInTheAPI = map[string]string{
 
 var (
 	newCode   = regexp.MustCompile(`apperr\.New\(apperr\.(Err[A-Za-z]+),\s*("([a-z_]+)"|([A-Za-z]+))\s*,`)
+	literal   = regexp.MustCompile(`apperr\.Error\{Kind:\s*apperr\.(Err[A-Za-z]+),\s*Code:\s*"([a-z_]+)"`)
 	constCode = regexp.MustCompile(`(?m)^\s*([A-Za-z]+)\s*=\s*"([a-z_]+)"`)
 )
 
-// builtCodes are the codes apperr.New is called with in the non-test Go
-// files under internal/, with the status their kind is answered with, and
+// builtCodes are the codes apperr.New is called with (or an apperr.Error
+// literal holds) in the non-test Go files under internal/, with the status their kind is answered with, and
 // where. A code named by a constant is resolved in its file's package; a
 // code put together ("session_"+state) or passed on (agentd's) is not
 // seen here.
@@ -57,6 +58,14 @@ func builtCodes(t *testing.T) map[string]map[int][]string {
 		b, err := os.ReadFile(path)
 		if err != nil {
 			return err
+		}
+		for _, m := range literal.FindAllStringSubmatch(string(b), -1) {
+			if status, ok := kindStatus[m[1]]; ok {
+				if out[m[2]] == nil {
+					out[m[2]] = map[int][]string{}
+				}
+				out[m[2]][status] = append(out[m[2]][status], path)
+			}
 		}
 		for _, m := range newCode.FindAllStringSubmatch(string(b), -1) {
 			status, ok := kindStatus[m[1]]
