@@ -151,6 +151,13 @@ func (e *Error) Unwrap() error {
 	return sentinel
 }
 
+// StatusOf is the HTTP status agentd answers code with (500 for a code it
+// does not know).
+func StatusOf(code string) int {
+	status, _ := codeInfo(code)
+	return status
+}
+
 // newError builds an Error whose status follows from its code.
 func newError(code, format string, args ...any) *Error {
 	status, _ := codeInfo(code)

@@ -20,14 +20,18 @@ var source []byte
 // YAML is the document as written.
 func YAML() []byte { return append([]byte(nil), source...) }
 
-// Load parses and validates the document. Each call returns a fresh copy,
-// so callers may not disturb one another.
+// Load parses the document, expands each operation's error codes (see
+// expandErrors) and validates it. Each call returns a fresh copy, so
+// callers may not disturb one another.
 func Load(ctx context.Context) (*openapi3.T, error) {
 	loader := openapi3.NewLoader()
 	loader.Context = ctx
 	doc, err := loader.LoadFromData(source)
 	if err != nil {
 		return nil, fmt.Errorf("apidoc: parse openapi.yaml: %w", err)
+	}
+	if err := expandErrors(doc); err != nil {
+		return nil, err
 	}
 	if err := doc.Validate(ctx); err != nil {
 		return nil, fmt.Errorf("apidoc: openapi.yaml is not a valid OpenAPI document: %w", err)

@@ -59,8 +59,11 @@ func (r ExecRequest) Validate() error {
 // validateFetch checks a download's size and duration.
 func validateFetch(req agentd.FetchRequest) error {
 	v := apperr.Validation()
-	if req.URL == "" || req.Path == "" {
-		v.Add("url", "Give the URL to download and the path to write it to.")
+	if req.URL == "" {
+		v.Add("url", "Give the URL to download.")
+	}
+	if req.Path == "" {
+		v.Add("path", "Give the path to write the download to.")
 	}
 	if req.MaxBytes < 0 || req.MaxBytes > maxFetchBytes {
 		v.Add("max_bytes", "max_bytes must be from 0 (the environment's limit) to %d (1 GiB).", int64(maxFetchBytes))

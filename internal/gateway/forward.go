@@ -25,25 +25,37 @@ func (g *Gateway) client(t sessions.Target) *agentd.Client {
 func (g *Gateway) upstream(ctx context.Context, org Org, t sessions.Target, err error) error {
 	var ae *agentd.Error
 	if errors.As(err, &ae) {
-		// An answer over the client's caps (answer_too_large) is agentd
-		// misbehaving, not agentd unreachable: it is answered like its
-		// own 502s, with its message.
 		// A sandbox's agentd refusing the sandbox's own token restarted
 		// with its template's (it holds a rekey in memory only): it is as
 		// good as gone, so it counts toward the session's loss.
 		lostKey := ae.Status == http.StatusUnauthorized && t.Session.AgentdTokenKind == sessions.TokenPerSandbox
-		if ae.Foreign || lostKey || ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout && ae.Code != agentd.CodeAnswerTooLarge {
+		answer, unreachable := agentdAnswer(ae, lostKey)
+		if unreachable {
 			g.unreachable(ctx, org, t, err)
-			return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment is not answering normally (%s); try again shortly.", ae.Code)
+		} else {
+			g.reachable(ctx, org, t)
 		}
-		g.reachable(ctx, org, t)
-		return fromAgentd(ae)
+		return answer
 	}
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return ctx.Err()
 	}
 	g.unreachable(ctx, org, t, err)
 	return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment did not answer; try again shortly.")
+}
+
+// agentdAnswer is what the caller is told of agentd's error answer ae, and
+// whether it counts as agentd not answering normally (lostKey: a sandbox's
+// agentd refused the sandbox's own token). Its refusals of the request
+// pass on with its code; its own failures are environment_unreachable,
+// except a failed or slow download (fetch_failed, timeout) and an answer
+// over the client's caps (answer_too_large: agentd misbehaving, not
+// unreachable), which pass on like its refusals.
+func agentdAnswer(ae *agentd.Error, lostKey bool) (answer error, unreachable bool) {
+	if ae.Foreign || lostKey || ae.Status >= 500 && ae.Code != agentd.CodeFetchFailed && ae.Code != agentd.CodeTimeout && ae.Code != agentd.CodeAnswerTooLarge {
+		return apperr.New(apperr.ErrUpstream, "environment_unreachable", "The session's environment is not answering normally (%s); try again shortly.", ae.Code), true
+	}
+	return fromAgentd(ae), false
 }
 
 // commandUpstream is upstream for an operation on a running command

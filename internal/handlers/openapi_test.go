@@ -113,7 +113,7 @@ func TestOpenAPIValidatorCatchesMismatch(t *testing.T) {
 	const login = `{"email":"admin@example.com","password":"secret"}`
 	const unknown = `{"email":"admin@example.com","password":"secret","admin":true}`
 	const token = `{"token":"t","expires_at":"2026-01-01T00:00:00Z","must_change_password":false}`
-	const refusal = `{"error":{"code":"invalid","message":"unknown field admin"}}`
+	const refusal = `{"error":{"code":"unknown_field","message":"unknown field admin"}}`
 
 	// A documented 200 that lacks the token: one mismatch, about the response.
 	if m := exchange(login, http.StatusOK, `{"expires_at":"2026-01-01T00:00:00Z","must_change_password":false}`); len(m) != 1 || !strings.Contains(m[0], "response 200 does not match") {
@@ -126,6 +126,14 @@ func TestOpenAPIValidatorCatchesMismatch(t *testing.T) {
 	// An unknown field refused with a 400: agreement, none.
 	if m := exchange(unknown, http.StatusBadRequest, refusal); len(m) != 0 {
 		t.Errorf("a 400 to an unknown field: mismatches %q, want none", m)
+	}
+	// A code the operation does not list for its status (issue 35, item
+	// 7), and a status it lists no code for: one mismatch each.
+	if m := exchange(unknown, http.StatusBadRequest, `{"error":{"code":"invalid","message":"unknown field admin"}}`); len(m) != 1 || !strings.Contains(m[0], "response 400 does not match") {
+		t.Errorf("a 400 with a code login does not list: mismatches %q, want one about the response", m)
+	}
+	if m := exchange(login, http.StatusConflict, `{"error":{"code":"conflict","message":"Conflict"}}`); len(m) != 1 || !strings.Contains(m[0], "response 409 does not match") {
+		t.Errorf("a 409 login does not answer: mismatches %q, want one about the response", m)
 	}
 	// The same request accepted: the document rejects it, so one mismatch
 	// (which shows the 400 above answered a request the document refuses).

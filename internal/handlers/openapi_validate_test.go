@@ -52,6 +52,8 @@ func loadContract() (contractDoc, error) {
 		openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.PlainBodyDecoder)
 		openapi3filter.RegisterBodyDecoder("text/csv", openapi3filter.PlainBodyDecoder)
 		openapi3filter.RegisterBodyDecoder("application/x-asciicast", openapi3filter.PlainBodyDecoder)
+		// A page's error is an HTML page unless the client asked for JSON.
+		openapi3filter.RegisterBodyDecoder("text/html", openapi3filter.PlainBodyDecoder)
 		contract = contractDoc{doc: doc, router: r}
 	})
 	return contract, contractErr

@@ -114,7 +114,7 @@ func (s *Server) apiOrgChangePassword(c echo.Context) error {
 		return err
 	}
 	if err := s.orgChangePassword(c, req.Current, req.New); err != nil {
-		return err
+		return apiPasswordFields(err)
 	}
 	return c.NoContent(http.StatusNoContent)
 }

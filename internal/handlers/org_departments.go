@@ -538,8 +538,15 @@ func (s *Server) apiAddRule(c echo.Context) error {
 	return c.NoContent(http.StatusNoContent)
 }
 
+// apiRemoveRule takes the rule from the query or, when the query names
+// none of its fields, from a JSON body, as apiUnassignRole does.
 func (s *Server) apiRemoveRule(c echo.Context) error {
 	r := rbac.Rule{Subject: c.QueryParam("subject"), Domain: c.QueryParam("domain"), Object: c.QueryParam("object"), Action: c.QueryParam("action"), Effect: c.QueryParam("effect")}
+	if r == (rbac.Rule{}) {
+		if err := decodeJSON(c, &r); err != nil {
+			return err
+		}
+	}
 	ok, err := tenantOf(c).Enforcer.RemoveRule(c.Request().Context(), r)
 	if errors.Is(err, rbac.ErrBuiltin) {
 		return builtinErr()

@@ -235,8 +235,13 @@ func TestPlatformForcedPasswordChangeAPI(t *testing.T) {
 	}
 	r = e.json(http.MethodPost, "/api/v1/auth/password", res.Token, map[string]string{"current_password": e.c.OneTimePassword, "new_password": "short"})
 	wantStatus(t, "weak new password", r, http.StatusBadRequest)
-	if env := r.envelope(t); env.Error.Fields["new"] == "" {
-		t.Errorf("weak password: no fields.new: %s", r.body)
+	if env := r.envelope(t); env.Error.Fields["new_password"] == "" || len(env.Error.Fields) != 1 {
+		t.Errorf("weak password: fields are not just the request's new_password: %s", r.body)
+	}
+	r = e.json(http.MethodPost, "/api/v1/auth/password", res.Token, map[string]string{"current_password": "wrong", "new_password": adminPassword})
+	wantStatus(t, "wrong current password", r, http.StatusBadRequest)
+	if env := r.envelope(t); env.Error.Fields["current_password"] == "" || len(env.Error.Fields) != 1 {
+		t.Errorf("wrong current password: fields are not just the request's current_password: %s", r.body)
 	}
 	r = e.json(http.MethodPost, "/api/v1/auth/password", res.Token, map[string]string{"current_password": e.c.OneTimePassword, "new_password": adminPassword})
 	wantStatus(t, "change password", r, http.StatusNoContent)

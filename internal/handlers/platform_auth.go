@@ -96,6 +96,27 @@ type passwordRequest struct {
 	New     string `json:"new_password"`
 }
 
+// apiPasswordFields names a password change's invalid fields as the JSON
+// request does (current_password, new_password); the domain names them as
+// the pages' forms do (current, new). Any other error is returned as is.
+func apiPasswordFields(err error) error {
+	var ve *apperr.ValidationError
+	if !errors.As(err, &ve) {
+		return err
+	}
+	out := apperr.Validation()
+	for field, msg := range ve.Fields {
+		switch field {
+		case "current":
+			field = "current_password"
+		case "new":
+			field = "new_password"
+		}
+		out.Add(field, "%s", msg)
+	}
+	return out
+}
+
 func (s *Server) changePassword(c echo.Context, current, next string) error {
 	p := principalOf(c)
 	if err := s.Platform.ChangePassword(c.Request().Context(), p.ID, current, next); err != nil {
@@ -110,7 +131,7 @@ func (s *Server) apiChangePassword(c echo.Context) error {
 		return err
 	}
 	if err := s.changePassword(c, req.Current, req.New); err != nil {
-		return err
+		return apiPasswordFields(err)
 	}
 	return c.NoContent(http.StatusNoContent)
 }
