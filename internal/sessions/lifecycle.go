@@ -111,7 +111,9 @@ func (s *Service) ensure(ctx context.Context, a *authz.Actor, sess Session, chec
 	g := s.rt().gate(k)
 	contended := !g.TryLock()
 	if contended {
-		g.Lock()
+		if err := g.Lock(ctx, sess.ID, lifecycleLockWait); err != nil {
+			return Target{}, err
+		}
 	}
 	defer g.Unlock()
 	if c, ok := s.fresh(ctx, k, true); ok {
@@ -623,7 +625,9 @@ const lifecycleLockWait = 60 * time.Second
 // session again before acting.
 func (s *Service) lockLifecycle(ctx context.Context, id int64) (unlock func(), err error) {
 	g := s.rt().gate(s.key(id))
-	g.Lock()
+	if err := g.Lock(ctx, id, lifecycleLockWait); err != nil {
+		return nil, err
+	}
 	unlockDB, err := s.lockAcrossReplicas(ctx, id)
 	if err != nil {
 		g.Unlock()
@@ -638,16 +642,26 @@ func (s *Service) lockLifecycle(ctx context.Context, id int64) (unlock func(), e
 // lockAcrossReplicas is lockLifecycle's advisory lock (nothing on SQLite,
 // which is single-node: the process's gate suffices).
 func (s *Service) lockAcrossReplicas(ctx context.Context, id int64) (unlock func(), err error) {
-	key := store.LockKey(fmt.Sprintf("gatehouse-session-lifecycle:%s:%d", s.Org, id))
-	unlock, ok, err := store.AdvisoryLock(ctx, s.DB, key, lifecycleLockWait)
+	if store.DialectOfDB(s.DB) != store.Postgres {
+		return func() {}, nil
+	}
+	release, err := s.rt().lockSlot(ctx, s.pool(), id, lifecycleLockWait)
 	if err != nil {
 		return nil, err
 	}
-	if !ok {
-		return nil, apperr.New(apperr.ErrUnavailable, "session_busy",
-			"Session %d is being started, paused or resumed by another request that has not finished within %s; try again.", id, lifecycleLockWait)
+	key := store.LockKey(fmt.Sprintf("gatehouse-session-lifecycle:%s:%d", s.Org, id))
+	unlockDB, ok, err := store.AdvisoryLock(ctx, s.DB, key, lifecycleLockWait)
+	if err != nil || !ok {
+		release()
+		if err == nil {
+			err = sessionBusy(id, lifecycleLockWait)
+		}
+		return nil, err
 	}
-	return unlock, nil
+	return func() {
+		unlockDB()
+		release()
+	}, nil
 }
 
 // Pause snapshots a running per-session sandbox a may use. It waits for a

@@ -763,3 +763,46 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// TestLifecycleLocksLeaveThePoolUsable: first uses of more sandbox
+// sessions at once than the org's pool has connections all finish. Each
+// holds a connection for its lock across replicas and needs another for
+// the session: without a bound on the locks held at once they would take
+// every connection and wait for each other.
+func TestLifecycleLocksLeaveThePoolUsable(t *testing.T) {
+	t.Parallel()
+	dsn := storetest.DSN(t, store.Postgres)
+	db, err := store.Open(context.Background(), dsn, store.Options{MaxOpenConns: 6})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = store.Close(db) })
+	if _, err := store.Migrate(context.Background(), db, store.OrgSet); err != nil {
+		t.Fatal(err)
+	}
+	w := newWorldOn(t, db, newBox(t), e2bfake.Config{})
+	svc := w.svc(nil)
+	ids := make([]int64, 8)
+	for i := range ids {
+		ids[i] = w.newSession(t, svc, sys()).ID
+	}
+	// A deadlock ends here rather than at the test binary's timeout.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var wg sync.WaitGroup
+	errs := make(chan error, len(ids))
+	for _, id := range ids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := svc.Ensure(ctx, sys(), id); err != nil {
+				errs <- fmt.Errorf("session %d: %w", id, err)
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+}

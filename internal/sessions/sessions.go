@@ -183,8 +183,11 @@ type Runtime struct {
 
 	mu     sync.Mutex
 	cache  map[cacheKey]*cached
-	gates  map[cacheKey]*sync.Mutex
-	config configVersions
+	gates  map[cacheKey]gate
+	// lockSlots bounds, per org database, the lifecycle locks held at
+	// once (see lockSlot).
+	lockSlots map[*gorm.DB]chan struct{}
+	config    configVersions
 	// reachable is when each session's failures were last cleared (or
 	// found clear) by this process: ReportReachable writes at most once a
 	// second per session.
@@ -333,15 +336,15 @@ func (r *Runtime) forget(k cacheKey) {
 // gate serializes the slow path of one session inside this process, so
 // fifty concurrent first uses cost one creation attempt here; the database
 // marker serializes across processes.
-func (r *Runtime) gate(k cacheKey) *sync.Mutex {
+func (r *Runtime) gate(k cacheKey) gate {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.gates == nil {
-		r.gates = map[cacheKey]*sync.Mutex{}
+		r.gates = map[cacheKey]gate{}
 	}
 	g := r.gates[k]
 	if g == nil {
-		g = &sync.Mutex{}
+		g = newGate()
 		r.gates[k] = g
 	}
 	return g
