@@ -181,9 +181,9 @@ type Runtime struct {
 	// of an agent or environment applies here within it. See freshness.go.
 	ConfigCheckEvery time.Duration
 
-	mu     sync.Mutex
-	cache  map[cacheKey]*cached
-	gates  map[cacheKey]gate
+	mu    sync.Mutex
+	cache map[cacheKey]*cached
+	gates map[cacheKey]gate
 	// lockSlots bounds, per org database, the lifecycle locks held at
 	// once (see lockSlot).
 	lockSlots map[*gorm.DB]chan struct{}
