@@ -146,11 +146,19 @@ func (s *Service) opens(org orgs.Org, r keyRow) (ed25519.PublicKey, bool) {
 // newestRecorded is the event sequence number of the newest checkpoint
 // the platform audit log recorded for org (ok false when it recorded
 // none). It reads exactly the audit.checkpoint events of the org's target,
-// newest first, and takes the first whose org_id is the org's: one of an
-// earlier org that had the slug is passed over, however many there are.
+// newest first, and takes the first whose org_id is the org's and whose
+// recorded signature verifies, with a key the console sealed, over what
+// the record says was checkpointed. An earlier org that had the slug is
+// passed over, however many records it has; so is a record anyone could
+// have appended (the platform log is an unkeyed chain): only a checkpoint
+// this console signed can say a newer one was deleted.
 func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool, error) {
 	if s.Audit == nil {
 		return 0, false, nil
+	}
+	keys, err := s.publicKeys(s.Catalog.WithContext(ctx), org, "")
+	if err != nil {
+		return 0, false, err
 	}
 	const page = 100
 	var before int64
@@ -160,12 +168,8 @@ func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool
 			return 0, false, fmt.Errorf("read recorded audit checkpoints of %s: %w", org.Slug, err)
 		}
 		for _, e := range evs {
-			var d struct {
-				OrgID int64 `json:"org_id"`
-				Seq   int64 `json:"seq"`
-			}
-			if json.Unmarshal(e.Details, &d) == nil && d.OrgID == org.ID {
-				return d.Seq, true, nil
+			if seq, ok := signedRecord(e.Details, org, keys); ok {
+				return seq, true, nil
 			}
 		}
 		if len(evs) < page {
@@ -173,4 +177,27 @@ func (s *Service) newestRecorded(ctx context.Context, org orgs.Org) (int64, bool
 		}
 		before = evs[len(evs)-1].Seq
 	}
+}
+
+// signedRecord is the seq of a platform record of one of org's
+// checkpoints, when the record's signature verifies with one of keys.
+func signedRecord(details []byte, org orgs.Org, keys map[string]ed25519.PublicKey) (int64, bool) {
+	var d struct {
+		OrgID     int64  `json:"org_id"`
+		Seq       int64  `json:"seq"`
+		Hash      string `json:"hash"`
+		TakenAt   string `json:"taken_at"`
+		KeyID     string `json:"key_id"`
+		PrevSeq   *int64 `json:"prev_seq"`
+		Signature string `json:"signature"`
+	}
+	if json.Unmarshal(details, &d) != nil || d.OrgID != org.ID {
+		return 0, false
+	}
+	pub, ok := keys[d.KeyID]
+	sig, err := base64.StdEncoding.DecodeString(d.Signature)
+	if !ok || err != nil || !ed25519.Verify(pub, signedText(org.Slug, org.ID, d.Seq, d.Hash, d.TakenAt, d.KeyID, d.PrevSeq), sig) {
+		return 0, false
+	}
+	return d.Seq, true
 }

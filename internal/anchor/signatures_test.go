@@ -353,3 +353,37 @@ func TestExportVersions(t *testing.T) {
 		}
 	}
 }
+
+// A platform record of a checkpoint counts only when its signature
+// verifies with a key the console sealed: anyone who can append to the
+// platform log (an unkeyed chain) could otherwise record a checkpoint of
+// an event far ahead and stop every later checkpoint and export of the
+// org for good, blaming a deletion.
+func TestForgedPlatformRecordStopsNothing(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		f := newFixture(t, d)
+		threeCheckpoints(t, f) // 2, 4, 6
+		var keyID string
+		if err := f.catalog.Raw("SELECT key_id FROM audit_anchor_keys WHERE org_id = ?", f.org.ID).Scan(&keyID).Error; err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.platform.Append(ctx, audit.Event{Actor: audit.Actor{Type: audit.ActorSystem, Name: "audit-checkpoint"}, Action: anchor.Action,
+			Target: audit.Target{Type: "organization", ID: f.org.Slug, Name: f.org.Name},
+			Details: audit.Details(map[string]any{"org_id": f.org.ID, "seq": int64(1) << 40, "hash": strings.Repeat("f", 64),
+				"taken_at": "2026-05-01T12:00:00Z", "key_id": keyID, "prev_seq": 6, "signature": base64.StdEncoding.EncodeToString(make([]byte, 64))})}); err != nil {
+			t.Fatal(err)
+		}
+		if v := f.verify(t); !v.OK {
+			t.Fatalf("verify after a forged platform record: %+v %+v", v, v.Checkpoints)
+		}
+		f.append(t, 1)
+		if res := f.take(t); !res.Written || res.Forged != nil {
+			t.Fatalf("take after a forged platform record: %+v %+v", res, res.Forged)
+		}
+		if _, err := f.svc.Export(ctx, f.org); err != nil {
+			t.Fatalf("export after a forged platform record: %v", err)
+		}
+	})
+}
