@@ -159,8 +159,8 @@ var ErrStarted = errors.New("recorder: followers already started")
 
 // Start makes the followers ready, once: a second call is ErrStarted. The
 // followers' context keeps ctx's values, not its cancellation; Stop ends
-// them. Followers asked for before Start already run under the context
-// Start would make, so Stop ends them too.
+// them. Followers asked for before Start run under a context of their own
+// (without ctx's values) that Stop ends too, and Start keeps it.
 func (f *Followers) Start(ctx context.Context) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
