@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // toConnect gives an error its Connect code: the one place the data plane
@@ -27,10 +28,20 @@ func toConnect(err error) error {
 	return connect.NewError(code, errors.New(msg))
 }
 
+// databaseUnavailableMsg answers a request that met a database outage
+// (store.Classify); the caller retries after databaseRetryAfter.
+const (
+	databaseUnavailableMsg = "The database is unavailable; try again in a moment."
+	databaseRetryAfter     = "5"
+)
+
 func classify(err error) (connect.Code, string) {
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
 		return connect.CodeInvalidArgument, ve.Error()
+	}
+	if store.IsUnavailable(err) {
+		return connect.CodeUnavailable, databaseUnavailableMsg
 	}
 	msg := "Something went wrong on the console's side; it has been logged."
 	var ae *apperr.Error
@@ -101,6 +112,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apperr.Error
 	if errors.As(err, &ae) && ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds()))
+	} else if store.IsUnavailable(err) {
+		w.Header().Set("Retry-After", databaseRetryAfter)
 	}
 	cerr := toConnect(err)
 	if connectErrors.IsSupported(r) {

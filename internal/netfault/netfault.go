@@ -30,9 +30,12 @@ type Forwarder struct {
 	mu     sync.Mutex
 	target string
 	cut    bool
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	// refusal, when set, is the Postgres error every new connection is
+	// answered with instead of being forwarded.
+	refusal *PGError
+	closed  bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // NewForwarder listens on a loopback port and forwards every connection to
@@ -75,10 +78,24 @@ func (f *Forwarder) accept() {
 			return
 		}
 		f.mu.Lock()
-		cut, target := f.cut, f.target
+		cut, target, refusal := f.cut, f.target, f.refusal
 		f.mu.Unlock()
 		if cut {
 			in.Close()
+			continue
+		}
+		if refusal != nil {
+			if !f.track(in) {
+				continue
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				refusal.answer(in)
+				f.mu.Lock()
+				delete(f.conns, in)
+				f.mu.Unlock()
+			}()
 			continue
 		}
 		out, err := net.DialTimeout("tcp", target, dialTimeout)
@@ -137,6 +154,21 @@ func (f *Forwarder) Restore() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cut = false
+	f.refusal = nil
+}
+
+// Refuse closes every live connection and answers each new one as a
+// Postgres server refusing it would: the startup message is read and
+// answered with e (an ErrorResponse), then the connection is closed. It
+// stands in for server states a test cannot put a shared server in
+// (starting up, too many connections). Restore ends it.
+func (f *Forwarder) Refuse(e PGError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refusal = &e
+	for c := range f.conns {
+		c.Close()
+	}
 }
 
 // SetTarget sends new connections to target; live ones stay where they
