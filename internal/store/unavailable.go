@@ -21,7 +21,8 @@ const (
 	// NotOutage is any other failure: a bug, a constraint, a bad query.
 	NotOutage Outage = iota
 	// MaybeOutage is a connection that ended without the server saying
-	// why (EOF, a reset, a pool's bad connection): the database may be
+	// why (EOF, a reset or failed read or write, a pool's bad
+	// connection): the database may be
 	// down, or one connection may have died. Callers that must not pass a
 	// bug off as an outage check the database before saying so.
 	MaybeOutage
@@ -70,7 +71,7 @@ func Classify(err error) Outage {
 	var opErr *net.OpError
 	var sqliteErr *sqlite.Error
 	switch {
-	case errors.As(err, &opErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
+	case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
 		errors.Is(err, syscall.ENETUNREACH):
 		return Refused
 	case errors.As(err, &sqliteErr):
@@ -80,7 +81,7 @@ func Classify(err error) Outage {
 			return Refused
 		}
 		return NotOutage
-	case errors.Is(err, driver.ErrBadConn), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF),
+	case errors.As(err, &opErr), errors.Is(err, driver.ErrBadConn), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF),
 		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
 		return MaybeOutage
 	}

@@ -45,6 +45,7 @@ func TestClassifyErrors(t *testing.T) {
 		{"query canceled 57014", pg("57014"), store.NotOutage},
 		{"dial refused", &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}, store.Refused},
 		{"bare ECONNREFUSED", fmt.Errorf("x: %w", syscall.ECONNREFUSED), store.Refused},
+		{"read reset", &net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}, store.MaybeOutage},
 		{"EOF", io.EOF, store.MaybeOutage},
 		{"unexpected EOF", fmt.Errorf("read: %w", io.ErrUnexpectedEOF), store.MaybeOutage},
 		{"bad connection", driver.ErrBadConn, store.MaybeOutage},
