@@ -22,9 +22,9 @@ const (
 	NotOutage Outage = iota
 	// MaybeOutage is a connection that ended without the server saying
 	// why (EOF, a reset or failed read or write, a pool's bad
-	// connection): the database may be
-	// down, or one connection may have died. Callers that must not pass a
-	// bug off as an outage check the database before saying so.
+	// connection): the database may be down, or one connection may have
+	// died. Callers that must not pass a bug off as an outage check the
+	// database before saying so.
 	MaybeOutage
 	// Refused is the server or the driver saying that no connection can
 	// be had or kept now: a connection exception (SQLSTATE class 08),
