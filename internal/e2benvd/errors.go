@@ -35,12 +35,20 @@ const (
 	databaseRetryAfter     = "5"
 )
 
+// databaseRefused reports whether err is a database refusing or losing
+// connections (store.Refused) that no domain package explained: a bare
+// network error may be agentd's, and an apperr already says what it is.
+func databaseRefused(err error) bool {
+	var ae *apperr.Error
+	return !errors.As(err, &ae) && store.Classify(err) == store.Refused
+}
+
 func classify(err error) (connect.Code, string) {
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
 		return connect.CodeInvalidArgument, ve.Error()
 	}
-	if store.IsUnavailable(err) {
+	if databaseRefused(err) {
 		return connect.CodeUnavailable, databaseUnavailableMsg
 	}
 	msg := "Something went wrong on the console's side; it has been logged."
@@ -112,7 +120,7 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apperr.Error
 	if errors.As(err, &ae) && ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds()))
-	} else if store.IsUnavailable(err) {
+	} else if databaseRefused(err) {
 		w.Header().Set("Retry-After", databaseRetryAfter)
 	}
 	cerr := toConnect(err)

@@ -20,18 +20,20 @@ type Outage int
 const (
 	// NotOutage is any other failure: a bug, a constraint, a bad query.
 	NotOutage Outage = iota
-	// MaybeOutage is a connection that ended without the server saying
-	// why (EOF, a reset or failed read or write, a pool's bad
-	// connection): the database may be down, or one connection may have
-	// died. Callers that must not pass a bug off as an outage check the
-	// database before saying so.
+	// MaybeOutage is a network failure the database driver did not
+	// claim (a bare refused dial, EOF, a reset or failed read or write, a
+	// pool's bad connection): the database may be down, one connection
+	// may have died, or the failure was another service's (agentd). Callers
+	// that must not pass a bug off as an outage check the database
+	// before saying so.
 	MaybeOutage
 	// Refused is the server or the driver saying that no connection can
 	// be had or kept now: a connection exception (SQLSTATE class 08),
 	// too_many_connections (53300), admin or crash shutdown (57P01,
 	// 57P02), cannot_connect_now (57P03), a database not accepting
-	// connections (55000 while connecting), a dial that failed, or an
-	// SQLite file that cannot be opened or read.
+	// connections (55000 while connecting), the driver's failed dial
+	// (pgconn.ConnectError), or an SQLite file that cannot be opened or
+	// read.
 	Refused
 )
 
@@ -71,9 +73,6 @@ func Classify(err error) Outage {
 	var opErr *net.OpError
 	var sqliteErr *sqlite.Error
 	switch {
-	case errors.As(err, &opErr) && opErr.Op == "dial", errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
-		errors.Is(err, syscall.ENETUNREACH):
-		return Refused
 	case errors.As(err, &sqliteErr):
 		// Primary result codes (the low byte of an extended code):
 		// SQLITE_IOERR 10, SQLITE_CANTOPEN 14.
@@ -81,8 +80,11 @@ func Classify(err error) Outage {
 			return Refused
 		}
 		return NotOutage
-	case errors.As(err, &opErr), errors.Is(err, driver.ErrBadConn), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF),
-		errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+	case errors.As(err, &opErr), errors.Is(err, syscall.ECONNREFUSED), errors.Is(err, syscall.EHOSTUNREACH),
+		errors.Is(err, syscall.ENETUNREACH), errors.Is(err, driver.ErrBadConn), errors.Is(err, pgconn.ErrConnClosed),
+		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE):
+		// A bare network error may come from anything the request
+		// reached (agentd, a sandbox backend), not only a database.
 		return MaybeOutage
 	}
 	return NotOutage
