@@ -1,7 +1,9 @@
 // Package netfault holds the loopback TCP plumbing that fault tests and
 // the chaos run put between the parts of a deployment: a forwarder that
-// can be cut (every live connection closed, new ones refused) and pointed
-// elsewhere, and a round-robin balancer over console replicas that skips a
+// can be cut (every live connection closed, new ones refused), pointed
+// elsewhere, or made to answer new connections as a Postgres server
+// refusing them (an ErrorResponse with a chosen SQLSTATE), and a
+// round-robin balancer over console replicas that skips a
 // backend that refuses connections. Both run in the test's (or the bench
 // command's) process, so the parts behind them are real processes on real
 // sockets.
