@@ -144,6 +144,7 @@ func chaosCmd(ctx context.Context, args []string, getenv func(string) string, st
 	fs.IntVar(&o.Replicas, "replicas", 3, "console processes")
 	fs.IntVar(&o.Sessions, "sessions", 20, "sessions kept busy")
 	fs.DurationVar(&o.DBCut, "db-cut", 5*time.Second, "how long Postgres is cut, once")
+	fs.DurationVar(&o.DBRefuse, "db-refuse", 3*time.Second, "how long the first org's database refuses connections, once")
 	fs.StringVar(&o.PostgresDSN, "postgres", getenv("DATABASE_URL"), "Postgres server DSN: throwaway databases are created on it and dropped after (default DATABASE_URL)")
 	fs.StringVar(&o.AgentdBin, "agentd", "", "the agentd binary (default: agentd next to this binary, else on PATH)")
 	quiet := fs.Bool("quiet", false, "print only the report, not a line per fault")

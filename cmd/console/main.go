@@ -159,21 +159,34 @@ func help(getenv func(string) string, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
-	c, err := console.New(ctx, cfg, logger)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	c.Start()
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
 	}
-	srv := &http.Server{Handler: c.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
-	fmt.Fprintf(stdout, "Gatehouse console listening on %s\nSign in at %s/login\n", ln.Addr(), cfg.BaseURL)
-	announceAdmin(cfg, c, logger, stdout)
+	// The listener answers from the start: alive (/healthz) but not ready
+	// (/readyz) while the console waits for an unavailable database.
+	gate := &console.Gate{}
+	srv := &http.Server{Handler: gate, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, 3)
 	go func() { errc <- srv.Serve(ln) }()
+	shutdown := func() error {
+		shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		return srv.Shutdown(shutdownCtx)
+	}
+	c, err := console.NewWhenReachable(ctx, cfg, logger, console.DefaultBackoff)
+	if err != nil {
+		_ = shutdown()
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
+	defer c.Close()
+	c.Start()
+	gate.Open(c.Handler())
+	fmt.Fprintf(stdout, "Gatehouse console listening on %s\nSign in at %s/login\n", ln.Addr(), cfg.BaseURL)
+	announceAdmin(cfg, c, logger, stdout)
 	if cfg.E2BListen != "" {
 		esrv, err := serveEnvd(cfg.E2BListen, c, stdout, errc)
 		if err != nil {
@@ -193,9 +206,7 @@ func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout i
 		return err
 	case <-ctx.Done():
 	}
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	return srv.Shutdown(shutdownCtx)
+	return shutdown()
 }
 
 // announceAdmin prints the first admin's one-time password once, and says

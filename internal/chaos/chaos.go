@@ -48,6 +48,10 @@ type Options struct {
 	Replicas, Sessions int
 	// DBCut is how long Postgres is cut, once (default 5 s).
 	DBCut time.Duration
+	// DBRefuse is how long the first org's database refuses connections
+	// (ALLOW_CONNECTIONS false, its connections ended), once (default
+	// 3 s).
+	DBRefuse time.Duration
 	// Progress receives a line per fault and phase; nil discards.
 	Progress io.Writer
 }
@@ -61,6 +65,9 @@ func (o Options) withDefaults() Options {
 	}
 	if o.DBCut <= 0 {
 		o.DBCut = 5 * time.Second
+	}
+	if o.DBRefuse <= 0 {
+		o.DBRefuse = 3 * time.Second
 	}
 	if o.KillEvery <= 0 {
 		o.KillEvery = 8 * time.Second
@@ -427,14 +434,20 @@ func (r *chaosRun) close() {
 }
 
 // chaos injects the faults until stopAt: a console kill (and restart)
-// every KillEvery (±40%), one agentd restart at 35% of the run, one
-// Postgres cut at 60%, and an org suspended and resumed every
-// few seconds.
+// every KillEvery (±40%), the first org's database refusing connections
+// at 15% of the run, one agentd restart at 35%, one Postgres cut at 60%,
+// and an org suspended and resumed every few seconds.
 func (r *chaosRun) chaos(ctx context.Context, start, stopAt time.Time) {
 	d := stopAt.Sub(start)
-	restartAt, cutAt := start.Add(d*35/100), start.Add(d*60/100)
+	restartAt, cutAt, refuseAt := start.Add(d*35/100), start.Add(d*60/100), start.Add(d*15/100)
 	var wg sync.WaitGroup
-	wg.Add(2)
+	wg.Add(3)
+	go func() {
+		defer wg.Done()
+		if sleepUntil(ctx, refuseAt) {
+			r.refuseDatabase(ctx, r.orgs[0])
+		}
+	}()
 	go func() {
 		defer wg.Done()
 		if sleepUntil(ctx, restartAt) {
@@ -541,6 +554,42 @@ func (r *chaosRun) cutDatabase(ctx context.Context) {
 	}
 	if r.probe(ctx, "host-b") {
 		r.recovered("Postgres cut", "every replica ready and a command ran to its end, from the restore", restored, time.Since(restored))
+	}
+	r.endWindow(w)
+}
+
+// refuseDatabase makes org's database refuse connections for DBRefuse,
+// as a database taken out of service does: ALLOW_CONNECTIONS false
+// (SQLSTATE 55000 to whoever connects) and its connections ended (57P01
+// to their users), then allowed again. Recovery is from then until a
+// command in that org runs to its end.
+func (r *chaosRun) refuseDatabase(ctx context.Context, org *chaosOrg) {
+	name := store.QuoteIdent(r.prefix + org.slug)
+	at := time.Now()
+	w := r.addWindow(window{kind: "db_refuse", target: org.slug, start: at})
+	r.logf("the database of %s refuses connections for %s", org.slug, r.o.DBRefuse)
+	admin := r.admin.WithContext(context.WithoutCancel(ctx))
+	if err := admin.Exec("ALTER DATABASE " + name + " ALLOW_CONNECTIONS false").Error; err != nil {
+		r.violate("refuse connections to %s: %v", name, err)
+		r.endWindow(w)
+		return
+	}
+	if err := admin.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()",
+		r.prefix+org.slug).Error; err != nil {
+		r.violate("end the connections to %s: %v", name, err)
+	}
+	r.count(r.faults, "database refuses connections")
+	select {
+	case <-time.After(r.o.DBRefuse):
+	case <-ctx.Done():
+	}
+	if err := admin.Exec("ALTER DATABASE " + name + " ALLOW_CONNECTIONS true").Error; err != nil {
+		r.violate("allow connections to %s: %v", name, err)
+	}
+	allowed := time.Now()
+	r.logf("the database of %s accepts connections again", org.slug)
+	if r.probe(ctx, "host-b") {
+		r.recovered("database refuses connections", "a command in that org ran to its end, from the allow", allowed, time.Since(allowed))
 	}
 	r.endWindow(w)
 }

@@ -17,7 +17,8 @@ import (
 // TestChaos runs three console replicas (real processes) on one Postgres,
 // two agentd hosts and the E2B fake, drives twenty sessions through a
 // balancer while a chaos loop SIGKILLs and restarts consoles, restarts an
-// agentd once and cuts Postgres once, and then checks the invariants (see
+// agentd once, cuts Postgres once and makes an org's database refuse
+// connections once, and then checks the invariants (see
 // chaos.Run and docs/operations.md, "Chaos run").
 //
 // Without GATEHOUSE_CHAOS it is the short version every test run makes
@@ -58,8 +59,9 @@ func TestChaos(t *testing.T) {
 	t.Log(b.String())
 
 	t.Run("faults were injected", func(t *testing.T) {
-		if rep.Faults["console SIGKILL"] < 3 || rep.Faults["agentd restart"] != 1 || rep.Faults["Postgres cut"] != 1 || rep.Faults["org suspend+resume"] < 1 {
-			t.Errorf("faults injected: %v; want at least 3 kills, one agentd restart, one Postgres cut and one suspension", rep.Faults)
+		if rep.Faults["console SIGKILL"] < 3 || rep.Faults["agentd restart"] != 1 || rep.Faults["Postgres cut"] != 1 ||
+			rep.Faults["database refuses connections"] != 1 || rep.Faults["org suspend+resume"] < 1 {
+			t.Errorf("faults injected: %v; want at least 3 kills, one agentd restart, one Postgres cut, one database refusing connections and one suspension", rep.Faults)
 		}
 	})
 	t.Run("the driver was busy", func(t *testing.T) {

@@ -203,7 +203,7 @@ func isCode(err error, code string) bool {
 
 // window is a span of time during which a fault was in effect.
 type window struct {
-	kind       string // "db_cut", "agentd_restart", "org_suspended", "console_kill"
+	kind       string // "db_cut", "db_refuse", "agentd_restart", "org_suspended", "console_kill"
 	target     string // the env, org or replica it hit
 	start, end time.Time
 }
@@ -229,6 +229,9 @@ func judge(answers []answerRecord, windows []window) (documented map[string]int,
 			case w.kind == "db_cut" && a.Status == http.StatusServiceUnavailable &&
 				(a.Code == "database_unavailable" || a.Code == "audit_unavailable"):
 				why = "503 " + a.Code + " during the database cut"
+			case w.kind == "db_refuse" && a.Org == w.target && a.Status == http.StatusServiceUnavailable &&
+				(a.Code == "database_unavailable" || a.Code == "audit_unavailable"):
+				why = "503 " + a.Code + " while the org's database refused connections"
 			case w.kind == "agentd_restart" && a.Env == w.target && a.Status == http.StatusBadGateway && a.Code == "environment_unreachable":
 				why = "502 environment_unreachable while agentd restarted"
 			case w.kind == "console_kill" && a.Status == http.StatusBadGateway && strings.Contains(a.Body, "has not started in its environment yet"):

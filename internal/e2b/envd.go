@@ -186,7 +186,7 @@ func (s *Server) Handler() http.Handler {
 	mux.Handle("/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, r, apperr.New(apperr.ErrNotFound, "not_served", "envd's API has no %s %s.", r.Method, r.URL.Path))
 	}))
-	return s.resolve(mux)
+	return s.resolve(checkEnvelopes(mux))
 }
 
 // SandboxID is the sandbox a request names: by Host (49983-<id>.<domain>)
@@ -314,8 +314,14 @@ func (f flushDenials) after(ctx context.Context, procedure string, err error) er
 		}
 	}
 	cerr := toConnect(err)
-	if code := connect.CodeOf(cerr); cerr != nil && ctx.Err() == nil && (code == connect.CodeInternal || code == connect.CodeUnavailable) {
+	switch code := connect.CodeOf(cerr); {
+	case cerr == nil:
+	case ctx.Err() == nil && (code == connect.CodeInternal || code == connect.CodeUnavailable):
 		f.s.logger().Error("e2b data plane call failed", "procedure", procedure, "session_id", c.SessionID, "error", err)
+	default:
+		// The caller's own mistake or a refusal: the caller is told, the
+		// log need not shout.
+		f.s.logger().Debug("e2b data plane call refused", "procedure", procedure, "session_id", c.SessionID, "code", code.String(), "error", err)
 	}
 	return cerr
 }

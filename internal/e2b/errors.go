@@ -9,6 +9,7 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/store"
 )
 
 // toConnect gives an error its Connect code: the one place the data plane
@@ -27,10 +28,28 @@ func toConnect(err error) error {
 	return connect.NewError(code, errors.New(msg))
 }
 
+// databaseUnavailableMsg answers a request that met a database outage
+// (store.Classify); the caller retries after databaseRetryAfter.
+const (
+	databaseUnavailableMsg = "The database is unavailable; try again in a moment."
+	databaseRetryAfter     = "5"
+)
+
+// databaseRefused reports whether err is a database refusing or losing
+// connections (store.Refused) that no domain package explained: a bare
+// network error may be agentd's, and an apperr already says what it is.
+func databaseRefused(err error) bool {
+	var ae *apperr.Error
+	return !errors.As(err, &ae) && store.Classify(err) == store.Refused
+}
+
 func classify(err error) (connect.Code, string) {
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
 		return connect.CodeInvalidArgument, ve.Error()
+	}
+	if databaseRefused(err) {
+		return connect.CodeUnavailable, databaseUnavailableMsg
 	}
 	msg := "Something went wrong on the console's side; it has been logged."
 	var ae *apperr.Error
@@ -101,6 +120,8 @@ func writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apperr.Error
 	if errors.As(err, &ae) && ae.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(ae.RetryAfterSeconds()))
+	} else if databaseRefused(err) {
+		w.Header().Set("Retry-After", databaseRetryAfter)
 	}
 	cerr := toConnect(err)
 	if connectErrors.IsSupported(r) {

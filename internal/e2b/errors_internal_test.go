@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
+
 	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
@@ -23,6 +25,7 @@ func TestWriteErrorRetryAfter(t *testing.T) {
 	}{
 		{"busy", "5", fmt.Errorf("write: %w", busy)},
 		{"broken", "", apperr.New(apperr.ErrUnavailable, "backend_error", "The backend failed.")},
+		{"database refusing", "5", fmt.Errorf("look up the sandbox: %w", &pgconn.PgError{Code: "57P03"})},
 	} {
 		rec := httptest.NewRecorder()
 		writeError(rec, httptest.NewRequest(http.MethodPost, "/files?path=a.txt", nil), tc.err)

@@ -181,15 +181,19 @@ func (s *Server) handleError(err error, c echo.Context) {
 const retryAfterSeconds = "5"
 
 // outage tells whether err means a database is down, and which: the orgs
-// package names it; a bare connection error is attributed by pinging the
-// catalog and the request's org database, so a query that merely failed is
-// never passed off as an outage.
+// package names it; otherwise the catalog and the request's org database
+// are pinged to name it. A refusal the server or driver spelled out
+// (store.Refused) is an outage even when both pings pass (a database that
+// stopped accepting connections keeps the pooled ones alive); a bare
+// connection end (store.MaybeOutage) is one only when a ping fails, so a
+// query that merely failed is never passed off as an outage.
 func (s *Server) outage(c echo.Context, err error) (string, bool) {
 	var ue *orgs.UnavailableError
 	if errors.As(err, &ue) {
 		return ue.Database, true
 	}
-	if !store.IsUnavailable(err) {
+	kind := store.Classify(err)
+	if kind == store.NotOutage {
 		return "", false
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(c.Request().Context()), time.Second)
@@ -197,10 +201,17 @@ func (s *Server) outage(c echo.Context, err error) (string, bool) {
 	if pingErr := ping(ctx, s.Catalog); pingErr != nil {
 		return "catalog", true
 	}
-	if t := tenantOf(c); t != nil && ping(ctx, t.DB) != nil {
+	t := tenantOf(c)
+	if t != nil && ping(ctx, t.DB) != nil {
 		return "org " + t.Org.Slug, true
 	}
-	return "", false
+	if kind != store.Refused {
+		return "", false
+	}
+	if t != nil {
+		return "org " + t.Org.Slug, true
+	}
+	return "catalog", true
 }
 
 func ping(ctx context.Context, db *gorm.DB) error {
@@ -221,6 +232,10 @@ func (s *Server) answerOutage(c echo.Context, database string, err error) {
 	msg := "The database is unavailable; try again in a moment."
 	if strings.HasPrefix(database, "org ") {
 		msg = "This organization's database is unavailable; try again in a moment."
+	}
+	if strings.HasPrefix(c.Request().URL.Path, "/e2b/") {
+		e2b.WriteError(c, http.StatusServiceUnavailable, msg)
+		return
 	}
 	if wantsJSON(c) {
 		_ = c.JSON(http.StatusServiceUnavailable, errorBody{Error: errorDetail{Code: "database_unavailable", Message: msg}})

@@ -12,9 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/orgs"
 )
 
 // TestErrorRetryAfter: an error saying when trying again may succeed (a
@@ -90,5 +92,24 @@ func TestErrorLogLevels(t *testing.T) {
 				t.Fatalf("logged %q at level %q, want %q", logs.String(), got, tc.level)
 			}
 		})
+	}
+}
+
+// TestOutageAnswerShapes: a database outage answers 503 with Retry-After
+// in the shape of the surface: the envelope with database_unavailable on
+// the API, E2B's {"code","message"} on the E2B endpoint.
+func TestOutageAnswerShapes(t *testing.T) {
+	s := &Server{Deps: Deps{Logger: slog.New(slog.DiscardHandler)}}
+	outage := &orgs.UnavailableError{Database: "catalog", Err: &pgconn.PgError{Code: "57P03"}}
+	for _, tc := range []struct{ path, want string }{
+		{"/api/v1/orgs", `"code":"database_unavailable"`},
+		{"/e2b/orgs/acme/sandboxes", `"code":503`},
+	} {
+		rec := httptest.NewRecorder()
+		c := echo.New().NewContext(httptest.NewRequest(http.MethodGet, tc.path, nil), rec)
+		s.handleError(outage, c)
+		if rec.Code != http.StatusServiceUnavailable || rec.Header().Get("Retry-After") == "" || !strings.Contains(rec.Body.String(), tc.want) {
+			t.Errorf("%s: answered %d Retry-After %q %s, want 503 with Retry-After and %s", tc.path, rec.Code, rec.Header().Get("Retry-After"), rec.Body, tc.want)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 // Package netfault holds the loopback TCP plumbing that fault tests and
 // the chaos run put between the parts of a deployment: a forwarder that
-// can be cut (every live connection closed, new ones refused) and pointed
-// elsewhere, and a round-robin balancer over console replicas that skips a
+// can be cut (every live connection closed, new ones refused), pointed
+// elsewhere, or made to answer new connections as a Postgres server
+// refusing them (an ErrorResponse with a chosen SQLSTATE), and a
+// round-robin balancer over console replicas that skips a
 // backend that refuses connections. Both run in the test's (or the bench
 // command's) process, so the parts behind them are real processes on real
 // sockets.
@@ -30,9 +32,12 @@ type Forwarder struct {
 	mu     sync.Mutex
 	target string
 	cut    bool
-	closed bool
-	conns  map[net.Conn]struct{}
-	wg     sync.WaitGroup
+	// refusal, when set, is the Postgres error every new connection is
+	// answered with instead of being forwarded.
+	refusal *PGError
+	closed  bool
+	conns   map[net.Conn]struct{}
+	wg      sync.WaitGroup
 }
 
 // NewForwarder listens on a loopback port and forwards every connection to
@@ -75,10 +80,24 @@ func (f *Forwarder) accept() {
 			return
 		}
 		f.mu.Lock()
-		cut, target := f.cut, f.target
+		cut, target, refusal := f.cut, f.target, f.refusal
 		f.mu.Unlock()
 		if cut {
 			in.Close()
+			continue
+		}
+		if refusal != nil {
+			if !f.track(in) {
+				continue
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				refusal.answer(in)
+				f.mu.Lock()
+				delete(f.conns, in)
+				f.mu.Unlock()
+			}()
 			continue
 		}
 		out, err := net.DialTimeout("tcp", target, dialTimeout)
@@ -137,6 +156,21 @@ func (f *Forwarder) Restore() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.cut = false
+	f.refusal = nil
+}
+
+// Refuse closes every live connection and answers each new one as a
+// Postgres server refusing it would: the startup message is read and
+// answered with e (an ErrorResponse), then the connection is closed. It
+// stands in for server states a test cannot put a shared server in
+// (starting up, too many connections). Restore ends it.
+func (f *Forwarder) Refuse(e PGError) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refusal = &e
+	for c := range f.conns {
+		c.Close()
+	}
 }
 
 // SetTarget sends new connections to target; live ones stay where they

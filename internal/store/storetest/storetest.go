@@ -172,3 +172,29 @@ func PostgresDatabaseExists(t testing.TB, name string) bool {
 	}
 	return n > 0
 }
+
+// RefuseConnections makes database name refuse new connections, as a
+// database taken out of service does (SQLSTATE 55000 "database is not
+// currently accepting connections" to whoever connects), and ends the
+// connections it has (57P01 to their users). The returned func lets
+// connections in again; it also runs at cleanup, and twice is harmless.
+func RefuseConnections(t testing.TB, name string) (allow func()) {
+	t.Helper()
+	admin := Admin(t)
+	if err := admin.Exec("ALTER DATABASE " + store.QuoteIdent(name) + " ALLOW_CONNECTIONS false").Error; err != nil {
+		t.Fatalf("refuse connections to %s: %v", name, err)
+	}
+	if err := admin.Exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = ? AND pid <> pg_backend_pid()", name).Error; err != nil {
+		t.Fatalf("end the connections to %s: %v", name, err)
+	}
+	var once sync.Once
+	allow = func() {
+		once.Do(func() {
+			if err := admin.Exec("ALTER DATABASE " + store.QuoteIdent(name) + " ALLOW_CONNECTIONS true").Error; err != nil {
+				t.Errorf("allow connections to %s: %v", name, err)
+			}
+		})
+	}
+	t.Cleanup(allow)
+	return allow
+}
