@@ -71,6 +71,10 @@ func TestParseQuery(t *testing.T) {
 			if err != nil {
 				t.Fatalf("ParseQuery(%q): %v", tc.q, err)
 			}
+			if got.Query != tc.q {
+				t.Fatalf("ParseQuery(%q) keeps the query %q", tc.q, got.Query)
+			}
+			got.Query = ""
 			if !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("ParseQuery(%q) =\n %+v\nwant\n %+v", tc.q, got, tc.want)
 			}
