@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
 	"log/slog"
 	"net/netip"
 	"slices"
@@ -274,35 +273,12 @@ type NetRecord struct {
 }
 
 // appendNetRecord appends r as one JSON line.
-func appendNetRecord(dst []byte, r NetRecord) []byte {
-	b, err := json.Marshal(r)
-	if err != nil { // cannot happen: every field encodes
-		return dst
-	}
-	return append(append(dst, b...), '\n')
-}
+func appendNetRecord(dst []byte, r NetRecord) []byte { return appendJSONLine(dst, r) }
 
 // ParseNetRecords decodes the data of net chunks (one JSON object per
 // line; a record never spans chunks).
 func ParseNetRecords(data []byte) ([]NetRecord, error) {
-	var out []NetRecord
-	for n := 1; len(data) > 0; n++ {
-		line := data
-		if i := bytes.IndexByte(data, '\n'); i >= 0 {
-			line, data = data[:i], data[i+1:]
-		} else {
-			data = nil
-		}
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		var r NetRecord
-		if err := json.Unmarshal(line, &r); err != nil {
-			return out, fmt.Errorf("agentd: net record %d: %w", n, err)
-		}
-		out = append(out, r)
-	}
-	return out, nil
+	return parseJSONLines[NetRecord](data, "net record")
 }
 
 // HoldNetConnect is the kind of hold an ask rule's connection waits in.

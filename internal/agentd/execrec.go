@@ -85,20 +85,30 @@ type ExecRecord struct {
 }
 
 // appendExecRecord appends r as one JSON line.
-func appendExecRecord(dst []byte, r ExecRecord) []byte {
-	b, err := json.Marshal(r)
-	if err != nil { // cannot happen: every field encodes
-		return dst
-	}
-	return append(append(dst, b...), '\n')
-}
+func appendExecRecord(dst []byte, r ExecRecord) []byte { return appendJSONLine(dst, r) }
 
 // ParseExecRecords decodes the data of exec chunks (one JSON object per
 // line; a chunk may hold several, and a record never spans chunks). A line
 // that does not decode is an error naming it; what came before it is
 // returned.
 func ParseExecRecords(data []byte) ([]ExecRecord, error) {
-	var out []ExecRecord
+	return parseJSONLines[ExecRecord](data, "exec record")
+}
+
+// appendJSONLine appends r as one JSON line.
+func appendJSONLine[T any](dst []byte, r T) []byte {
+	b, err := json.Marshal(r)
+	if err != nil { // cannot happen: every record type's fields encode
+		return dst
+	}
+	return append(append(dst, b...), '\n')
+}
+
+// parseJSONLines decodes one JSON object per line, skipping blank lines;
+// a line that does not decode is an error naming it (as the n-th what),
+// with what came before it returned.
+func parseJSONLines[T any](data []byte, what string) ([]T, error) {
+	var out []T
 	for n := 1; len(data) > 0; n++ {
 		line := data
 		if i := bytes.IndexByte(data, '\n'); i >= 0 {
@@ -109,9 +119,9 @@ func ParseExecRecords(data []byte) ([]ExecRecord, error) {
 		if len(bytes.TrimSpace(line)) == 0 {
 			continue
 		}
-		var r ExecRecord
+		var r T
 		if err := json.Unmarshal(line, &r); err != nil {
-			return out, fmt.Errorf("agentd: exec record %d: %w", n, err)
+			return out, fmt.Errorf("agentd: %s %d: %w", what, n, err)
 		}
 		out = append(out, r)
 	}
