@@ -458,8 +458,10 @@ func replayLinks(ctx context.Context, db *gorm.DB, slug string, evs []audit.Even
 				u += "?t=" + strconv.FormatFloat(math.Round(at*1000)/1000, 'f', -1, 64)
 			}
 			// A program the shell started is named by its own line.
+			// The target is then the script, as much as the event kept;
+			// its details hold the whole command line.
 			if o.Shell && evs[i].Action != recordings.ActionTerminalCommand {
-				rows[i].Shell = cid
+				rows[i].Shell, rows[i].Target = cid, evs[i].Target.Name
 			}
 		}
 		rows[i].Replay = u
