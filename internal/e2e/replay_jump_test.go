@@ -170,6 +170,16 @@ func TestBrowserShellReadsAsTerminal(t *testing.T) {
 		}
 	})
 
+	t.Run("the closed shell's end reads closed in the audit log", func(t *testing.T) {
+		do(t, ctx, "search the shells' ends", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape("action:command.end")),
+			chromedp.WaitVisible(testid("audit-table")))
+		ends := evalJS[[]string](t, ctx, "the rows' targets", `Array.from(document.querySelectorAll('[data-testid="audit-row"] td.audit-target'),
+			(td) => td.querySelector('[data-testid="shell-label"]').textContent.trim() + (td.querySelector('[data-testid="audit-shell-closed"]') ? " closed" : ""))`)
+		if want := []string{label(closed) + " closed", label(exited)}; strings.Join(ends, "|") != strings.Join(want, "|") {
+			t.Fatalf("the command.end rows read %q; want %q", ends, want)
+		}
+	})
+
 	t.Run("a Replay link starts at its event's moment", func(t *testing.T) {
 		q := fmt.Sprintf("action:terminal.command target:%d", exited)
 		do(t, ctx, "search the shell's programs", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape(q)), chromedp.WaitVisible(testid("audit-replay")))

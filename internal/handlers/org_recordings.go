@@ -430,19 +430,25 @@ func (s *Server) pageRecordings(c echo.Context) error {
 // replay page checks access when followed.
 func replayLinks(ctx context.Context, db *gorm.DB, slug string, evs []audit.Event, rows []views.AuditRow) error {
 	sessions := make(map[int]int64, len(evs))
+	closing := make(map[int]bool)
 	var ids []int64
 	for i, ev := range evs {
 		if ev.Target.Type != "command" || ev.Target.ID == "" {
 			continue
 		}
 		var d struct {
-			SessionID int64 `json:"session_id"`
+			SessionID int64  `json:"session_id"`
+			State     string `json:"state"`
+			Reason    string `json:"reason"`
 		}
 		cid, err := strconv.ParseInt(ev.Target.ID, 10, 64)
 		if err != nil || json.Unmarshal(ev.Details, &d) != nil || d.SessionID < 1 {
 			continue
 		}
 		sessions[i] = d.SessionID
+		// A command.end of a shell its close ended (killed, or with its
+		// session) reads "closed" once the command is known as a shell.
+		closing[i] = ev.Action == "command.end" && (d.State == recordings.StateKilled || recordings.EndedBySessionClose(d.Reason))
 		ids = append(ids, cid)
 	}
 	opened, err := recordings.Openings(ctx, db, ids, terminal.ShellCommand)
@@ -461,7 +467,7 @@ func replayLinks(ctx context.Context, db *gorm.DB, slug string, evs []audit.Even
 			// The target is then the script, as much as the event kept;
 			// its details hold the whole command line.
 			if o.Shell && evs[i].Action != recordings.ActionTerminalCommand {
-				rows[i].Shell, rows[i].Target = cid, evs[i].Target.Name
+				rows[i].Shell, rows[i].Target, rows[i].Closed = cid, evs[i].Target.Name, closing[i]
 			}
 		}
 		rows[i].Replay = u
