@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -116,4 +118,129 @@ func TestReplayJumpList(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// TestBrowserShellReadsAsTerminal is issue 41 item 2 and item 10's closed
+// shell, as the auditor: an interactive shell reads "Interactive terminal
+// — shell #N" in the audit log, the recordings and the session page, its
+// script one click away; a Replay link of the audit log starts at its
+// event's moment; the replay page leads with the player, in the first
+// screen at 1280 and 390 px; and a shell ended by its close reads
+// "closed", not exit 137, where one that exited keeps its exit code.
+func TestBrowserShellReadsAsTerminal(t *testing.T) {
+	t.Parallel()
+	srv := newServer(t, store.SQLite)
+	agentdURL, agentdToken := agentdtest.Start(t, agentdtest.WithRoot(t.TempDir()))
+	var login struct{ Token string }
+	callAPI(t, srv.url, http.MethodPost, "/api/v1/auth/login", "", map[string]string{"email": adminEmail, "password": adminPassword}, http.StatusOK, &login)
+	acme := newRecOrg(t, srv, login.Token, "acme", agentdURL, agentdToken)
+	exited := acme.typeIntoShell(t, "/bin/sleep 0.3")
+	// A second shell, closed: its opener kills it, as closing it does.
+	cmds := fmt.Sprintf("/api/v1/orgs/%s/sessions/%d/commands", acme.slug, acme.session)
+	var started struct {
+		CommandID int64 `json:"command_id"`
+	}
+	callAPI(t, srv.url, http.MethodPost, cmds, acme.member, map[string]any{"command": terminal.ShellCommand, "tty": true, "stdin": true,
+		"rows": 30, "cols": 120, "env": map[string]string{"HOME": t.TempDir(), "SHELL": "/bin/bash"}}, http.StatusCreated, &started)
+	closed := started.CommandID
+	callAPI(t, srv.url, http.MethodDelete, fmt.Sprintf("%s/%d", cmds, closed), acme.member, nil, http.StatusOK, nil)
+	waitCommandEnd(t, srv.url, cmds, acme.member, closed)
+	label := func(id int64) string { return fmt.Sprintf("Interactive terminal — shell #%d", id) }
+
+	ctx := newBrowser(t)
+	do(t, ctx, "sign in as the auditor", chromedp.EmulateViewport(1280, 800), chromedp.Navigate(srv.url+"/o/acme/login"),
+		signIn(acme.auditorEmail, acme.password), chromedp.WaitVisible(testid("my-roles")))
+
+	t.Run("audit rows name the shells, script a click away", func(t *testing.T) {
+		do(t, ctx, "search the shells' openings", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape("action:command.exec")),
+			chromedp.WaitVisible(testid("audit-table")))
+		labels := evalJS[[]string](t, ctx, "the rows' targets", `Array.from(document.querySelectorAll('[data-testid="audit-row"] [data-testid="shell-label"]'), (e) => e.textContent.trim())`)
+		if strings.Join(labels, "|") != label(closed)+"|"+label(exited) {
+			t.Fatalf("the command.exec rows name %q; want %q and %q", labels, label(closed), label(exited))
+		}
+		if h := evalJS[float64](t, ctx, "the tallest row", `Math.max(...Array.from(document.querySelectorAll('[data-testid="audit-row"]'), (r) => r.getBoundingClientRect().height))`); h > 160 {
+			t.Errorf("an audit row is %v px tall at 1280 px; the script should be folded away", h)
+		}
+		if evalJS[bool](t, ctx, "the script shows", `document.querySelector('[data-testid="shell-script"]').checkVisibility()`) {
+			t.Fatal("the script shows before it is asked for")
+		}
+		do(t, ctx, "open the script", chromedp.Click(css(`.audit-target details.shell-script summary`)), chromedp.WaitVisible(testid("shell-script")))
+		if got := text(t, ctx, testid("shell-script")); !strings.HasPrefix(got, `case "${SHELL:-}"`) {
+			t.Fatalf("the script reads %q; want the shell's script", got)
+		}
+	})
+
+	t.Run("the closed shell's end reads closed in the audit log", func(t *testing.T) {
+		do(t, ctx, "search the shells' ends", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape("action:command.end")),
+			chromedp.WaitVisible(testid("audit-table")))
+		ends := evalJS[[]string](t, ctx, "the rows' targets", `Array.from(document.querySelectorAll('[data-testid="audit-row"] td.audit-target'),
+			(td) => td.querySelector('[data-testid="shell-label"]').textContent.trim() + (td.querySelector('[data-testid="audit-shell-closed"]') ? " closed" : ""))`)
+		if want := []string{label(closed) + " closed", label(exited)}; strings.Join(ends, "|") != strings.Join(want, "|") {
+			t.Fatalf("the command.end rows read %q; want %q", ends, want)
+		}
+	})
+
+	t.Run("a Replay link starts at its event's moment", func(t *testing.T) {
+		q := fmt.Sprintf("action:terminal.command target:%d", exited)
+		do(t, ctx, "search the shell's programs", chromedp.Navigate(srv.url+"/o/acme/audit?q="+url.QueryEscape(q)), chromedp.WaitVisible(testid("audit-replay")))
+		href := evalJS[string](t, ctx, "the program's Replay link", `document.querySelector('[data-testid="audit-replay"]').getAttribute("href")`)
+		u, err := url.Parse(href)
+		if err != nil {
+			t.Fatal(err)
+		}
+		at, err := strconv.ParseFloat(u.Query().Get("t"), 64)
+		if err != nil || at <= 0 {
+			t.Fatalf("the Replay link of a program the shell started is %q; want one starting at its moment (t > 0)", href)
+		}
+		do(t, ctx, "follow it", submits(chromedp.Click(testid("audit-replay"))), chromedp.WaitVisible(testid("replay")))
+		if start := evalJS[float64](t, ctx, "where the player starts", `Number(document.getElementById("replay").dataset.start)`); start != at {
+			t.Fatalf("the replay starts at %v s; the link said %v s", start, at)
+		}
+	})
+
+	t.Run("the replay leads with the player", func(t *testing.T) {
+		do(t, ctx, "open the shell's replay", chromedp.Navigate(fmt.Sprintf("%s/o/acme/sessions/%d/commands/%d/replay", srv.url, acme.session, exited)),
+			chromedp.WaitVisible(testid("replay")))
+		mustContain(t, "the heading", text(t, ctx, css("h1")), "Interactive terminal — shell #"+strconv.FormatInt(exited, 10))
+		mustContain(t, "the command", text(t, ctx, testid("replay-command")), label(exited))
+		for _, size := range [][2]int64{{1280, 800}, {390, 844}} {
+			do(t, ctx, "size the window", chromedp.EmulateViewport(size[0], size[1]))
+			top := evalJS[float64](t, ctx, "where the player is", `document.querySelector('[data-testid="replay"]').getBoundingClientRect().top`)
+			if inner := evalJS[float64](t, ctx, "the screen's height", `window.innerHeight`); top >= inner {
+				t.Errorf("at %d px the player starts %v px down, below the first screen (%v px)", size[0], top, inner)
+			}
+		}
+		do(t, ctx, "size the window back", chromedp.EmulateViewport(1280, 800))
+	})
+
+	exitOf := func(t *testing.T, sel string) string {
+		t.Helper()
+		return strings.TrimSpace(text(t, ctx, css(sel)))
+	}
+	t.Run("recordings name the shells; a closed one reads closed", func(t *testing.T) {
+		do(t, ctx, "search the session's recordings", chromedp.Navigate(srv.url+"/o/acme/recordings?q="+url.QueryEscape(fmt.Sprintf("session:%d", acme.session))),
+			chromedp.WaitVisible(testid("recordings-table")))
+		for _, id := range []int64{exited, closed} {
+			mustContain(t, "the recording", text(t, ctx, testid(fmt.Sprintf("recording-hit-%d", id))), label(id))
+		}
+		if got := exitOf(t, fmt.Sprintf(`[data-testid="recording-hit-%d"] [data-testid="hit-exit"]`, closed)); got != "closed" {
+			t.Errorf("the closed shell's exit reads %q; want closed", got)
+		}
+		if got := exitOf(t, fmt.Sprintf(`[data-testid="recording-hit-%d"] [data-testid="hit-exit"]`, exited)); got != "0" {
+			t.Errorf("the exited shell's exit reads %q; want 0", got)
+		}
+	})
+
+	t.Run("the session page names the shells; a closed one reads closed", func(t *testing.T) {
+		do(t, ctx, "open the session", chromedp.Navigate(fmt.Sprintf("%s/o/acme/sessions/%d", srv.url, acme.session)), chromedp.WaitVisible(testid("commands-table")))
+		for _, id := range []int64{exited, closed} {
+			mustContain(t, "the command row", text(t, ctx, testid(fmt.Sprintf("command-row-%d", id))), label(id))
+		}
+		if got := exitOf(t, fmt.Sprintf(`[data-testid="command-row-%d"] [data-testid="command-exit"]`, closed)); got != "closed" {
+			t.Errorf("the closed shell's exit reads %q; want closed", got)
+		}
+		if got := exitOf(t, fmt.Sprintf(`[data-testid="command-row-%d"] [data-testid="command-exit"]`, exited)); got != "0" {
+			t.Errorf("the exited shell's exit reads %q; want 0", got)
+		}
+	})
 }

@@ -116,7 +116,9 @@ func (s *Server) pageOrgAudit(c echo.Context) error {
 	}
 	base := "/o/" + t.Org.Slug + "/audit"
 	rows := auditRows(aq.Events)
-	replayLinks(t.Org.Slug, aq.Events, rows)
+	if err := replayLinks(c.Request().Context(), t.DB, t.Org.Slug, aq.Events, rows); err != nil {
+		return err
+	}
 	ap := views.AuditPage{Heading: "Audit log", Query: q, Rows: rows, Action: base,
 		Export: []views.NavItem{
 			{Label: "JSONL", Href: base + "/export?format=jsonl&q=" + url.QueryEscape(q)},

@@ -1,8 +1,10 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -10,11 +12,13 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"gorm.io/gorm"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/recordings"
+	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -420,20 +424,53 @@ func (s *Server) pageRecordings(c echo.Context) error {
 }
 
 // replayLinks adds a Replay link to audit rows about a command whose
-// session the event names (command.exec, command.end, command.kill). The
+// session the event names (command.exec, command.end, terminal.command,
+// ...), starting at the event's moment in the recording, and names an
+// interactive shell as one rather than by its bootstrap script. The
 // replay page checks access when followed.
-func replayLinks(slug string, evs []audit.Event, rows []views.AuditRow) {
+func replayLinks(ctx context.Context, db *gorm.DB, slug string, evs []audit.Event, rows []views.AuditRow) error {
+	sessions := make(map[int]int64, len(evs))
+	closing := make(map[int]bool)
+	var ids []int64
 	for i, ev := range evs {
 		if ev.Target.Type != "command" || ev.Target.ID == "" {
 			continue
 		}
 		var d struct {
-			SessionID int64 `json:"session_id"`
+			SessionID int64  `json:"session_id"`
+			State     string `json:"state"`
+			Reason    string `json:"reason"`
 		}
 		cid, err := strconv.ParseInt(ev.Target.ID, 10, 64)
 		if err != nil || json.Unmarshal(ev.Details, &d) != nil || d.SessionID < 1 {
 			continue
 		}
-		rows[i].Replay = fmt.Sprintf("/o/%s/sessions/%d/commands/%d/replay", slug, d.SessionID, cid)
+		sessions[i] = d.SessionID
+		// A command.end of a shell its close ended (killed, or with its
+		// session) reads "closed" once the command is known as a shell.
+		closing[i] = ev.Action == "command.end" && (d.State == recordings.StateKilled || recordings.EndedBySessionClose(d.Reason))
+		ids = append(ids, cid)
 	}
+	opened, err := recordings.Openings(ctx, db, ids, terminal.ShellCommand)
+	if err != nil {
+		return err
+	}
+	for i, sid := range sessions {
+		cid, _ := strconv.ParseInt(evs[i].Target.ID, 10, 64)
+		u := fmt.Sprintf("/o/%s/sessions/%d/commands/%d/replay", slug, sid, cid)
+		o, ok := opened[cid]
+		if ok {
+			if at := evs[i].Time.Sub(o.StartedAt).Seconds(); at > 0 {
+				u += "?t=" + strconv.FormatFloat(math.Round(at*1000)/1000, 'f', -1, 64)
+			}
+			// A program the shell started is named by its own line.
+			// The target is then the script, as much as the event kept;
+			// its details hold the whole command line.
+			if o.Shell && evs[i].Action != recordings.ActionTerminalCommand {
+				rows[i].Shell, rows[i].Target, rows[i].Closed = cid, evs[i].Target.Name, closing[i]
+			}
+		}
+		rows[i].Replay = u
+	}
+	return nil
 }

@@ -21,7 +21,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
-	"github.com/gatehouse/gatehouse/internal/terminal"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -441,7 +440,7 @@ func (s *Server) runningShell(c echo.Context, sessionID int64) (int64, error) {
 		return 0, err
 	}
 	for _, cmd := range cmds { // newest first
-		if cmd.TTY && cmd.Command == terminal.ShellCommand && cmd.ActorType == a.Kind && cmd.ActorID == a.ID {
+		if isShell(cmd) && cmd.ActorType == a.Kind && cmd.ActorID == a.ID {
 			return cmd.ID, nil
 		}
 	}

@@ -414,14 +414,23 @@ func (s *Server) commandRows(c echo.Context, sessionID int64) (rows []views.Comm
 	return rows, false, nil
 }
 
+// isShell reports whether cmd is an interactive terminal a browser opened
+// (or an API client opened as one): the shell's script on a TTY.
+func isShell(cmd recordings.Command) bool { return cmd.TTY && cmd.Command == terminal.ShellCommand }
+
 // commandRow is a command as pages list it.
 func commandRow(cmd recordings.Command) views.CommandRow {
 	j := toCommandJSON(cmd)
 	r := views.CommandRow{ID: cmd.ID, Command: cmd.Command, StartedBy: cmd.ActorName, Started: views.When(cmd.StartedAt), State: cmd.State,
 		ExitCode: "—", Duration: "—", Output: views.Bytes(cmd.OutBytes), TTY: cmd.TTY, Reason: cmd.Reason,
-		Shell: cmd.TTY && cmd.Command == terminal.ShellCommand, EndedWithSession: j.EndedBy == "session_close"}
+		Shell: isShell(cmd), EndedWithSession: j.EndedBy == "session_close"}
 	if cmd.ExitCode != nil {
 		r.ExitCode = strconv.Itoa(*cmd.ExitCode)
+	}
+	// Closing a shell kills it (137, or lost with the session): that is
+	// how a shell ends normally, not a failure.
+	if r.Shell && (cmd.State == recordings.StateKilled || r.EndedWithSession) {
+		r.Closed, r.ExitCode = true, "closed"
 	}
 	if j.DurationMS != nil {
 		r.Duration = (time.Duration(*j.DurationMS) * time.Millisecond).String()

@@ -71,7 +71,9 @@ func TestSessionPageLiveAndReattach(t *testing.T) {
 		t.Error("the page going back to a shell offers no new one")
 	}
 	for _, id := range []int64{mine, newer} {
-		if !strings.Contains(p, fmt.Sprintf("shell #%d, opened by member@acme.test at ", id)) {
+		_, row, _ := strings.Cut(p, fmt.Sprintf(`data-testid="command-row-%d"`, id))
+		row, _, _ = strings.Cut(row, "</tr>")
+		if !strings.Contains(row, fmt.Sprintf("Interactive terminal — shell #%d", id)) || !strings.Contains(row, "opened by member@acme.test at ") {
 			t.Errorf("shell %d is not listed as an interactive terminal with who opened it", id)
 		}
 	}
