@@ -721,6 +721,14 @@ func TestLifecycleRaces(t *testing.T) {
 						var tg sessions.Target
 						if tg, err = svc.Ensure(ctx, sys(), sess.ID); err == nil {
 							_, err = agentdOf(tg).Run(ctx, agentd.CreateSessionRequest{Command: "echo ok", Cwd: tg.Workspace, WaitMS: 10_000})
+							if agentd.Unanswered(err) {
+								// A pause began after the use was served: the
+								// frozen agentd does not answer, which the
+								// gateway reports as 502 environment_unreachable
+								// (docs/sessions.md). What counts is that the
+								// session is usable after the round.
+								err = nil
+							}
 						}
 					}
 					var ae *apperr.Error

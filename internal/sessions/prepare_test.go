@@ -209,6 +209,7 @@ func TestSandboxPreparation(t *testing.T) {
 			if _, _, err := w.ags.Update(ctx, sys(), w.agent.ID, agents.Input{Config: &cfg}); err != nil {
 				t.Fatal(err)
 			}
+			defer setPin(t, hexSum(docs))
 			svc := w.svc(nil)
 			sess := w.newSession(t, svc, sys())
 			_, err = svc.Ensure(ctx, sys(), sess.ID)
