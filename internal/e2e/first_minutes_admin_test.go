@@ -326,6 +326,37 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 			t.Errorf("the checklist stays after every step is done: %v", steps)
 		}
 	})
+
+	t.Run("6: at the E2B step an entered platform admin is told who can mint and how to become one", func(t *testing.T) {
+		do(t, ctx, "open the E2B page", chromedp.Navigate(srv.url+"/o/acme/e2b"), chromedp.WaitVisible(testid("e2b-cannot-mint")))
+		mustContain(t, "why not", text(t, ctx, testid("e2b-cannot-mint")), "acting here as platform admin", "cannot mint e2b keys", "personal API keys")
+		mustContain(t, "who can", text(t, ctx, testid("e2b-who-can-mint")), "org admin", "member or department owner of the agent's department")
+		if n := evalJS[int](t, ctx, "mint form", `document.querySelectorAll('[data-testid="mint-e2b-key"]').length`); n != 0 {
+			t.Error("a platform admin is offered a mint form that would refuse them")
+		}
+		mustContain(t, "where to sign in", text(t, ctx, testid("e2b-signin-url")), srv.url+"/o/acme")
+		do(t, ctx, "add yourself as a user", submits(chromedp.Click(testid("e2b-add-self"))), chromedp.WaitVisible(testid("create-user")))
+		if v := get(t, ctx, "email", chromedp.Value(css(`#email`))); v != adminEmail {
+			t.Errorf("the add form is filled in with %q, want the admin's own email %s", v, adminEmail)
+		}
+		do(t, ctx, "add yourself as an org admin", choose(`#role`, "org-admin"), submits(chromedp.Click(testid("create-user"))),
+			chromedp.WaitVisible(testid("one-time-password")))
+		if got := text(t, ctx, testid("role-name")); got != "Org admin" {
+			t.Errorf("the new user holds %q, want Org admin", got)
+		}
+		// As that user the same step mints a key.
+		otp := text(t, ctx, testid("one-time-password"))
+		var own struct{ Token string }
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": adminEmail, "password": otp}, http.StatusOK, &own)
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/password", own.Token,
+			map[string]string{"current_password": otp, "new_password": "another long and private passphrase"}, http.StatusNoContent, nil)
+		uctx := newBrowser(t)
+		do(t, uctx, "sign in as that user and open the E2B page", chromedp.Navigate(srv.url+"/o/acme/login"), signIn(adminEmail, "another long and private passphrase"),
+			chromedp.WaitVisible(css(`nav[aria-label="Main"]`)), chromedp.Navigate(srv.url+"/o/acme/e2b"), chromedp.WaitVisible(testid("e2b-endpoint")))
+		if n := evalJS[int](t, uctx, "refusal", `document.querySelectorAll('[data-testid="e2b-cannot-mint"]').length`); n != 0 {
+			t.Errorf("as a user of the org the page still says they cannot mint: %s", text(t, uctx, testid("e2b-cannot-mint")))
+		}
+	})
 }
 
 // waitNonEmpty waits until the element has some text.

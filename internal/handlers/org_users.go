@@ -305,6 +305,8 @@ func (s *Server) pageUsers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// ?email= fills in the add form (the E2B page's "add yourself").
+	d.Email = c.QueryParam("email")
 	return render(c, http.StatusOK, views.Users(s.orgPage(c, "Users"), d))
 }
 
