@@ -264,3 +264,17 @@ func signIn(email, password string) chromedp.Action[chromedp.Void] {
 		submits(chromedp.Click(testid("login-submit"))),
 	)
 }
+
+// choose sets the select at sel to value as a person picking it does: the
+// change event fires, so scripts that follow the choice see it.
+func choose(sel, value string) chromedp.Action[chromedp.Void] {
+	return func(ctx context.Context, tg *chromedp.Target) (chromedp.Void, error) {
+		js := `(() => { const s = document.querySelector(` + strconv.Quote(sel) + `); if (!s) return false; s.value = ` + strconv.Quote(value) +
+			`; s.dispatchEvent(new Event("change", {bubbles: true})); return s.value === ` + strconv.Quote(value) + ` })()`
+		ok, err := chromedp.Evaluate[bool](js)(ctx, tg)
+		if err == nil && !ok {
+			err = fmt.Errorf("%s has no choice %q", sel, value)
+		}
+		return chromedp.Void{}, err
+	}
+}

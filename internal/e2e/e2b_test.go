@@ -55,6 +55,24 @@ func TestBrowserE2BEndpoint(t *testing.T) {
 	mustContain(t, "no domain", text(t, ctx, testid("e2b-no-domain")), "E2B_SANDBOX_URL")
 	mustContain(t, "variables", text(t, ctx, testid("e2b-env")), "E2B_API_URL="+srv.url+"/e2b/orgs/acme", "E2B_SANDBOX_URL="+srv.url, "E2B_API_KEY=")
 	text(t, ctx, testid("e2b-keys-empty"))
+	// Issue 41 item 10: a five-line SDK example for JS and Python, shown
+	// line by line (the text as rendered keeps its line breaks).
+	for id, want := range map[string][]string{
+		"e2b-example-js":     {"import { Sandbox } from 'e2b'", "await Sandbox.create()", "sbx.commands.run(", "console.log(result.stdout)", "await sbx.kill()"},
+		"e2b-example-python": {"from e2b import Sandbox", "Sandbox.create()", "sbx.commands.run(", "print(result.stdout)", "sbx.kill()"},
+	} {
+		lines := strings.Split(text(t, ctx, testid(id)), "\n")
+		if len(lines) != len(want) {
+			t.Errorf("%s has %d lines, want %d: %q", id, len(lines), len(want), lines)
+			continue
+		}
+		for i, w := range want {
+			if !strings.Contains(lines[i], w) {
+				t.Errorf("%s line %d is %q, want it to hold %q", id, i+1, lines[i], w)
+			}
+		}
+	}
+	mustContain(t, "install", text(t, ctx, testid("e2b-example-help")), "npm install e2b", "pip install e2b")
 
 	do(t, ctx, "mint a key", chromedp.SendKeys(testid("e2b-key-name"), "ci runtime"), submits(chromedp.Click(testid("mint-e2b-key"))),
 		chromedp.WaitVisible(testid("new-e2b-key-box")))

@@ -149,22 +149,15 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 	})
 
 	var otp string
-	t.Run("8, 9: the one-time password stays with Copy until dismissed; the role form offers what can be completed", func(t *testing.T) {
-		do(t, ctx, "add a user", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.WaitVisible(testid("create-user")),
+	t.Run("8, 9: the add form asks for a role; the one-time password stays with Copy until dismissed", func(t *testing.T) {
+		do(t, ctx, "add a user without choosing a role", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.WaitVisible(testid("create-user")),
 			chromedp.SendKeys(css(`#email`), "ada@acme.test"), chromedp.SendKeys(css(`#name`), "Ada"), submits(chromedp.Click(testid("create-user"))),
-			chromedp.WaitVisible(testid("one-time-password")))
-		otp = text(t, ctx, testid("one-time-password"))
-		if len(otp) < 12 {
-			t.Fatalf("one-time password %q", otp)
+			chromedp.WaitVisible(testid("role-error")))
+		mustContain(t, "refusal", text(t, ctx, testid("role-error")), "Choose a role for the new user")
+		if v := get(t, ctx, "email kept", chromedp.Value(css(`#email`))); v != "ada@acme.test" {
+			t.Errorf("the refused form kept the email %q", v)
 		}
-		if loc := get(t, ctx, "location", chromedp.Location()); strings.Contains(loc, otp) {
-			t.Errorf("the password is in the address %s", loc)
-		}
-		do(t, ctx, "copy it", chromedp.Click(testid("one-time-password-copy")), waitNonEmpty(testid("one-time-password-copied")))
-		// No department yet: the form starts on a role that can be given.
-		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "auditor" {
-			t.Errorf("with no department the role form starts at %q, want auditor", v)
-		}
+		// No department yet: department roles are offered but cannot be picked.
 		disabled := evalJS[[]string](t, ctx, "disabled roles", `[...document.querySelectorAll('#role option:disabled')].map(o => o.value)`)
 		if strings.Join(disabled, ",") != "member,dept-owner" {
 			t.Errorf("disabled role choices %q, want member and dept-owner", disabled)
@@ -176,9 +169,28 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 		if href := get(t, ctx, "link", chromedp.AttributeValue(css(`[data-testid="role-needs-department"] a`), "href")); href.Value != "/o/acme/departments" {
 			t.Errorf("the department link goes to %q", href.Value)
 		}
-		do(t, ctx, "assign the preselected role", submits(chromedp.Click(testid("assign-role"))), chromedp.WaitVisible(testid("role-name")))
+		do(t, ctx, "add her as an auditor", choose(`#role`, "auditor"), submits(chromedp.Click(testid("create-user"))),
+			chromedp.WaitVisible(testid("one-time-password")))
+		otp = text(t, ctx, testid("one-time-password"))
+		if len(otp) < 12 {
+			t.Fatalf("one-time password %q", otp)
+		}
 		if got := text(t, ctx, testid("role-name")); got != "Auditor" {
-			t.Errorf("assigned role %q", got)
+			t.Errorf("the new user holds %q, want the Auditor role chosen in the add form", got)
+		}
+		if loc := get(t, ctx, "location", chromedp.Location()); strings.Contains(loc, otp) {
+			t.Errorf("the password is in the address %s", loc)
+		}
+		do(t, ctx, "copy it", chromedp.Click(testid("one-time-password-copy")), waitNonEmpty(testid("one-time-password-copied")))
+		// The user page's role form assumes nothing.
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "" {
+			t.Errorf("the role form starts at %q, want \"Choose a role…\"", v)
+		}
+		do(t, ctx, "assign without choosing", submits(chromedp.Click(testid("assign-role"))), chromedp.WaitVisible(testid("role-error")))
+		mustContain(t, "refusal", text(t, ctx, testid("role-error")), "Choose a role to give.")
+		do(t, ctx, "make her an org admin too", choose(`#role`, "org-admin"), submits(chromedp.Click(testid("assign-role"))), chromedp.WaitVisible(testid("flash")))
+		if got := strings.Join(evalJS[[]string](t, ctx, "roles", `[...document.querySelectorAll('[data-testid="role-name"]')].map(e => e.textContent.trim())`), ","); !strings.Contains(got, "Auditor") || !strings.Contains(got, "Org admin") {
+			t.Errorf("roles after assigning %q", got)
 		}
 		if got := text(t, ctx, testid("one-time-password")); got != otp {
 			t.Errorf("after assigning a role the password reads %q, want it still shown (%q)", got, otp)
@@ -216,21 +228,33 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 		noSecretInPage(t, ctx, "the keys page after dismissing", secret)
 	})
 
-	t.Run("7, 9: a department ticks its step and the role form turns to members", func(t *testing.T) {
+	t.Run("7, 9: a department ticks its step and the add form asks for the department of a member", func(t *testing.T) {
 		do(t, ctx, "create a department", chromedp.Navigate(srv.url+"/o/acme/departments"), chromedp.WaitVisible(testid("create-department")),
 			chromedp.SendKeys(css(`#name`), "Research"), submits(chromedp.Click(testid("create-department"))), chromedp.WaitVisible(testid("flash")))
 		wantSteps(t, checklist(t, ctx, srv.url), "environment", "people", "department")
 		if *updateScreenshots {
 			writeScreenshot(t, get(t, ctx, "screenshot", chromedp.CaptureScreenshot()), "org-first-run.png")
 		}
-		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), submits(chromedp.Click(css(`[data-testid="user-row-ada@acme.test"] a`))),
-			chromedp.WaitVisible(css(`#domain`)))
-		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "member" {
-			t.Errorf("with a department the role form starts at %q, want member", v)
-		}
+		do(t, ctx, "open the users", chromedp.Navigate(srv.url+"/o/acme/users"), chromedp.WaitVisible(testid("create-user")))
 		if n := evalJS[int](t, ctx, "hint", `document.querySelectorAll('[data-testid="role-needs-department"]').length`); n != 0 {
 			t.Error("the department hint stays once a department exists")
 		}
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "" {
+			t.Errorf("with a department the add form starts at %q, want \"Choose a role…\"", v)
+		}
+		// The department is asked for only when the role needs one.
+		do(t, ctx, "choose auditor", choose(`#role`, "auditor"), chromedp.WaitNotVisible(testid("role-department")))
+		do(t, ctx, "choose member", choose(`#role`, "member"), chromedp.WaitVisible(css(`#domain`)))
+		do(t, ctx, "add Bob as a member of Research", chromedp.SendKeys(css(`#email`), "bob@acme.test"),
+			chromedp.SetValue(css(`#domain`), get(t, ctx, "Research", chromedp.AttributeValue(css(`#domain option:nth-child(2)`), "value")).Value),
+			submits(chromedp.Click(testid("create-user"))), chromedp.WaitVisible(testid("one-time-password")))
+		if got := text(t, ctx, testid("role-name")) + " in " + text(t, ctx, css(`[data-testid="role-name"] + td`)); got != "Member in department Research" {
+			t.Errorf("Bob holds %q, want Member in department Research", got)
+		}
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "" {
+			t.Errorf("with a department the user page's role form starts at %q, want \"Choose a role…\"", v)
+		}
+		do(t, ctx, "dismiss Bob's password", submits(chromedp.Click(testid("dismiss-password"))), chromedp.WaitVisible(testid("role-name")))
 	})
 
 	t.Run("10: the host form says http and https; the command runs as printed", func(t *testing.T) {
@@ -300,6 +324,37 @@ func TestBrowserFirstMinutesOrgAdmin(t *testing.T) {
 		}
 		if steps := checklist(t, ctx, srv.url); steps != nil {
 			t.Errorf("the checklist stays after every step is done: %v", steps)
+		}
+	})
+
+	t.Run("6: at the E2B step an entered platform admin is told who can mint and how to become one", func(t *testing.T) {
+		do(t, ctx, "open the E2B page", chromedp.Navigate(srv.url+"/o/acme/e2b"), chromedp.WaitVisible(testid("e2b-cannot-mint")))
+		mustContain(t, "why not", text(t, ctx, testid("e2b-cannot-mint")), "acting here as platform admin", "cannot mint e2b keys", "personal API keys")
+		mustContain(t, "who can", text(t, ctx, testid("e2b-who-can-mint")), "org admin", "member or department owner of the agent's department")
+		if n := evalJS[int](t, ctx, "mint form", `document.querySelectorAll('[data-testid="mint-e2b-key"]').length`); n != 0 {
+			t.Error("a platform admin is offered a mint form that would refuse them")
+		}
+		mustContain(t, "where to sign in", text(t, ctx, testid("e2b-signin-url")), srv.url+"/o/acme")
+		do(t, ctx, "add yourself as a user", submits(chromedp.Click(testid("e2b-add-self"))), chromedp.WaitVisible(testid("create-user")))
+		if v := get(t, ctx, "email", chromedp.Value(css(`#email`))); v != adminEmail {
+			t.Errorf("the add form is filled in with %q, want the admin's own email %s", v, adminEmail)
+		}
+		do(t, ctx, "add yourself as an org admin", choose(`#role`, "org-admin"), submits(chromedp.Click(testid("create-user"))),
+			chromedp.WaitVisible(testid("one-time-password")))
+		if got := text(t, ctx, testid("role-name")); got != "Org admin" {
+			t.Errorf("the new user holds %q, want Org admin", got)
+		}
+		// As that user the same step mints a key.
+		otp := text(t, ctx, testid("one-time-password"))
+		var own struct{ Token string }
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": adminEmail, "password": otp}, http.StatusOK, &own)
+		callAPI(t, srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/password", own.Token,
+			map[string]string{"current_password": otp, "new_password": "another long and private passphrase"}, http.StatusNoContent, nil)
+		uctx := newBrowser(t)
+		do(t, uctx, "sign in as that user and open the E2B page", chromedp.Navigate(srv.url+"/o/acme/login"), signIn(adminEmail, "another long and private passphrase"),
+			chromedp.WaitVisible(css(`nav[aria-label="Main"]`)), chromedp.Navigate(srv.url+"/o/acme/e2b"), chromedp.WaitVisible(testid("e2b-endpoint")))
+		if n := evalJS[int](t, uctx, "refusal", `document.querySelectorAll('[data-testid="e2b-cannot-mint"]').length`); n != 0 {
+			t.Errorf("as a user of the org the page still says they cannot mint: %s", text(t, uctx, testid("e2b-cannot-mint")))
 		}
 	})
 }

@@ -98,6 +98,11 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 		if st := text(t, ctx, css(`dl.facts [data-testid="status"]`)); st != "healthy" {
 			t.Errorf("the registered backend is %q, want healthy (checked at once)", st)
 		}
+		// Issue 41 item 10: the page leads on to an agent.
+		mustContain(t, "next step", text(t, ctx, testid("next-agent")), "Next: configure an agent", "per-session")
+		if href := get(t, ctx, "next link", chromedp.AttributeValue(testid("next-agent-link"), "href")); href.Value != "/o/acme/agents" {
+			t.Errorf("the next step links to %q", href.Value)
+		}
 		mustContain(t, "last checked", text(t, ctx, testid("last-checked")), "UTC")
 		noSecretInPage(t, ctx, "environment page", local.APIKey)
 		noSecretInPage(t, ctx, "environment page", local.AgentdToken)
@@ -129,19 +134,31 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 
 	var agentPath string
 	t.Run("a per-session agent: the only ready template is preselected", func(t *testing.T) {
-		do(t, ctx, "open agents", chromedp.Navigate(srv.url+"/o/acme/agents"), chromedp.WaitVisible(testid("agents-empty")))
+		do(t, ctx, "follow the environment's next step", chromedp.Navigate(srv.url+"/o/acme/environments/"+envID), chromedp.WaitVisible(testid("next-agent-link")),
+			submits(chromedp.Click(testid("next-agent-link"))), chromedp.WaitVisible(testid("agents-empty")))
 		tplValue := evalJS[string](t, ctx, "template", `document.querySelector('#template_id').value`)
 		tplLabel := evalJS[string](t, ctx, "template label", `document.querySelector('#template_id').selectedOptions[0].textContent`)
 		if tplValue == "0" || !strings.Contains(tplLabel, "local-sandboxes / base (ready)") {
 			t.Fatalf("the template preselected is %q (%q), want the only ready one", tplValue, tplLabel)
 		}
+		// Issue 41 item 10: a sandbox backend is not offered to an agent
+		// whose sandbox mode is off, only once per-session is chosen.
+		if v := evalJS[string](t, ctx, "mode", `document.querySelector('input[name="sandbox_mode"]:checked').value`); v != "off" {
+			t.Fatalf("the form starts in sandbox mode %q, want off", v)
+		}
+		if evalJS[bool](t, ctx, "offered with mode off", `(() => { const b = document.querySelector('input[name="environment_ids"][value="`+envID+`"]'); return b.offsetParent !== null && !b.disabled })()`) {
+			t.Error("with sandbox mode off the sandbox backend is offered")
+		}
+		mustContain(t, "why", text(t, ctx, testid("sandbox-envs-need-mode")), "per-session")
+		do(t, ctx, "choose per-session", chromedp.Click(css(`input[name="sandbox_mode"][value="per-session"]`)),
+			chromedp.WaitVisible(testid("env-choice-"+envID)))
+		mustContain(t, "label", text(t, ctx, testid("env-choice-"+envID)), "local-sandboxes", "per-session mode only")
 		do(t, ctx, "create the agent without touching the template",
 			chromedp.SendKeys(css(`#aname`), "coder"),
 			chromedp.Clear(css(`#config`)),
 			chromedp.SendKeys(css(`#config`), `{"model": "claude-sonnet-4"}`),
 			chromedp.Click(css(`input[name="environment_ids"][value="`+envID+`"]`)),
 			chromedp.Click(css(`input[name="default_environment_id"][value="`+envID+`"]`)),
-			chromedp.Click(css(`input[name="sandbox_mode"][value="per-session"]`)),
 			submits(chromedp.Click(testid("save-agent"))),
 			chromedp.WaitVisible(css(`[data-testid="agent-name"], [data-testid="form-error"]`)),
 		)
@@ -169,6 +186,9 @@ func TestBrowserFirstMinutesLocalSandboxes(t *testing.T) {
 			t.Errorf("after the failed start the session is %q, want pending", st)
 		}
 		do(t, ctx, "the environment's page", chromedp.Navigate(srv.url+"/o/acme/environments/"+envID), chromedp.WaitVisible(testid("health-error")))
+		if n := evalJS[int](t, ctx, "next step", `document.querySelectorAll('[data-testid="next-agent"]').length`); n != 0 {
+			t.Error("an environment an agent runs in still leads on to configuring one")
+		}
 		if st := text(t, ctx, css(`dl.facts [data-testid="status"]`)); st != "degraded" {
 			t.Errorf("after the failed start the environment is %q, want degraded", st)
 		}

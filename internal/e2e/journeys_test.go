@@ -186,14 +186,14 @@ func TestBrowserLeastPowerfulDefaults(t *testing.T) {
 		}
 	})
 
-	t.Run("org admin: role assignment starts at member", func(t *testing.T) {
+	t.Run("org admin: role assignment starts at no role, then least powerful first", func(t *testing.T) {
 		ctx := w.asPlatformAdmin(t)
 		do(t, ctx, "open a user", chromedp.Navigate(w.srv.url+"/o/acme/users/"+idStr(w.memberID)), chromedp.WaitVisible(css(`#role`)))
-		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "member" {
-			t.Errorf("role assignment starts at %q, want member", v)
+		if v := get(t, ctx, "role", chromedp.Value(css(`#role`))); v != "" {
+			t.Errorf("role assignment starts at %q, want \"Choose a role…\"", v)
 		}
 		opts := evalJS[[]string](t, ctx, "role choices", `Array.from(document.querySelectorAll('#role option')).map(o => o.value)`)
-		if strings.Join(opts, ",") != "member,dept-owner,auditor,org-admin" {
+		if strings.Join(opts, ",") != ",member,dept-owner,auditor,org-admin" {
 			t.Errorf("roles offered in the order %q, want least powerful first", opts)
 		}
 	})

@@ -62,6 +62,7 @@ func TestBrowserWhereOrgUsersSignIn(t *testing.T) {
 		chromedp.WaitVisible(testid("create-user")),
 		chromedp.SendKeys(css(`#email`), "new.user@acme.test"),
 		chromedp.SendKeys(css(`#name`), "New User"),
+		chromedp.SetValue(css(`#role`), "none"),
 		submits(chromedp.Click(testid("create-user"))),
 		chromedp.WaitVisible(testid("one-time-password")),
 	)

@@ -92,7 +92,7 @@ func TestSecretsKeptUntilDismissed(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newOrgFixture(t, d)
 		e, tok := f.e, f.tokens["admin"]
-		r := e.do(pageAs(http.MethodPost, "/o/acme/users", tok, "email=kept%40acme.test&name=Kept"))
+		r := e.do(pageAs(http.MethodPost, "/o/acme/users", tok, "email=kept%40acme.test&name=Kept&role=none"))
 		wantStatus(t, "create user", r, http.StatusSeeOther)
 		loc := r.header.Get("Location")
 		var reveal *http.Cookie

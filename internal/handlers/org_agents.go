@@ -232,7 +232,7 @@ func (s *Server) fillAgentChoices(c echo.Context, f *views.AgentForm, checked []
 		} else if !ok {
 			continue
 		}
-		f.Envs = append(f.Envs, views.EnvChoice{ID: e.ID, Label: e.Name + " (" + e.Kind + ")", Checked: slices.Contains(checked, e.ID), Default: e.ID == def})
+		f.Envs = append(f.Envs, views.EnvChoice{ID: e.ID, Label: e.Name + " (" + e.Kind + ")", Checked: slices.Contains(checked, e.ID), Default: e.ID == def, Sandbox: e.Kind == envs.KindSandbox})
 		if e.Kind == envs.KindSandbox {
 			ts, err := svc.Templates(ctx, a, e.ID)
 			if err != nil {

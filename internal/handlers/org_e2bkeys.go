@@ -3,14 +3,18 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/directory"
 	"github.com/gatehouse/gatehouse/internal/e2b"
+	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
 
@@ -199,10 +203,28 @@ func (s *Server) renderE2B(c echo.Context, status int, secret string, form views
 		d.Rows = append(d.Rows, views.E2BKeyRow{ID: k.ID, Name: k.Name, Masked: k.Masked(), Agent: agent, CreatedBy: k.CreatedBy,
 			CreatedAt: k.CreatedAt, LastUsedAt: k.LastUsedAt, Revoked: k.RevokedAt != nil})
 	}
+	if p.Kind == audit.ActorPlatformAdmin && p.KeyID == 0 {
+		d.EnteredAdmin = true
+		if d.AddSelfURL, err = s.addSelfURL(c, p); err != nil {
+			return err
+		}
+		d.SignInURL = s.orgSignInURL(c, tenantOf(c).Org.Slug)
+	}
 	ep := s.e2bEndpoint(c)
 	d.Slug, d.APIURL, d.SandboxURL, d.Domain = tenantOf(c).Org.Slug, ep.APIURL, ep.SandboxURL, ep.Domain
 	d.Secret, d.DismissURL = secret, e2bPath(c)+"/dismiss-secret"
 	return render(c, status, views.E2BEndpoint(s.orgPage(c, "E2B-compatible endpoint"), d))
+}
+
+// addSelfURL is, for a platform admin acting in the org, the users page
+// with the add form filled in with their email, or "" when they may not
+// add users.
+func (s *Server) addSelfURL(c echo.Context, p *authz.Principal) (string, error) {
+	ok, err := actorOf(c).Allowed(c.Request().Context(), rbac.DomainOrg, "users", "create")
+	if err != nil || !ok {
+		return "", err
+	}
+	return "/o/" + tenantOf(c).Org.Slug + "/users?email=" + url.QueryEscape(p.Name) + "#add-user", nil
 }
 
 func (s *Server) pageE2B(c echo.Context) error {

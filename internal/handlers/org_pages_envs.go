@@ -3,6 +3,7 @@ package handlers
 import (
 	"errors"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -211,6 +212,9 @@ func (s *Server) renderEnv(c echo.Context, status int, e envs.Environment, form 
 			WorkspaceMount: e.WorkspaceMount, WorkspaceMountPath: e.WorkspaceMountPath}
 	}
 	d.Form.Departments = s.deptOptions(c)
+	if d.NextAgent, err = s.nextAgentStep(c, e); err != nil {
+		return err
+	}
 	if e.Kind == envs.KindSandbox {
 		ts, err := svc.Templates(ctx, a, e.ID)
 		if err != nil {
@@ -238,6 +242,26 @@ func (s *Server) renderEnv(c echo.Context, status int, e envs.Environment, form 
 		}
 	}
 	return render(c, status, views.EnvDetail(s.orgPage(c, e.Name), d))
+}
+
+// nextAgentStep reports whether the environment's page leads on to the
+// agents page: the viewer may configure agents and no agent they see runs
+// in e yet, so an environment just added is not a dead end.
+func (s *Server) nextAgentStep(c echo.Context, e envs.Environment) (bool, error) {
+	svc, ctx := s.agentService(c), c.Request().Context()
+	if ok, err := svc.CanCreate(ctx, actorOf(c)); err != nil || !ok {
+		return false, err
+	}
+	as, err := svc.List(ctx, actorOf(c))
+	if err != nil {
+		return false, err
+	}
+	for _, a := range as {
+		if slices.Contains(a.EnvironmentIDs, e.ID) {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 func (s *Server) pageEnv(c echo.Context) error {

@@ -229,13 +229,68 @@ func (s *Server) userRows(c echo.Context) ([]views.UserRow, int64, error) {
 	return rows, next, nil
 }
 
+// departmentOptions is the org's departments as role-form choices.
+func departmentOptions(c echo.Context) ([]views.Option, error) {
+	depts, err := tenantOf(c).Dir.ListDepartments(c.Request().Context(), nil)
+	if err != nil {
+		return nil, err
+	}
+	var opts []views.Option
+	for _, d := range depts {
+		opts = append(opts, views.Option{Value: rbac.DeptDomain(d.ID), Label: d.Name})
+	}
+	return opts, nil
+}
+
+// roleNone is the add-user form's explicit "no role yet".
+const roleNone = "none"
+
+// chosenRole turns a role form's role and domain into the assignment for
+// user id, or field errors saying what to choose. Nothing is assumed: an
+// empty role or, for a department role, an empty department is refused.
+// ok is false for roleNone when allowNone is set (no assignment wanted).
+func chosenRole(c echo.Context, id int64, role, domain string, allowNone bool) (a rbac.Assignment, ok bool, fields map[string]string) {
+	switch {
+	case role == roleNone && allowNone:
+		return rbac.Assignment{}, false, nil
+	case role == "":
+		msg := "Choose a role to give."
+		if allowNone {
+			msg = "Choose a role for the new user, or \"No role yet\"."
+		}
+		return a, false, map[string]string{"role": msg}
+	case role == rbac.RoleOrgAdmin || role == rbac.RoleAuditor:
+		domain = rbac.DomainOrg
+	case (role == rbac.RoleMember || role == rbac.RoleDeptOwner) && domain == "":
+		return a, false, map[string]string{"domain": "Choose the department this role is in."}
+	}
+	a = rbac.Assignment{Subject: directory.UserSubject(id), Role: role, Domain: domain}
+	if msg := rbac.ValidAssignment(a); msg != "" {
+		return a, false, map[string]string{"role": msg}
+	}
+	if n, found := strings.CutPrefix(domain, "dept:"); found {
+		did, err := parseID(n)
+		if err == nil {
+			_, err = tenantOf(c).Dir.GetDepartment(c.Request().Context(), did)
+		}
+		if err != nil {
+			return a, false, map[string]string{"domain": "That department does not exist (any more); choose another."}
+		}
+	}
+	return a, true, nil
+}
+
 func (s *Server) usersData(c echo.Context) (views.UsersData, error) {
 	rows, next, err := s.userRows(c)
 	if err != nil {
 		return views.UsersData{}, err
 	}
+	depts, err := departmentOptions(c)
+	if err != nil {
+		return views.UsersData{}, err
+	}
 	base := "/o/" + tenantOf(c).Org.Slug + "/users"
-	d := views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows}
+	d := views.UsersData{Slug: tenantOf(c).Org.Slug, Rows: rows, Departments: depts}
 	if next > 0 {
 		d.NextURL = base + "?after=" + itoa(next)
 	}
@@ -250,23 +305,59 @@ func (s *Server) pageUsers(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// ?email= fills in the add form (the E2B page's "add yourself").
+	d.Email = c.QueryParam("email")
 	return render(c, http.StatusOK, views.Users(s.orgPage(c, "Users"), d))
 }
 
+// pageCreateUser adds a user and, in the same request, gives the role
+// chosen on the form (or none, when "No role yet" was chosen). The role is
+// checked before the user is created, so a refused choice creates nothing;
+// the two changes are audited as user.create and role.assign, as when
+// made one after the other.
 func (s *Server) pageCreateUser(c echo.Context) error {
 	req := createUserRequest{Email: c.FormValue("email"), Name: c.FormValue("name")}
+	role, domain := c.FormValue("role"), c.FormValue("domain")
+	refuse := func(fields map[string]string) error {
+		d, err := s.usersData(c)
+		if err != nil {
+			return err
+		}
+		d.Email, d.Name, d.Role, d.Domain, d.Errors = req.Email, req.Name, role, domain, fields
+		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"), d))
+	}
+	_, give, fields := chosenRole(c, 0, role, domain, true)
+	if fields != nil {
+		return refuse(fields)
+	}
+	if give {
+		ok, err := actorOf(c).Allowed(c.Request().Context(), rbac.DomainOrg, "roles", "update")
+		if err != nil {
+			return err
+		}
+		if !ok {
+			return refuse(map[string]string{"role": "You may add users but not give roles; choose \"No role yet\"."})
+		}
+	}
 	u, otp, err := s.createUser(c, req)
 	var ve *apperr.ValidationError
 	if errors.As(err, &ve) {
-		d, lerr := s.usersData(c)
-		if lerr != nil {
-			return lerr
-		}
-		d.Email, d.Name, d.Errors = req.Email, req.Name, ve.Fields
-		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"), d))
+		return refuse(ve.Fields)
 	}
 	if err != nil {
 		return err
+	}
+	if give {
+		a, _, fields := chosenRole(c, u.ID, role, domain, true)
+		if fields == nil {
+			err = s.assign(c, a)
+		}
+		if fields != nil || err != nil {
+			// The user exists: keep the password reachable and say what
+			// is left to do rather than losing it behind an error page.
+			s.Logger.Warn("role not given with a new user", "org", tenantOf(c).Org.Slug, "user_id", u.ID, "error", err)
+			s.setFlash(c, "The user was added, but the role was not given. Give it below.")
+		}
 	}
 	return s.redirectRevealing(c, userPath(c, u.ID), otp)
 }
@@ -293,7 +384,9 @@ func (s *Server) redirectRevealing(c echo.Context, path, secret string) error {
 	return c.Redirect(http.StatusSeeOther, path)
 }
 
-func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
+// renderUser writes the user's page; a refused role form keeps its choice
+// in form and its field errors.
+func (s *Server) renderUser(c echo.Context, id int64, otp string, form roleForm) error {
 	t := tenantOf(c)
 	ctx := c.Request().Context()
 	u, err := t.Dir.GetUser(ctx, id)
@@ -308,17 +401,24 @@ func (s *Server) renderUser(c echo.Context, id int64, otp string) error {
 	for _, a := range as {
 		roles = append(roles, views.RoleRow{Role: a.Role, Domain: s.domainLabel(ctx, t, a.Domain), DomainKey: a.Domain})
 	}
-	depts, err := t.Dir.ListDepartments(ctx, nil)
+	opts, err := departmentOptions(c)
 	if err != nil {
 		return err
 	}
-	var opts []views.Option
-	for _, d := range depts {
-		opts = append(opts, views.Option{Value: rbac.DeptDomain(d.ID), Label: d.Name})
+	status := http.StatusOK
+	if form.Errors != nil {
+		status = http.StatusBadRequest
 	}
-	return render(c, http.StatusOK, views.UserDetail(s.orgPage(c, u.Email), views.UserDetailData{
+	return render(c, status, views.UserDetail(s.orgPage(c, u.Email), views.UserDetailData{
 		Slug: t.Org.Slug, User: views.UserRow{ID: u.ID, Email: u.Email, Name: u.Name, Status: u.Status, LastLogin: u.LastLoginAt, CreatedAt: u.CreatedAt},
-		OneTimePassword: otp, DismissURL: userPath(c, u.ID) + "/dismiss-secret", SignInURL: s.orgSignInURL(c, tenantOf(c).Org.Slug), Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID}))
+		OneTimePassword: otp, DismissURL: userPath(c, u.ID) + "/dismiss-secret", SignInURL: s.orgSignInURL(c, tenantOf(c).Org.Slug), Roles: roles, Departments: opts, Self: principalOf(c).UserID == u.ID,
+		Role: form.Role, Domain: form.Domain, Errors: form.Errors}))
+}
+
+// roleForm is the user page's role form as submitted.
+type roleForm struct {
+	Role, Domain string
+	Errors       map[string]string
 }
 
 func (s *Server) pageUser(c echo.Context) error {
@@ -326,7 +426,7 @@ func (s *Server) pageUser(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.renderUser(c, id, s.keptReveal(c, userPath(c, id)))
+	return s.renderUser(c, id, s.keptReveal(c, userPath(c, id)), roleForm{})
 }
 
 func (s *Server) pageUserStatus(c echo.Context) error {
@@ -376,13 +476,19 @@ func (s *Server) pageUserRole(c echo.Context) error {
 	if _, err := tenantOf(c).Dir.GetUser(c.Request().Context(), id); err != nil {
 		return err
 	}
-	a := rbac.Assignment{Subject: directory.UserSubject(id), Role: c.FormValue("role"), Domain: c.FormValue("domain")}
-	if a.Role == rbac.RoleOrgAdmin || a.Role == rbac.RoleAuditor {
-		a.Domain = rbac.DomainOrg
-	}
 	if c.FormValue("op") == "remove" {
+		a := rbac.Assignment{Subject: directory.UserSubject(id), Role: c.FormValue("role"), Domain: c.FormValue("domain")}
+		if a.Role == rbac.RoleOrgAdmin || a.Role == rbac.RoleAuditor {
+			a.Domain = rbac.DomainOrg
+		}
 		err = s.unassign(c, a)
 	} else {
+		f := roleForm{Role: c.FormValue("role"), Domain: c.FormValue("domain")}
+		a, _, fields := chosenRole(c, id, f.Role, f.Domain, false)
+		if fields != nil {
+			f.Errors = fields
+			return s.renderUser(c, id, s.keptReveal(c, userPath(c, id)), f)
+		}
 		err = s.assign(c, a)
 	}
 	if err != nil {

@@ -90,3 +90,14 @@ func removeRoleConsequence(email string, r RoleRow) string {
 	}
 	return email + " loses what " + RoleLabel(r.Role, r.Domain) + " gave them at once: its agents, environments and sessions."
 }
+
+// hasSandboxChoice reports whether any offered environment is a sandbox
+// backend, which the agent form offers only for per-session mode.
+func hasSandboxChoice(es []EnvChoice) bool {
+	for _, e := range es {
+		if e.Sandbox {
+			return true
+		}
+	}
+	return false
+}
