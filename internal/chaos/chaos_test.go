@@ -28,6 +28,7 @@ import (
 //
 //	GATEHOUSE_CHAOS=5m go test -count=1 -run TestChaos ./internal/chaos/ -timeout 30m -v
 func TestChaos(t *testing.T) {
+	storetest.Crowded(t)
 	o := chaos.Options{Duration: 20 * time.Second, KillEvery: 4 * time.Second}
 	if v := os.Getenv("GATEHOUSE_CHAOS"); v != "" {
 		d, err := time.ParseDuration(v)

@@ -120,6 +120,9 @@ func recreate(c *console.Console) {
 func TestKilledProvisioning(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		if d == store.Postgres {
+			storetest.Crowded(t)
+		}
 		cfg := config.Config{DataDir: t.TempDir(), MasterKey: testMasterKey, AdminEmail: "admin@example.com",
 			AdminPassword: "a long enough password", TokenTTL: time.Hour, HealthInterval: time.Hour,
 			OrgDBPrefix: storetest.NewName("gh_test_crash_") + "_", Listen: "127.0.0.1:0"}
