@@ -326,7 +326,7 @@ func (s *Server) pageCreateUser(c echo.Context) error {
 		d.Email, d.Name, d.Role, d.Domain, d.Errors = req.Email, req.Name, role, domain, fields
 		return render(c, http.StatusBadRequest, views.Users(s.orgPage(c, "Users"), d))
 	}
-	_, give, fields := chosenRole(c, 0, role, domain, true)
+	a, give, fields := chosenRole(c, 0, role, domain, true)
 	if fields != nil {
 		return refuse(fields)
 	}
@@ -348,11 +348,8 @@ func (s *Server) pageCreateUser(c echo.Context) error {
 		return err
 	}
 	if give {
-		a, _, fields := chosenRole(c, u.ID, role, domain, true)
-		if fields == nil {
-			err = s.assign(c, a)
-		}
-		if fields != nil || err != nil {
+		a.Subject = directory.UserSubject(u.ID)
+		if err := s.assign(c, a); err != nil {
 			// The user exists: keep the password reachable and say what
 			// is left to do rather than losing it behind an error page.
 			s.Logger.Warn("role not given with a new user", "org", tenantOf(c).Org.Slug, "user_id", u.ID, "error", err)

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/gatehouse/gatehouse/internal/clip"
+
 	"mvdan.cc/sh/v3/syntax"
 )
 
@@ -538,17 +540,7 @@ func (w *walker) count(sc *scope, text string) bool {
 }
 
 // shorten cuts s to about n bytes for an explanation.
-func shorten(s string, n int) string {
-	s = strings.TrimSpace(s)
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && s[cut]&0xc0 == 0x80 {
-		cut--
-	}
-	return s[:cut] + "…"
-}
+func shorten(s string, n int) string { return clip.String(strings.TrimSpace(s), n) }
 
 // joinWords joins words with spaces into one string of code, as eval and
 // watch do; a file name pattern becomes unknown, as the file names it
