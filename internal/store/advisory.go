@@ -11,6 +11,9 @@ import (
 	"gorm.io/gorm"
 )
 
+// unlockTimeout bounds an advisory lock's release.
+const unlockTimeout = 5 * time.Second
+
 // LockKey derives a Postgres advisory lock key from a name.
 func LockKey(name string) int64 {
 	h := fnv.New64a()
@@ -48,7 +51,11 @@ func AdvisoryLock(ctx context.Context, db *gorm.DB, key int64, wait time.Duratio
 		return nil, false, err
 	}
 	return func() {
-		_, _ = conn.ExecContext(context.Background(), "SELECT pg_advisory_unlock($1)", key)
+		// Bounded: on a connection the network lost the unlock would
+		// wait forever; the lock then ends with the connection.
+		uctx, cancel := context.WithTimeout(context.Background(), unlockTimeout)
+		defer cancel()
+		_, _ = conn.ExecContext(uctx, "SELECT pg_advisory_unlock($1)", key)
 		conn.Close()
 	}, true, nil
 }
