@@ -276,11 +276,14 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	runStart := time.Now()
 	stopAt := runStart.Add(o.Duration)
 	var wg sync.WaitGroup
+	drivers, stopDrivers := context.WithCancel(ctx)
+	defer stopDrivers()
 	for _, s := range r.sessions {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.work(ctx, s, stopAt)
+			r.work(drivers, s, stopAt)
+			s.set(0, "done")
 		}()
 	}
 	chaosDone := make(chan struct{})
@@ -290,7 +293,7 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 	}()
 	<-chaosDone
 	r.logf("chaos over; waiting for the driver's operations to finish")
-	wg.Wait()
+	r.waitDrivers(ctx, &wg, stopDrivers)
 	settleStart := time.Now()
 	if err := r.settle(ctx); err != nil {
 		r.violate("%v", err)
@@ -312,6 +315,69 @@ func Run(ctx context.Context, o Options) (rep *Report, err error) {
 		}
 	}
 	return rep, nil
+}
+
+// driverGrace bounds the wait for the driver's operations once the chaos
+// stopped: each takes seconds, and retries for at most maxOpTime.
+const driverGrace = maxOpTime + time.Minute
+
+// waitDrivers waits for the sessions' drivers to finish. Past driverGrace
+// each one still busy is a violation that says what it was doing and what
+// the database holds for its command; then the drivers are stopped, so the
+// run's checks still run.
+func (r *chaosRun) waitDrivers(ctx context.Context, wg *sync.WaitGroup, stop context.CancelFunc) {
+	done := make(chan struct{})
+	go func() {
+		wg.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return
+	case <-time.After(driverGrace):
+	case <-ctx.Done():
+	}
+	for _, s := range r.sessions {
+		a := s.doing.Load()
+		if a == nil || a.what == "done" {
+			continue
+		}
+		msg := fmt.Sprintf("session %d (%s, %s) still busy %s after the chaos stopped: %s (since t+%.1fs)", s.id, s.org.slug, s.env,
+			driverGrace, a.what, a.since.Sub(r.t0).Seconds())
+		if a.command != 0 {
+			msg += "; " + r.describeCommand(ctx, s.org, a.command)
+		}
+		r.violate("%s", msg)
+	}
+	stop()
+	<-done
+}
+
+// describeCommand is what the org's database holds for command id.
+func (r *chaosRun) describeCommand(ctx context.Context, o *chaosOrg, id int64) string {
+	db, err := r.orgDB(ctx, o)
+	if err != nil {
+		return "its row: " + err.Error()
+	}
+	var row struct {
+		State, Reason, LeaseOwner string
+		LeaseUntil                *time.Time
+		Acked                     bool `gorm:"column:agentd_acked"`
+		LastChunk                 int64
+		AgentdID                  string `gorm:"column:agentd_id"`
+	}
+	qctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := db.WithContext(qctx).Raw("SELECT state, reason, lease_owner, lease_until, agentd_acked, last_chunk, agentd_id FROM commands WHERE id = ?", id).
+		Scan(&row).Error; err != nil {
+		return "its row: " + err.Error()
+	}
+	lease := "none"
+	if row.LeaseUntil != nil {
+		lease = fmt.Sprintf("%s until t+%.1fs", row.LeaseOwner, row.LeaseUntil.Sub(r.t0).Seconds())
+	}
+	return fmt.Sprintf("its row: state %s (%q), agentd id %s, acked %t, last chunk %d, follower lease %s", row.State, row.Reason,
+		row.AgentdID, row.Acked, row.LastChunk, lease)
 }
 
 // up starts Postgres databases, the forwarders, agentd hosts, the E2B fake

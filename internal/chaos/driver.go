@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -36,6 +37,23 @@ type chaosSession struct {
 	id  int64
 	seq int
 	mu  sync.Mutex // one prober at a time may borrow the session
+
+	// doing says what the session's driver is doing now, for a run that
+	// finds it stuck (see stuckDrivers).
+	doing atomic.Pointer[activity]
+}
+
+// activity is what a session's driver is doing: what, on which command,
+// since when.
+type activity struct {
+	what    string
+	command int64
+	since   time.Time
+}
+
+// set records what the driver does now.
+func (s *chaosSession) set(command int64, format string, args ...any) {
+	s.doing.Store(&activity{what: fmt.Sprintf(format, args...), command: command, since: time.Now()})
 }
 
 func (s *chaosSession) path(format string, args ...any) string {
@@ -186,6 +204,7 @@ func (r *chaosRun) work(ctx context.Context, s *chaosSession, stopAt time.Time) 
 	failures := 0
 	for time.Now().Before(stopAt) && ctx.Err() == nil {
 		var err error
+		s.set(0, "choosing its next operation")
 		switch p := rand.IntN(100); {
 		case p < 55:
 			err = r.counterOp(ctx, s)
@@ -244,6 +263,7 @@ func (r *chaosRun) exec(ctx context.Context, c *cmdRecord, extra map[string]any)
 		body[k] = v
 	}
 	for {
+		s.set(0, "starting %s", c.tag)
 		var o execOutput
 		_, err := r.c.do(ctx, request{method: http.MethodPost, path: s.path("/commands"), token: s.org.key, body: body, org: s.org.slug, env: s.env,
 			once: true, retrySuspended: true, accept: []string{"environment_unreachable", "database_unavailable", "audit_unavailable"}}, &o)
@@ -339,6 +359,7 @@ func (r *chaosRun) follow(ctx context.Context, c *cmdRecord) (string, string, er
 		}
 		var o execOutput
 		sent := time.Now()
+		c.s.set(c.id, "following command %d (%s) at cursor %d, progress %s ago", c.id, c.tag, cursor, time.Since(progress).Round(time.Second))
 		path := c.s.path("/commands/%d/output?cursor=%d&wait_ms=2000", c.id, cursor)
 		if _, err := r.c.do(ctx, request{method: http.MethodGet, path: path, token: c.s.org.key, org: c.s.org.slug, env: c.s.env,
 			retryOn: []int{http.StatusBadGateway, http.StatusServiceUnavailable}, retrySuspended: true}, &o); err != nil {
@@ -452,6 +473,7 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 		}
 		var err error
 		for {
+			s.set(c.id, "typing line %d into command %d (%s)", k, c.id, c.tag)
 			_, err = r.c.do(ctx, request{method: http.MethodPost, path: s.path("/commands/%d/stdin", c.id), token: s.org.key, body: body,
 				org: s.org.slug, env: s.env, once: true, retrySuspended: true,
 				accept: []string{"command_ended", "environment_unreachable", "not_running", "database_unavailable", "audit_unavailable"}}, nil)
@@ -536,6 +558,7 @@ func (r *chaosRun) fileOp(ctx context.Context, s *chaosSession) error {
 	for i := 1; i <= 200; i++ {
 		fmt.Fprintf(&want, "%s-%d\n", c.tag, i)
 	}
+	s.set(c.id, "reading %s back", name)
 	body, err := r.c.do(ctx, request{method: http.MethodGet, path: s.path("/files?path=%s", name), token: s.org.key, org: s.org.slug, env: s.env,
 		retryOn: []int{http.StatusBadGateway, http.StatusServiceUnavailable}, retrySuspended: true}, nil)
 	if err != nil {
