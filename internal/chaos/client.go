@@ -236,6 +236,9 @@ func judge(answers []answerRecord, windows []window) (documented map[string]int,
 				why = "502 environment_unreachable while agentd restarted"
 			case w.kind == "console_kill" && a.Status == http.StatusBadGateway && strings.Contains(a.Body, "has not started in its environment yet"):
 				why = "502 for a command whose create died with its killed replica"
+			case w.kind == "console_kill" && a.Status == http.StatusServiceUnavailable && a.Code == "database_unavailable" &&
+				strings.Contains(a.Body, "The console is starting"):
+				why = "503 from the restarted replica while it started"
 			case w.kind == "org_suspended" && a.Org == w.target && (a.Code == "org_suspended" || a.Code == "credential_revoked"):
 				why = fmt.Sprintf("%d %s while the org was suspended", a.Status, a.Code)
 			}

@@ -77,8 +77,9 @@ type cmdRecord struct {
 	// never reaches agentd and ends lost once agentd has not acknowledged
 	// it for two minutes.
 	unknownCommit bool
-	// eofRefused: the last EOF was answered 502 (not sent again).
-	eofRefused bool
+	// eofRefused: the last EOF was answered 502 (not sent again), and
+	// eofUnstarted: because agentd has not started the command yet.
+	eofRefused, eofUnstarted bool
 	client     string // stdout as the client read it through the gateway
 	watcher    string // stdout as a second reader read it (counter), or ""
 	watched    bool
@@ -497,6 +498,7 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 				errors.As(err, &ae)
 				r.c.record(request{method: http.MethodPost, path: s.path("/commands/%d/stdin", c.id), org: s.org.slug, env: s.env}, ae.Status, ae.Code, []byte(ae.Body))
 				c.eofRefused = k == 0
+				c.eofUnstarted = k == 0 && strings.Contains(ae.Body, "has not started in its environment yet")
 			}
 			c.ambiguous[k] = true
 		case isCode(err, "command_ended") || isCode(err, "not_running"):
@@ -515,19 +517,31 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 		time.Sleep(time.Duration(50+rand.IntN(200)) * time.Millisecond)
 	}
 	// EOF ends the loop; one that got no answer is sent again, a few
-	// times (a second EOF is refused or ignored, never typed). A command
-	// agentd never started answers 502 for ever: its follow finds out.
-	for range 5 {
+	// times (a second EOF is refused or ignored, never typed). One
+	// answered "has not started yet" is sent again as the answer says,
+	// until agentd has it: its follower sends the create again, and a
+	// command that starts without its EOF reads stdin for ever. A command
+	// agentd never started answers so until it is lost: its follow finds
+	// out.
+	unanswered, unstartedUntil := 0, time.Now().Add(2*time.Minute)
+	for unanswered < 5 {
 		if ended {
 			break
 		}
+		c.eofRefused, c.eofUnstarted = false, false
 		if err := stdin(map[string]any{"eof": true}, 0); err != nil {
 			return err
+		}
+		if c.eofUnstarted && time.Now().Before(unstartedUntil) {
+			delete(c.ambiguous, 0)
+			time.Sleep(500 * time.Millisecond)
+			continue
 		}
 		if !c.ambiguous[0] || c.eofRefused {
 			break
 		}
 		delete(c.ambiguous, 0)
+		unanswered++
 	}
 	c.client, c.state, err = r.follow(ctx, c)
 	c.ended = time.Now()

@@ -104,6 +104,24 @@ type overflow struct {
 }
 
 const measureJS = `(() => {
+	// brokenWord is the first run of up to 16 letters or digits in el that
+	// the browser laid out on more than one line, or "".
+	const brokenWord = (el) => {
+		const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+		const range = document.createRange();
+		for (let n = walk.nextNode(); n; n = walk.nextNode()) {
+			for (const m of n.data.matchAll(/[\p{L}\p{N}]{2,16}/gu)) {
+				range.setStart(n, m.index);
+				range.setEnd(n, m.index + m[0].length);
+				const tops = new Set();
+				for (const r of range.getClientRects()) {
+					if (r.width > 0) tops.add(Math.round(r.top));
+				}
+				if (tops.size > 1) return m[0];
+			}
+		}
+		return "";
+	};
 	const W = document.documentElement.clientWidth;
 	const outside = [];
 	for (const el of document.querySelectorAll("main td, main th, main button, main a, main input, main select, main summary, header a, header button")) {
@@ -123,6 +141,17 @@ const measureJS = `(() => {
 			outside.push(el.tagName.toLowerCase() + " " + JSON.stringify(el.textContent.trim().slice(0, 30)) +
 				" holds " + el.scrollWidth + " px in " + el.clientWidth);
 			if (outside.length >= 6) break;
+		}
+		// A short word (a number, a state, a header) broken across lines
+		// inside a cell: "Exi t", "13 7".
+		if (el.tagName === "TD" || el.tagName === "TH") {
+			const broken = brokenWord(el);
+			if (broken) {
+				const col = el.getAttribute("data-label") || el.className || "";
+				outside.push(el.tagName.toLowerCase() + (col ? "[" + col + "]" : "") + " breaks the word " + JSON.stringify(broken) +
+					" in " + JSON.stringify(el.textContent.trim().slice(0, 40)));
+				if (outside.length >= 6) break;
+			}
 		}
 	}
 	return {scroll: document.documentElement.scrollWidth, window: W, outside, title: document.title};
@@ -144,7 +173,8 @@ func fitPages(t *testing.T, w *fitWorld) []string {
 // TestBrowserEveryPageFits is issue 26 item 17: at 390 px (a phone) and
 // 1280 px (a laptop) no page is wider than the window and nothing on it
 // (a cell, a button, a link, a field) lies outside the window, for every
-// role on the pages it reaches, with long names and many columns.
+// role on the pages it reaches, with long names and many columns; and no
+// cell breaks a short word (issue 41 item 8: "Exi t", "13 7").
 func TestBrowserEveryPageFits(t *testing.T) {
 	t.Parallel()
 	w := newFitWorld(t)

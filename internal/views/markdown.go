@@ -53,16 +53,21 @@ func Markdown(src string) string {
 				cell := "td"
 				if row == 0 {
 					cell = "th"
+					b.WriteString("<thead>")
 				}
 				b.WriteString("<tr>")
 				for _, c := range cells {
 					b.WriteString("<" + cell + ">" + inline(strings.TrimSpace(c)) + "</" + cell + ">")
 				}
-				b.WriteString("</tr>\n")
+				b.WriteString("</tr>")
+				if row == 0 {
+					b.WriteString("</thead>\n<tbody>")
+				}
+				b.WriteString("\n")
 				row++
 			}
 			i--
-			b.WriteString("</table>\n")
+			b.WriteString("</tbody></table>\n")
 		case strings.HasPrefix(trim, "- ") || strings.HasPrefix(trim, "* "):
 			flush()
 			b.WriteString("<ul>\n<li>" + inline(trim[2:]))

@@ -21,7 +21,7 @@ func TestMarkdown(t *testing.T) {
 		{"inline code keeps stars", "use `a*b*c` **now**", []string{"<code>a*b*c</code>", "<strong>now</strong>"}, nil},
 		{"sibling doc link", "see [sessions](sessions.md#persistent-workspaces)", []string{`<a href="/docs/sessions#persistent-workspaces">sessions</a>`}, nil},
 		{"foreign link dropped", "[e2b](https://e2b.dev) and [x](//evil.example/x)", []string{`<a href="#">e2b</a>`}, []string{"e2b.dev", "evil.example"}},
-		{"table", "| a | b |\n|---|---|\n| `x` | y |", []string{"<table>", "<th>a</th>", "<td><code>x</code></td>"}, []string{"---"}},
+		{"table", "| a | b |\n|---|---|\n| `x` | y |", []string{"<table>", "<thead><tr><th>a</th>", "<tbody>", "<td><code>x</code></td>"}, []string{"---"}},
 		{"list with continuation", "- one\n  more\n- two", []string{"<li>one more</li>", "<li>two</li>"}, nil},
 		{"fenced code", "```\n<b>x</b>\n```", []string{"<pre><code>&lt;b&gt;x&lt;/b&gt;\n</code></pre>"}, nil},
 	}
