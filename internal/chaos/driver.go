@@ -80,12 +80,12 @@ type cmdRecord struct {
 	// eofRefused: the last EOF was answered 502 (not sent again), and
 	// eofUnstarted: because agentd has not started the command yet.
 	eofRefused, eofUnstarted bool
-	client     string // stdout as the client read it through the gateway
-	watcher    string // stdout as a second reader read it (counter), or ""
-	watched    bool
-	state      string
-	started    time.Time
-	ended      time.Time
+	client                   string // stdout as the client read it through the gateway
+	watcher                  string // stdout as a second reader read it (counter), or ""
+	watched                  bool
+	state                    string
+	started                  time.Time
+	ended                    time.Time
 }
 
 // setup creates, through the balancer: two orgs, each with a department, a
