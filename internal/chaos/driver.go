@@ -80,12 +80,14 @@ type cmdRecord struct {
 	// eofRefused: the last EOF was answered 502 (not sent again), and
 	// eofUnstarted: because agentd has not started the command yet.
 	eofRefused, eofUnstarted bool
-	client                   string // stdout as the client read it through the gateway
-	watcher                  string // stdout as a second reader read it (counter), or ""
-	watched                  bool
-	state                    string
-	started                  time.Time
-	ended                    time.Time
+	// eofPending: the EOF still has to reach agentd (follow sends it).
+	eofPending bool
+	client     string // stdout as the client read it through the gateway
+	watcher    string // stdout as a second reader read it (counter), or ""
+	watched    bool
+	state      string
+	started    time.Time
+	ended      time.Time
 }
 
 // setup creates, through the balancer: two orgs, each with a department, a
@@ -340,7 +342,12 @@ func (r *chaosRun) follow(ctx context.Context, c *cmdRecord) (string, string, er
 	var out strings.Builder
 	var cursor uint64
 	progress := time.Now()
+	var eofSent time.Time
 	for {
+		if c.eofPending && time.Since(eofSent) > time.Second {
+			eofSent = time.Now()
+			r.sendPendingEOF(ctx, c)
+		}
 		if cursor == 0 && time.Since(progress) > unstartedAfter {
 			// Nothing came for a while: a command whose create died with
 			// its replica is never sent to agentd and ends lost only after
@@ -390,6 +397,20 @@ func (r *chaosRun) follow(ctx context.Context, c *cmdRecord) (string, string, er
 			// spin.
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+}
+
+// sendPendingEOF sends c's EOF again, which was answered "has not started
+// yet": that answer again is expected (not recorded) until agentd has the
+// command; an ended one needs none.
+func (r *chaosRun) sendPendingEOF(ctx context.Context, c *cmdRecord) {
+	s := c.s
+	s.set(c.id, "sending the EOF of command %d (%s) again", c.id, c.tag)
+	_, err := r.c.do(ctx, request{method: http.MethodPost, path: s.path("/commands/%d/stdin", c.id), token: s.org.key, body: map[string]any{"eof": true},
+		org: s.org.slug, env: s.env, once: true, retrySuspended: true,
+		accept: []string{"command_ended", "environment_unreachable", "not_running", "database_unavailable", "audit_unavailable"}}, nil)
+	if err == nil || isCode(err, "command_ended") || isCode(err, "not_running") {
+		c.eofPending = false
 	}
 }
 
@@ -518,13 +539,10 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 	}
 	// EOF ends the loop; one that got no answer is sent again, a few
 	// times (a second EOF is refused or ignored, never typed). One
-	// answered "has not started yet" is sent again as the answer says,
-	// until agentd has it: its follower sends the create again, and a
-	// command that starts without its EOF reads stdin for ever. A command
-	// agentd never started answers so until it is lost: its follow finds
-	// out.
-	unanswered, unstartedUntil := 0, time.Now().Add(2*time.Minute)
-	for unanswered < 5 {
+	// answered "has not started yet" is left to follow, which sends it
+	// again while the command may still start (a command that starts
+	// without its EOF reads stdin for ever) and stops when it never will.
+	for range 5 {
 		if ended {
 			break
 		}
@@ -532,16 +550,14 @@ func (r *chaosRun) interactiveOp(ctx context.Context, s *chaosSession) (err erro
 		if err := stdin(map[string]any{"eof": true}, 0); err != nil {
 			return err
 		}
-		if c.eofUnstarted && time.Now().Before(unstartedUntil) {
-			delete(c.ambiguous, 0)
-			time.Sleep(500 * time.Millisecond)
-			continue
+		if c.eofUnstarted {
+			c.eofPending = true
+			break
 		}
 		if !c.ambiguous[0] || c.eofRefused {
 			break
 		}
 		delete(c.ambiguous, 0)
-		unanswered++
 	}
 	c.client, c.state, err = r.follow(ctx, c)
 	c.ended = time.Now()
