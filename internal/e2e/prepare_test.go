@@ -84,11 +84,12 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		if regexp.MustCompile(`/o/acme/sessions/\d+$`).FindString(get(t, ctx, "location", chromedp.Location())) == "" {
 			t.Fatal("creating a session did not land on its page")
 		}
-		// Clicked in the page, in one step: the session's page refreshes its
-		// live parts, and a node found first may be replaced before a
-		// separate click reaches it.
-		clickNow(t, ctx, "start it", "session-start")
-		do(t, ctx, "wait for the preparation", chromedp.WaitVisible(testid("prep-table")))
+		// Started elsewhere (a terminal, an agent's first exec): the
+		// workspace panel follows without a reload (issue 41 item 4).
+		mustContain(t, "panel before the start", text(t, ctx, testid("prep-empty")), "Nothing to prepare")
+		sid := regexp.MustCompile(`\d+$`).FindString(get(t, ctx, "location", chromedp.Location()))
+		callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/sessions/"+sid+"/start", ownerLogin.Token, nil, http.StatusOK, nil)
+		do(t, ctx, "wait for the preparation, live", chromedp.WaitVisible(testid("prep-table")))
 		mustContain(t, "status", text(t, ctx, testid("prep-status")), "Prepared and verified")
 		mustContain(t, "skill", text(t, ctx, testid("prep-skill-triage")), "verified", bundleSum, ".skills/triage")
 		mustContain(t, "file", text(t, ctx, testid("prep-file-notes/brief.md")), "verified", "24 bytes")

@@ -29,14 +29,22 @@
     document.body.dataset.live = "stopped";
   }
 
+  // last holds each live part's markup as the server last sent it: the
+  // page's own scripts change the markup in place (tables.js), which is
+  // no reason to replace it.
+  var last = new WeakMap();
+
   function swap(doc) {
     document.querySelectorAll("[data-live][id]").forEach(function (el) {
       var fresh = doc.getElementById(el.id);
-      if (!fresh || fresh.innerHTML === el.innerHTML) return;
+      if (!fresh) return;
+      var html = fresh.innerHTML;
+      if (html === (last.has(el) ? last.get(el) : el.innerHTML)) return;
       // A dialog being filled in (Close session…) is not pulled away.
       if (el.contains(document.activeElement) && document.activeElement !== document.body) return;
       if (el.querySelector("dialog[open], details[open]")) return;
-      el.innerHTML = fresh.innerHTML;
+      el.innerHTML = html;
+      last.set(el, html);
     });
   }
 
