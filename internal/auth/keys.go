@@ -21,14 +21,15 @@ type signingKeyRow struct {
 
 func (signingKeyRow) TableName() string { return "signing_keys" }
 
-// LoadOrCreateSigningKey returns the newest signing key in db's
-// signing_keys table, generating and sealing one on first use. owner is
+// LoadOrCreateSigningKey returns the first signing key in db's
+// signing_keys table, generating and sealing one on first use; replicas
+// that race to create it all end with the same one. owner is
 // "catalog" or the org slug; it is bound into the sealed value so a key row
 // copied between databases does not open.
 func LoadOrCreateSigningKey(ctx context.Context, db *gorm.DB, box *sealed.Box, owner string) (kid string, key []byte, err error) {
 	load := func() (bool, error) {
 		var r signingKeyRow
-		res := db.WithContext(ctx).Order("id DESC").Limit(1).Find(&r)
+		res := db.WithContext(ctx).Order("id").Limit(1).Find(&r)
 		if res.Error != nil {
 			return false, fmt.Errorf("read signing key: %w", res.Error)
 		}
@@ -58,7 +59,9 @@ func LoadOrCreateSigningKey(ctx context.Context, db *gorm.DB, box *sealed.Box, o
 	if err := db.WithContext(ctx).Create(&r).Error; err != nil && !store.IsUniqueViolation(err) {
 		return "", nil, fmt.Errorf("store signing key: %w", err)
 	}
-	// Another replica may have raced us; the newest row wins for everyone.
+	// Another replica may have raced us: the first row wins for everyone,
+	// whoever read it first (the newest would leave the first racer with
+	// a key nobody else verifies with).
 	if ok, err := load(); !ok || err != nil {
 		return "", nil, fmt.Errorf("signing key missing after create: %v", err)
 	}
