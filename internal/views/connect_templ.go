@@ -86,7 +86,7 @@ func AgentdCommands(token string, c *HostConnect) []AgentdCommand {
 			if goos == "darwin" {
 				check, shell = "shasum -a 256 -c", "zsh"
 			}
-			cmds = append(cmds, AgentdCommand{id, d.Label + " (" + shell + ")", "curl -fsSLo agentd " + d.URL + " && echo '" + d.SHA256 + "  agentd' | " + check +
+			cmds = append(cmds, AgentdCommand{id, d.Label + " (" + shell + ")", "curl -fsSLo agentd " + d.URL + " && echo '" + d.SHA256 + " *agentd' | " + check +
 				" && chmod +x agentd && mkdir -p " + c.Root + " && AGENTD_TOKEN='" + token + "' ./agentd --listen " + c.Listen + " --root " + c.Root})
 		}
 	}
