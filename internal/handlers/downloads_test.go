@@ -26,8 +26,8 @@ func TestAgentdDownloads(t *testing.T) {
 	self := filepath.Join(t.TempDir(), "console")
 	dir := t.TempDir()
 	files := map[string][]byte{
-		self: []byte("the console's own binary, agentd under that name"),
-		filepath.Join(dir, "agentd-linux-arm64"):       []byte("an arm64 build"),
+		self:                                     []byte("the console's own binary, agentd under that name"),
+		filepath.Join(dir, "agentd-linux-arm64"): []byte("an arm64 build"),
 		filepath.Join(dir, "agentd-windows-amd64.exe"): []byte("a windows build"),
 		filepath.Join(dir, "agentd-windows-arm64"):     []byte("no .exe: not a windows build"),
 		filepath.Join(dir, "README"):                   []byte("not a build"),
