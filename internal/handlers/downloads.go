@@ -14,9 +14,6 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 )
 
-// sumsName is the checksum file's name among the downloads.
-const sumsName = "SHA256SUMS"
-
 // agentdBuilds lists what /downloads/agentd/ offers; none without a
 // catalog.
 func (s *Server) agentdBuilds() ([]release.Build, error) {
