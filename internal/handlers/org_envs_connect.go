@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +87,14 @@ func (s *Server) agentdDownloads(c echo.Context) ([]views.AgentdDownload, []stri
 		out = append(out, views.AgentdDownload{Platform: b.Platform, Label: release.Label(b.Platform),
 			URL: s.absURL(c, "/downloads/agentd/"+b.Platform), SHA256: b.SHA256})
 	}
+	// Linux first, as the usual platforms run, then any others.
+	rank := func(p string) int {
+		if i := slices.Index(release.Standard, p); i >= 0 {
+			return i
+		}
+		return len(release.Standard)
+	}
+	slices.SortStableFunc(out, func(a, b views.AgentdDownload) int { return rank(a.Platform) - rank(b.Platform) })
 	var missing []string
 	for _, p := range release.Standard {
 		if !have[p] {

@@ -23,8 +23,8 @@ import (
 	"time"
 )
 
-// Standard are the platforms a release builds and the connect page offers
-// a command for, or says it cannot.
+// Standard are the platforms a release builds, in the order the connect
+// page lists them; it offers a command for each, or says it cannot.
 var Standard = []string{"linux-amd64", "linux-arm64", "darwin-arm64", "windows-amd64"}
 
 // ErrUnknownPlatform is returned for a platform with no build.
