@@ -106,6 +106,15 @@ func TestBrowserConnectHost(t *testing.T) {
 	noSecretInPage(t, ctx, "environment page reloaded while waiting", token)
 	mustContain(t, "command after a reload", text(t, ctx, testid("cmd-linux")), "<the token shown when the host was added>", "--listen "+addr)
 
+	// A download that is not the build the page vouches for is never
+	// started: the same line with another hash stops at the check.
+	tampered := strings.Replace(linuxLine, agentdSum, sha256Hex(standInBuild), 1)
+	check := exec.Command("bash", "-c", tampered)
+	check.Dir, check.Env = t.TempDir(), []string{"PATH=" + hostPath, "HOME=" + t.TempDir(), "LANG=C"}
+	if out, err := check.CombinedOutput(); err == nil || !strings.Contains(string(out), "FAILED") || strings.Contains(string(out), "agentd listening") {
+		t.Errorf("the Linux command with a hash other than the download's: %v\n%s", err, out)
+	}
+
 	// The host runs the command the page showed with the token, on a PATH
 	// without Go, in an empty directory: the page sees agentd answer.
 	_, stopHost := startOnHostWithoutGo(t, linuxLine)
