@@ -11,6 +11,10 @@
 //	console retention run --org <slug> [--as-of TIME]   apply the org's retention policy once
 //
 // The console's flags (--data-dir, --listen, ...) go anywhere on the line.
+//
+// Started under the name agentd (a copy or link named agentd, or
+// agentd.exe), the binary is agentd instead (internal/agentd/cli): that is
+// the build the console serves at /downloads/agentd/ for its own platform.
 package main
 
 import (
@@ -28,6 +32,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gatehouse/gatehouse/internal/agentd/cli"
 	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/console"
 	"github.com/gatehouse/gatehouse/internal/orgs"
@@ -35,6 +40,9 @@ import (
 )
 
 func main() {
+	if cli.IsAgentdName(os.Args[0]) {
+		cli.Main()
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, os.Args[1:], os.Getenv, os.Stdout, os.Stderr); err != nil {
@@ -159,6 +167,11 @@ func help(getenv func(string) string, stderr io.Writer) error {
 }
 
 func serve(ctx context.Context, cfg config.Config, logger *slog.Logger, stdout io.Writer) error {
+	// This binary is agentd under that name: it is the build served for
+	// the console's own platform.
+	if exe, err := os.Executable(); err == nil {
+		cfg.AgentdSelf = exe
+	}
 	ln, err := net.Listen("tcp", cfg.Listen)
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", cfg.Listen, err)

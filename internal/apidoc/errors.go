@@ -50,7 +50,7 @@ func expandErrors(doc *openapi3.T) error {
 			if err != nil {
 				return fmt.Errorf("apidoc: %s (%s): %w", where, op.OperationID, err)
 			}
-			page := !strings.HasPrefix(path, "/api/") && path != "/healthz" && path != "/readyz"
+			page := !strings.HasPrefix(path, "/api/") && !strings.HasPrefix(path, "/downloads/") && path != "/healthz" && path != "/readyz"
 			op.Responses.Delete("4XX")
 			for _, status := range slices.Sorted(maps.Keys(codes)) {
 				op.Responses.Set(strconv.Itoa(status), &openapi3.ResponseRef{Value: errorResponse(envelope.Value, codes[status], page)})

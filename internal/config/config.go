@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -71,6 +72,15 @@ type Config struct {
 	// LocalAgentd is the agentd binary local sandboxes run; "" looks next
 	// to the console, then on PATH, then builds ./cmd/agentd.
 	LocalAgentd string
+	// AgentdDir holds release builds of agentd (agentd-<os>-<arch>, .exe
+	// for Windows; scripts/release-agentd writes them) that the console
+	// serves at /downloads/agentd/ besides its own platform's; "" none.
+	AgentdDir string
+	// AgentdSelf is a binary that runs as agentd on the console's own
+	// platform, served at /downloads/agentd/<os>-<arch>. cmd/console sets
+	// it to its own executable, which is agentd when started under that
+	// name; it has no flag.
+	AgentdSelf string
 	// MetricsListen is the address /metrics is served on; empty serves no
 	// metrics. It is a separate listener so the metrics never share the
 	// public address.
@@ -279,6 +289,8 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 		"start a local sandbox backend: agentd processes on this machine, NO isolation; for trying per-session sandboxes (GATEHOUSE_LOCAL_SANDBOXES)")
 	fs.StringVar(&c.LocalAgentd, "local-agentd", env("GATEHOUSE_LOCAL_AGENTD", ""),
 		"agentd binary the local sandbox backend runs; empty: next to the console, on PATH, or built from ./cmd/agentd (GATEHOUSE_LOCAL_AGENTD)")
+	fs.StringVar(&c.AgentdDir, "agentd-dir", env("GATEHOUSE_AGENTD_DIR", ""),
+		"directory of agentd release builds (agentd-linux-arm64, agentd-windows-amd64.exe, ...; scripts/release-agentd writes them) served at /downloads/agentd/ beside the console's own platform's (GATEHOUSE_AGENTD_DIR)")
 	fs.StringVar(&c.MetricsListen, "metrics-listen", env("GATEHOUSE_METRICS_LISTEN", ""),
 		"address to serve Prometheus /metrics on; off when empty (GATEHOUSE_METRICS_LISTEN)")
 	perOrg, _ := strconv.ParseBool(env("GATEHOUSE_METRICS_PER_ORG_DB", "false"))
@@ -378,6 +390,11 @@ func (c *Config) finish(getenv func(string) string) error {
 	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")
+	}
+	if c.AgentdDir != "" {
+		if fi, err := os.Stat(c.AgentdDir); err != nil || !fi.IsDir() {
+			return fmt.Errorf("--agentd-dir %q must be a directory of agentd release builds (scripts/release-agentd writes one)", c.AgentdDir)
+		}
 	}
 	// Resolved once, here: the local sandbox backend starts agentd from
 	// each sandbox's own directory, where a relative path names nothing.

@@ -15,6 +15,7 @@ import (
 
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agentd/release"
 	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
@@ -231,7 +232,8 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,
 		Anchors: c.Anchors, Local: c.Local.backend(),
-		E2B: handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
+		E2B:    handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
+		Agentd: &release.Catalog{Self: cfg.AgentdSelf, Dir: cfg.AgentdDir},
 	})
 	c.watchMetrics()
 	c.Retention = c.newRetention()

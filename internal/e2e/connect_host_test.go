@@ -2,18 +2,27 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"math"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/chromedp/chromedp"
 
 	"github.com/gatehouse/gatehouse/internal/agentd"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/config"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -24,10 +33,16 @@ import (
 // connection shows progress with its button disabled and colours the
 // outcome. The token appears on no later page, in no audit record and in
 // no log line.
+//
+// The host has no Go (issue 41 item 3): the Linux command, as the page
+// shows it, runs with bash on a PATH without Go in an empty directory; it
+// downloads agentd from the console, checks its SHA-256 and starts it, and
+// the page then shows the host connected.
 func TestBrowserConnectHost(t *testing.T) {
 	t.Parallel()
 	var logs lockedBuffer
-	srv := newServerLog(t, store.SQLite, &logs)
+	serveAgentd, agentdSum := agentdBuilds(t)
+	srv := newServerLog(t, store.SQLite, &logs, serveAgentd)
 	ownerEmail, ownerPassword, deptID := deptOwnerOrg(t, srv)
 
 	// The host's address, free until agentd starts there.
@@ -56,18 +71,24 @@ func TestBrowserConnectHost(t *testing.T) {
 		t.Fatalf("generated token %q: %v", token, err)
 	}
 	// agentd listens where the environment says (127.0.0.1), with a
-	// directory of its own (issue 26 item 10).
-	unix := "mkdir -p $HOME/gatehouse-agentd && AGENTD_TOKEN='" + token + "' ./agentd --listen " + addr + " --root $HOME/gatehouse-agentd"
+	// directory of its own (issue 26 item 10), once downloaded from the
+	// console and checked.
+	linuxID, linuxPlatform := ownLinuxCommand()
+	rest := " && chmod +x agentd && mkdir -p $HOME/gatehouse-agentd && AGENTD_TOKEN='" + token + "' ./agentd --listen " + addr + " --root $HOME/gatehouse-agentd"
 	for _, c := range []struct{ id, want string }{
-		{"cmd-linux", unix},
-		{"cmd-macos", unix},
-		{"cmd-windows", `New-Item -ItemType Directory -Force "$env:USERPROFILE\gatehouse-agentd" | Out-Null; $env:AGENTD_TOKEN='` + token +
-			`'; .\agentd.exe --listen ` + addr + ` --root "$env:USERPROFILE\gatehouse-agentd"`},
+		{linuxID, "curl -fsSLo agentd " + srv.url + "/downloads/agentd/" + linuxPlatform + " && echo '" + agentdSum + " *agentd' | sha256sum -c" + rest},
+		{"cmd-macos", "curl -fsSLo agentd " + srv.url + "/downloads/agentd/darwin-arm64 && echo '" + sha256Hex(standInBuild) + " *agentd' | shasum -a 256 -c" + rest},
+		{"cmd-windows", "Invoke-WebRequest -UseBasicParsing -OutFile agentd.exe " + srv.url + "/downloads/agentd/windows-amd64; if ((Get-FileHash agentd.exe -Algorithm SHA256).Hash -ne '" +
+			sha256Hex(standInBuild) + "') { Write-Error 'agentd.exe is not the build this console serves: download it again.' } else { " +
+			`New-Item -ItemType Directory -Force "$env:USERPROFILE\gatehouse-agentd" | Out-Null; $env:AGENTD_TOKEN='` + token +
+			`'; .\agentd.exe --listen ` + addr + ` --root "$env:USERPROFILE\gatehouse-agentd" }`},
 	} {
 		if got := text(t, ctx, testid(c.id)); got != c.want {
 			t.Errorf("%s command is %q, want %q", c.id, got, c.want)
 		}
 	}
+	linuxLine := text(t, ctx, testid(linuxID))
+	mustContain(t, "platforms the console cannot serve", text(t, ctx, testid("connect-missing")), "serves no agentd for", "scripts/release-agentd")
 	mustContain(t, "connect section", text(t, ctx, testid("connect")), "Linux", "macOS", "Windows", "shown only now")
 
 	// Waiting, visibly: the page asks and says it has not heard back yet.
@@ -85,19 +106,18 @@ func TestBrowserConnectHost(t *testing.T) {
 	noSecretInPage(t, ctx, "environment page reloaded while waiting", token)
 	mustContain(t, "command after a reload", text(t, ctx, testid("cmd-linux")), "<the token shown when the host was added>", "--listen "+addr)
 
-	// The host runs agentd with the generated token: the page sees it.
-	agentdSrv, err := agentd.NewServer(agentd.Config{Token: token, Root: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
+	// A download that is not the build the page vouches for is never
+	// started: the same line with another hash stops at the check.
+	tampered := strings.Replace(linuxLine, agentdSum, sha256Hex(standInBuild), 1)
+	check := exec.Command("bash", "-c", tampered)
+	check.Dir, check.Env = t.TempDir(), []string{"PATH=" + hostPath, "HOME=" + t.TempDir(), "LANG=C"}
+	if out, err := check.CombinedOutput(); err == nil || !strings.Contains(string(out), "FAILED") || strings.Contains(string(out), "agentd listening") {
+		t.Errorf("the Linux command with a hash other than the download's: %v\n%s", err, out)
 	}
-	hl, err := net.Listen("tcp", addr)
-	if err != nil {
-		t.Fatalf("listen on the host's address again: %v", err)
-	}
-	hs := &http.Server{Handler: agentdSrv.Handler()}
-	go hs.Serve(hl)
-	stopHost := func() { agentdSrv.Close(); hs.Close() }
-	t.Cleanup(stopHost)
+
+	// The host runs the command the page showed with the token, on a PATH
+	// without Go, in an empty directory: the page sees agentd answer.
+	_, stopHost := startOnHostWithoutGo(t, linuxLine)
 	do(t, ctx, "the host answers", chromedp.WaitVisible(css(`[data-testid="connect-status"][data-state="healthy"]`)))
 	mustContain(t, "connected status", text(t, ctx, testid("connect-status")), "Connected", "build-02", "ms", "agentd")
 	if b := text(t, ctx, css(`dl.facts [data-testid="status"]`)); b != "healthy" {
@@ -260,4 +280,97 @@ func discard[T any](a chromedp.Action[T]) chromedp.Action[chromedp.Void] {
 		_, err := a(ctx, tg)
 		return chromedp.Void{}, err
 	}
+}
+
+// standInBuild is what the release directory of agentdBuilds holds for
+// macOS and Windows: the page's commands for them are checked, not run.
+const standInBuild = "a stand-in for a release build"
+
+// agentdBuilds builds cmd/agentd as the binary the console serves for its
+// own platform (a console's own executable is agentd under that name; a
+// test's is not) and writes stand-ins for macOS and Windows to a release
+// directory. It returns the option that serves both and the SHA-256 of
+// the real build.
+func agentdBuilds(t *testing.T) (func(*config.Config), string) {
+	t.Helper()
+	self := filepath.Join(t.TempDir(), "agentd")
+	cmd := exec.Command("go", "build", "-o", self, "./cmd/agentd")
+	cmd.Dir = filepath.Join("..", "..")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/agentd: %v: %s", err, out)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"agentd-darwin-arm64", "agentd-windows-amd64.exe"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(standInBuild), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return func(c *config.Config) { c.AgentdSelf, c.AgentdDir = self, dir }, sha256Hex(string(b))
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
+}
+
+// ownLinuxCommand is the test id of the command for this machine's Linux
+// and its platform's name.
+func ownLinuxCommand() (id, platform string) {
+	if runtime.GOARCH == "amd64" {
+		return "cmd-linux", "linux-amd64"
+	}
+	return "cmd-linux-" + runtime.GOARCH, "linux-" + runtime.GOARCH
+}
+
+// hostPath is the PATH of a host without Go: Go lives in /usr/local/go/bin
+// here, never in these.
+const hostPath = "/usr/bin:/bin"
+
+// runOnHostWithoutGo runs line with bash as a fresh host would: in an
+// empty directory, with its own HOME and a PATH without Go (checked
+// first). Cleanup stops it and everything it started.
+func runOnHostWithoutGo(t *testing.T, line string) (home string) {
+	t.Helper()
+	home, _ = startOnHostWithoutGo(t, line)
+	return home
+}
+
+// startOnHostWithoutGo is runOnHostWithoutGo that also returns what
+// stops the host's command early.
+func startOnHostWithoutGo(t *testing.T, line string) (home string, stop func()) {
+	t.Helper()
+	dir := t.TempDir()
+	home = t.TempDir()
+	env := []string{"PATH=" + hostPath, "HOME=" + home, "LANG=C"}
+	which := exec.Command("bash", "-c", "command -v go")
+	which.Env = env
+	if out, err := which.CombinedOutput(); err == nil {
+		t.Fatalf("PATH=%s has go at %s", hostPath, out)
+	}
+	run := exec.Command("bash", "-c", line)
+	run.Dir, run.Env = dir, env
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var logs lockedBuffer
+	run.Stdout, run.Stderr = &logs, &logs
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
+			run.Wait()
+		})
+	}
+	t.Cleanup(func() {
+		stop()
+		if t.Failed() {
+			t.Logf("the host's command said:\n%s", logs.String())
+		}
+	})
+	return home, stop
 }

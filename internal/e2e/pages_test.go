@@ -25,7 +25,7 @@ func pageURLs(t *testing.T, w *consoleWorld) []string {
 	var out []string
 	for _, r := range w.srv.c.Server.Routes() {
 		p := r.Path
-		if r.Method != http.MethodGet || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/") || strings.HasPrefix(p, "/e2b/") ||
+		if r.Method != http.MethodGet || strings.HasPrefix(p, "/api/") || strings.HasPrefix(p, "/static/") || strings.HasPrefix(p, "/e2b/") || strings.HasPrefix(p, "/downloads/") ||
 			strings.Contains(p, "/ws") || strings.Contains(p, "export") || strings.Contains(p, "callback") ||
 			strings.Contains(p, "/sso/start") || strings.Contains(p, "*") ||
 			p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/" {

@@ -123,7 +123,7 @@ func codeOf(status int) string {
 // envelope, browsers get a page.
 func wantsJSON(c echo.Context) bool {
 	r := c.Request()
-	return strings.HasPrefix(r.URL.Path, "/api/") || strings.Contains(r.Header.Get(echo.HeaderAccept), "application/json") && !strings.Contains(r.Header.Get(echo.HeaderAccept), "text/html")
+	return strings.HasPrefix(r.URL.Path, "/api/") || strings.HasPrefix(r.URL.Path, "/downloads/") || strings.Contains(r.Header.Get(echo.HeaderAccept), "application/json") && !strings.Contains(r.Header.Get(echo.HeaderAccept), "text/html")
 }
 
 // statusCallerLeft answers a request whose caller hung up before it ended.

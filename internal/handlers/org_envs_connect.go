@@ -5,12 +5,14 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
+	"github.com/gatehouse/gatehouse/internal/agentd/release"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/views"
@@ -65,7 +67,41 @@ func (s *Server) hostConnect(c echo.Context, e envs.Environment, row views.EnvRo
 	hc := &views.HostConnect{Token: tok, URL: e.URL, PollURL: envPagePath(c, e.ID) + "/connection"}
 	hc.Listen, hc.AllInterfaces, hc.TLS = hostListen(e.URL)
 	hc.Root, hc.WindowsRoot = agentdRoot(e)
+	hc.Downloads, hc.Missing = s.agentdDownloads(c)
 	return hc
+}
+
+// agentdDownloads are the builds the connect page offers a command for,
+// at the console's public address, and the labels of the usual platforms
+// it has none for. A build that cannot be read is logged and left out:
+// the page then says it has none rather than show a command that fails.
+func (s *Server) agentdDownloads(c echo.Context) ([]views.AgentdDownload, []string) {
+	builds, err := s.agentdBuilds()
+	if err != nil {
+		s.Logger.Error("agentd builds unavailable", "error", err)
+	}
+	have := map[string]bool{}
+	var out []views.AgentdDownload
+	for _, b := range builds {
+		have[b.Platform] = true
+		out = append(out, views.AgentdDownload{Platform: b.Platform, Label: release.Label(b.Platform),
+			URL: s.absURL(c, "/downloads/agentd/"+b.Platform), SHA256: b.SHA256})
+	}
+	// Linux first, as the usual platforms run, then any others.
+	rank := func(p string) int {
+		if i := slices.Index(release.Standard, p); i >= 0 {
+			return i
+		}
+		return len(release.Standard)
+	}
+	slices.SortStableFunc(out, func(a, b views.AgentdDownload) int { return rank(a.Platform) - rank(b.Platform) })
+	var missing []string
+	for _, p := range release.Standard {
+		if !have[p] {
+			missing = append(missing, release.Label(p))
+		}
+	}
+	return out, missing
 }
 
 // defaultAgentdPort is agentd's port when a URL names none.

@@ -15,6 +15,7 @@ import (
 	"github.com/labstack/echo/v4/middleware"
 	"gorm.io/gorm"
 
+	"github.com/gatehouse/gatehouse/internal/agentd/release"
 	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/apidoc"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -70,6 +71,9 @@ type Deps struct {
 	Local *LocalBackend
 	// E2B configures the E2B-compatible endpoint.
 	E2B E2BEndpoint
+	// Agentd is the agentd builds served at /downloads/agentd/ and offered
+	// by the connect page; nil serves none.
+	Agentd *release.Catalog
 }
 
 // Server holds the echo instance and the declared route table.
@@ -192,6 +196,11 @@ func (s *Server) registerPublic() {
 	pub := s.group("", platformSurface)
 	pub.handle(http.MethodGet, "/healthz", rbac.Public(), s.healthz)
 	pub.handle(http.MethodGet, "/readyz", rbac.Public(), s.readyz)
+	// agentd for hosts that have no credential yet (docs/agents.md).
+	pub.handle(http.MethodGet, "/downloads/agentd/SHA256SUMS", rbac.Public(), s.downloadAgentdSums)
+	pub.handle(http.MethodHead, "/downloads/agentd/SHA256SUMS", rbac.Public(), s.downloadAgentdSums)
+	pub.handle(http.MethodGet, "/downloads/agentd/:platform", rbac.Public(), s.downloadAgentd)
+	pub.handle(http.MethodHead, "/downloads/agentd/:platform", rbac.Public(), s.downloadAgentd)
 	pub.handle(http.MethodGet, "/static/*", rbac.Public(), echo.WrapHandler(staticHandler()))
 	pub.handle(http.MethodGet, "/docs/:name", rbac.Public(), s.pageDoc)
 	pub.handle(http.MethodGet, "/", rbac.Public(), func(c echo.Context) error {

@@ -9,6 +9,8 @@ package views
 import "github.com/a-h/templ"
 import templruntime "github.com/a-h/templ/runtime"
 
+import "strings"
+
 // HostConnect is how the page of a host environment helps connect it:
 // the commands that start agentd with its token, and a status that
 // follows the host until it answers.
@@ -33,6 +35,20 @@ type HostConnect struct {
 	WindowsRoot string
 	// PollURL answers with the host's state as JSON.
 	PollURL string
+	// Downloads are the agentd builds the console serves, one command
+	// each; Missing names the usual platforms it has none for.
+	Downloads []AgentdDownload
+	Missing   []string
+}
+
+// AgentdDownload is one platform's agentd at the console's public address.
+type AgentdDownload struct {
+	// Platform is <os>-<arch> as Go names them: linux-amd64.
+	Platform string
+	// Label names it for people: Linux x86-64.
+	Label  string
+	URL    string
+	SHA256 string
 }
 
 // AgentdCommand is one platform's command line.
@@ -42,17 +58,39 @@ type AgentdCommand struct {
 	Line  string
 }
 
-// AgentdCommands are the command lines that create agentd's directory and
-// start agentd with token on Linux, macOS and Windows, listening on
+// AgentdCommands are, for each download, the command line that fetches
+// agentd from the console, stops unless its SHA-256 is the one shown,
+// creates agentd's directory and starts agentd with token, listening on
 // c.Listen with --root in that directory; token may be a placeholder.
 func AgentdCommands(token string, c *HostConnect) []AgentdCommand {
-	unix := "mkdir -p " + c.Root + " && AGENTD_TOKEN='" + token + "' ./agentd --listen " + c.Listen + " --root " + c.Root
-	return []AgentdCommand{
-		{"cmd-linux", "Linux (bash)", unix},
-		{"cmd-macos", "macOS (zsh)", unix},
-		{"cmd-windows", "Windows (PowerShell)", "New-Item -ItemType Directory -Force \"" + c.WindowsRoot + "\" | Out-Null; $env:AGENTD_TOKEN='" + token +
-			"'; .\\agentd.exe --listen " + c.Listen + " --root \"" + c.WindowsRoot + "\""},
+	cmds := make([]AgentdCommand, 0, len(c.Downloads))
+	for _, d := range c.Downloads {
+		goos, _, _ := strings.Cut(d.Platform, "-")
+		id := "cmd-" + d.Platform
+		switch d.Platform {
+		case "linux-amd64":
+			id = "cmd-linux"
+		case "darwin-arm64":
+			id = "cmd-macos"
+		case "windows-amd64":
+			id = "cmd-windows"
+		}
+		switch goos {
+		case "windows":
+			cmds = append(cmds, AgentdCommand{id, d.Label + " (PowerShell)", "Invoke-WebRequest -UseBasicParsing -OutFile agentd.exe " + d.URL +
+				"; if ((Get-FileHash agentd.exe -Algorithm SHA256).Hash -ne '" + d.SHA256 + "') { Write-Error 'agentd.exe is not the build this console serves: download it again.' } else { " +
+				"New-Item -ItemType Directory -Force \"" + c.WindowsRoot + "\" | Out-Null; $env:AGENTD_TOKEN='" + token +
+				"'; .\\agentd.exe --listen " + c.Listen + " --root \"" + c.WindowsRoot + "\" }"})
+		default:
+			check, shell := "sha256sum -c", "bash"
+			if goos == "darwin" {
+				check, shell = "shasum -a 256 -c", "zsh"
+			}
+			cmds = append(cmds, AgentdCommand{id, d.Label + " (" + shell + ")", "curl -fsSLo agentd " + d.URL + " && echo '" + d.SHA256 + " *agentd' | " + check +
+				" && chmod +x agentd && mkdir -p " + c.Root + " && AGENTD_TOKEN='" + token + "' ./agentd --listen " + c.Listen + " --root " + c.Root})
+		}
 	}
+	return cmds
 }
 
 func connectToken(c *HostConnect) string {
@@ -98,61 +136,67 @@ func HostConnectSection(c *HostConnect) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<p class=\"help\">On the host, in the directory holding agentd (build it with <code>go build ./cmd/agentd</code>; <code>GOOS=darwin</code> or <code>GOOS=windows</code> cross-builds it), run the line for its system. agentd removes the token from its environment once started.</p><p class=\"help\" data-testid=\"connect-where\">agentd listens on <code>")
+			if len(c.Downloads) > 0 {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 4, "<p class=\"help\">On the host, in a directory of your choice, run the line for its system: it downloads agentd from this console, stops unless its SHA-256 is the one shown here, and starts it. agentd removes the token from its environment once started.</p>")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "<p class=\"help\" data-testid=\"connect-where\">agentd listens on <code>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var2 string
 			templ_7745c5c3_Var2, templ_7745c5c3_Err = templ.JoinStringErrs(c.Listen)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 67, Col: 81}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 107, Col: 81}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var2))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 5, "</code>, where this environment says it is, and keeps session workspaces in its own directory, <code>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</code>, where this environment says it is, and keeps session workspaces in its own directory, <code>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(c.Root)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 67, Col: 192}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 107, Col: 192}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 6, "</code> (<code>--root</code>), not in the directory it was started from. ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "</code> (<code>--root</code>), not in the directory it was started from. ")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			if c.AllInterfaces {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 7, "It listens on every interface because the address names the host; put the host's own address in place of <code>0.0.0.0</code> to narrow it.")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "It listens on every interface because the address names the host; put the host's own address in place of <code>0.0.0.0</code> to narrow it.")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 8, "</p>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "</p>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			for _, cmd := range AgentdCommands(connectToken(c), c) {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 9, "<h3>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "<h3>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var4 string
 				templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(cmd.Label)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 73, Col: 19}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 113, Col: 19}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 10, "</h3>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "</h3>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
@@ -161,65 +205,99 @@ func HostConnectSection(c *HostConnect) templ.Component {
 					return templ_7745c5c3_Err
 				}
 			}
+			if len(c.Missing) > 0 {
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, "<p class=\"help\" data-testid=\"connect-missing\">")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				if len(c.Downloads) == 0 {
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "This console serves no agentd build, so it has no command to show. ")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+				} else {
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, "This console serves no agentd for ")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					var templ_7745c5c3_Var5 string
+					templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(strings.Join(c.Missing, ", "))
+					if templ_7745c5c3_Err != nil {
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 121, Col: 71}
+					}
+					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+					templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, ". ")
+					if templ_7745c5c3_Err != nil {
+						return templ_7745c5c3_Err
+					}
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "Its operator can build them with <code>scripts/release-agentd</code> and point <code>--agentd-dir</code> at the result; or build agentd where Go is installed, from a checkout: <code>GOOS=linux GOARCH=arm64 go build ./cmd/agentd</code>.</p>")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+			}
 			if c.TLS {
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 11, "<p class=\"help\" data-testid=\"connect-tls\">agentd serves plain HTTP, so for the https address ")
-				if templ_7745c5c3_Err != nil {
-					return templ_7745c5c3_Err
-				}
-				var templ_7745c5c3_Var5 string
-				templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
-				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 77, Col: 104}
-				}
-				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
-				if templ_7745c5c3_Err != nil {
-					return templ_7745c5c3_Err
-				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 12, " it listens on loopback only: put a TLS proxy at that address in front of it, forwarding to <code>http://")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 17, "<p class=\"help\" data-testid=\"connect-tls\">agentd serves plain HTTP, so for the https address ")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 				var templ_7745c5c3_Var6 string
-				templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(c.Listen)
+				templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 77, Col: 221}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 127, Col: 104}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 13, "</code>.</p>")
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 18, " it listens on loopback only: put a TLS proxy at that address in front of it, forwarding to <code>http://")
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				var templ_7745c5c3_Var7 string
+				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(c.Listen)
+				if templ_7745c5c3_Err != nil {
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 127, Col: 221}
+				}
+				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
+				if templ_7745c5c3_Err != nil {
+					return templ_7745c5c3_Err
+				}
+				templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 19, "</code>.</p>")
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 14, "<p class=\"outcome outcome-pending\" role=\"status\" aria-live=\"polite\" data-testid=\"connect-status\" data-poll=\"")
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			var templ_7745c5c3_Var7 string
-			templ_7745c5c3_Var7, templ_7745c5c3_Err = templruntime.NewAttributeExpression(c.PollURL).Resolve(ctx)
-			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 79, Col: 121}
-			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var7)
-			if templ_7745c5c3_Err != nil {
-				return templ_7745c5c3_Err
-			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 15, "\">Waiting for agentd at ")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 20, "<p class=\"outcome outcome-pending\" role=\"status\" aria-live=\"polite\" data-testid=\"connect-status\" data-poll=\"")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var8 string
-			templ_7745c5c3_Var8, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
+			templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(c.PollURL).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 80, Col: 33}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 129, Col: 121}
 			}
-			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var8))
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, " to answer…</p><script src=\"/static/env-connect.js\" defer></script></section>")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "\">Waiting for agentd at ")
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			var templ_7745c5c3_Var9 string
+			templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
+			if templ_7745c5c3_Err != nil {
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 130, Col: 33}
+			}
+			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var9))
+			if templ_7745c5c3_Err != nil {
+				return templ_7745c5c3_Err
+			}
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 22, " to answer…</p><script src=\"/static/env-connect.js\" defer></script></section>")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
@@ -248,7 +326,7 @@ func TestConnectionResult() templ.Component {
 		}
 		ctx = templ.InitializeContext(ctx)
 		ctx = templ.ClearChildren(ctx)
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 17, "<span class=\"outcome\" role=\"status\" aria-live=\"polite\" data-testid=\"test-result\" hidden></span><script src=\"/static/env-connect.js\" defer></script>")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 23, "<span class=\"outcome\" role=\"status\" aria-live=\"polite\" data-testid=\"test-result\" hidden></span><script src=\"/static/env-connect.js\" defer></script>")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package main
+package cli
 
 // subreaperSupported: only Linux has child subreapers.
 const subreaperSupported = false

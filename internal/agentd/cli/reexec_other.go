@@ -1,6 +1,6 @@
 //go:build !unix
 
-package main
+package cli
 
 // reexecClean does nothing where a process cannot replace its own image:
 // agentd then only removes AGENTD_TOKEN from the environment its commands
