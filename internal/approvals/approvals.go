@@ -419,7 +419,7 @@ func (s *Service) CanDecide(ctx context.Context, a *authz.Actor, ap Approval) (b
 const ruleSelf = "nobody decides their own request (approvals: requester may not decide)"
 
 // Decide approves or denies request id as a, exactly once: a request no
-// longer pending answers 409 (code "expired" when it expired), and of two
+// longer pending answers 409 (code approval_expired when it expired, else approval_decided), and of two
 // deciders at once, on any replicas, one wins. The decision, its audit
 // record (approval.decided) and, for scope "session", the session grant
 // commit together before Decide answers.
@@ -497,7 +497,7 @@ func (s *Service) Decide(ctx context.Context, a *authz.Actor, id int64, d Decisi
 		if serr := settled(cur); serr != nil {
 			return Approval{}, serr
 		}
-		return Approval{}, apperr.New(apperr.ErrConflict, "conflict", "This request was decided at the same moment by someone else.")
+		return Approval{}, apperr.New(apperr.ErrConflict, "approval_decided", "This request was decided at the same moment by someone else.")
 	}
 	if err != nil {
 		return Approval{}, err
@@ -514,9 +514,9 @@ func settled(r row) error {
 	case Pending:
 		return nil
 	case Expired:
-		return apperr.New(apperr.ErrConflict, "expired", "This request expired at %s without a decision.", r.ExpiresAt.UTC().Format(time.RFC3339))
+		return apperr.New(apperr.ErrConflict, "approval_expired", "This request expired at %s without a decision.", r.ExpiresAt.UTC().Format(time.RFC3339))
 	}
-	return apperr.New(apperr.ErrConflict, "conflict", "This request is already %s.", r.State)
+	return apperr.New(apperr.ErrConflict, "approval_decided", "This request is already %s.", r.State)
 }
 
 // mayDecide checks a may decide r: not hidden from it, holding
@@ -630,7 +630,7 @@ func (s *Service) SetCommand(ctx context.Context, tx *gorm.DB, id, commandID int
 		return fmt.Errorf("record approval %d's command: %w", id, res.Error)
 	}
 	if res.RowsAffected == 0 {
-		return apperr.New(apperr.ErrConflict, "conflict", "This approval is not approved, or its command already started.")
+		return apperr.New(apperr.ErrConflict, "approval_not_runnable", "This approval is not approved, or its command already started.")
 	}
 	return nil
 }

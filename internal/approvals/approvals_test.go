@@ -295,7 +295,7 @@ func TestQueue(t *testing.T) {
 				t.Fatalf("approve: %+v %v", got, err)
 			}
 			_, err = w.svc.Decide(ctx, w.admin, a.ID, approvals.Deny, approvals.ScopeOnce, "")
-			wantErr(t, err, apperr.ErrConflict, "conflict")
+			wantErr(t, err, apperr.ErrConflict, "approval_decided")
 			if got := w.actions(t, a.ID); strings.Join(got, ",") != "approval.requested,approval.decided" {
 				t.Fatalf("audit %v", got)
 			}
@@ -322,7 +322,7 @@ func TestQueue(t *testing.T) {
 			_, err = w.svc.Cancel(ctx, keyActor, a.ID)
 			wantErr(t, err, apperr.ErrConflict, "")
 			_, err = w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeOnce, "")
-			wantErr(t, err, apperr.ErrConflict, "conflict")
+			wantErr(t, err, apperr.ErrConflict, "approval_decided")
 			if got := w.actions(t, a.ID); strings.Join(got, ",") != "approval.requested,approval.cancelled" {
 				t.Fatalf("audit %v", got)
 			}
@@ -338,13 +338,13 @@ func TestQueue(t *testing.T) {
 				t.Fatalf("after expiry: %+v %v", got, err)
 			}
 			_, err = w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeOnce, "")
-			wantErr(t, err, apperr.ErrConflict, "expired")
+			wantErr(t, err, apperr.ErrConflict, "approval_expired")
 			// A decision arriving past expiry on a request nobody read
 			// since: refused, and the request becomes expired.
 			a2 := w.request(t, b)
 			w.clock.advance(2 * time.Minute)
 			_, err = w.svc.Decide(ctx, w.owner, a2.ID, approvals.Approve, approvals.ScopeOnce, "")
-			wantErr(t, err, apperr.ErrConflict, "expired")
+			wantErr(t, err, apperr.ErrConflict, "approval_expired")
 			if got := w.actions(t, a2.ID); strings.Join(got, ",") != "approval.requested,approval.expired" {
 				t.Fatalf("audit %v", got)
 			}

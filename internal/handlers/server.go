@@ -17,8 +17,10 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/apidoc"
+	"github.com/gatehouse/gatehouse/internal/approvals"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
@@ -70,6 +72,14 @@ type Deps struct {
 	Local *LocalBackend
 	// E2B configures the E2B-compatible endpoint.
 	E2B E2BEndpoint
+	// ApprovalNotifier releases the approval waiters of this process when
+	// a request is decided here; share it with the gateway (nil: New
+	// makes one).
+	ApprovalNotifier *approvals.Notifier
+	// ApprovalRule adds the allow rule of an approval decided with scope
+	// "rule" to the agent's execution policy (nil: that scope is refused
+	// as not available yet).
+	ApprovalRule func(ctx context.Context, tx *gorm.DB, actor *authz.Actor, a approvals.Approval) error
 }
 
 // Server holds the echo instance and the declared route table.
@@ -95,6 +105,9 @@ func New(d Deps) *Server {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.ApprovalNotifier == nil {
+		d.ApprovalNotifier = approvals.NewNotifier()
 	}
 	if d.SessionsRT == nil {
 		d.SessionsRT = sessions.NewRuntime()
