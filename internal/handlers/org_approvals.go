@@ -269,7 +269,6 @@ func (s *Server) approvalFormDone(c echo.Context, a approvals.Approval, err erro
 	return c.Redirect(http.StatusSeeOther, back)
 }
 
-
 // pendingCount is the navigation's count of requests waiting for the
 // caller's decision ("" for none, or when it cannot be read: the page
 // itself was authorized, and a failed count only hides a number).
