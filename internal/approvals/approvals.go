@@ -404,7 +404,8 @@ func (s *Service) Get(ctx context.Context, a *authz.Actor, id int64) (Approval, 
 		return Approval{}, err
 	}
 	if !ok {
-		return Approval{}, authz.NotFound()
+		return Approval{}, a.Deny(authz.Denial{Target: AuditTarget(r.approval()), Domain: domain(r), Object: Object, Action: ActionRead,
+			Rule: "neither its requester nor allowed to read or decide requests in its department", Hidden: true}, "")
 	}
 	return r.approval(), nil
 }
