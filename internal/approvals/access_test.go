@@ -94,4 +94,3 @@ func TestAccess(t *testing.T) {
 		"SetCommand": "the gateway's start of an approved command, in its own transaction",
 	})
 }
-
