@@ -92,5 +92,7 @@ func TestAccess(t *testing.T) {
 		"Wait":       "the gateway's caller already made the request it waits for",
 		"Sweep":      "the system's expiry of due requests",
 		"SetCommand": "the gateway's start of an approved command, in its own transaction",
+		"GetWebhook": "org settings: the route requires settings:read",
+		"SetWebhook": "org settings: the route requires settings:update",
 	})
 }

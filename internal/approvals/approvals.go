@@ -187,8 +187,9 @@ type Service struct {
 	// agent's execution policy, in tx, as actor (an audited agent change).
 	// Nil: the "rule" scope is refused as not available yet.
 	AddRule func(ctx context.Context, tx *gorm.DB, actor *authz.Actor, a Approval) error
-	// Requested hears of every request stored (a webhook). It is called
-	// after the commit, on its own goroutine, and must not block for long.
+	// Requested hears of every pending request stored (the webhook). It
+	// is called after the commit, before Request answers, and must not
+	// block: slow work goes on a goroutine of its own.
 	Requested func(ctx context.Context, a Approval)
 }
 
@@ -284,7 +285,7 @@ func (s *Service) Request(ctx context.Context, b Binding) (Approval, error) {
 	}
 	a := r.approval()
 	if s.Requested != nil && a.State == Pending {
-		go s.Requested(context.WithoutCancel(ctx), a)
+		s.Requested(ctx, a)
 	}
 	return a, nil
 }

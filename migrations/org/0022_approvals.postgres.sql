@@ -47,3 +47,11 @@ CREATE TABLE approval_grants (
     created_at TIMESTAMPTZ NOT NULL,
     UNIQUE (session_id, program_key)
 );
+-- The org's approval webhook (at most one): posted when a request is
+-- created, signed with HMAC-SHA256 under the secret, which is sealed.
+CREATE TABLE approval_webhooks (
+    id INTEGER PRIMARY KEY CHECK (id = 1),
+    url TEXT NOT NULL,
+    secret_sealed TEXT NOT NULL,
+    updated_at TIMESTAMPTZ NOT NULL
+);
