@@ -66,6 +66,8 @@ type Console struct {
 	// is decided here (other replicas' waiters read the row): the handlers
 	// and the gateway share it. See Console.ApprovalQueue.
 	Approvals *approvals.Notifier
+	// ApprovalWebhook posts new requests to each org's webhook.
+	ApprovalWebhook *approvals.Webhook
 	// Gateway is the terminal gateway; its followers record commands.
 	Gateway *gateway.Gateway
 	// Terminal bridges browser terminals to the gateway.
@@ -231,8 +233,12 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	c.E2B = &e2b.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
 	c.Envd.Resolver = c.E2B
 	c.Approvals = approvals.NewNotifier()
+	// The webhook's client follows no redirect and reaches no metadata
+	// address, as agentd's does.
+	c.ApprovalWebhook = &approvals.Webhook{HTTP: agentdHTTP(), Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
 	c.Server = handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
+		ApprovalQueue:    c.ApprovalQueue,
 		Gateway:          c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,

@@ -90,7 +90,12 @@ func (c *Console) orgSessions(t *tenant.Tenant, slug string) *sessions.Service {
 // the org's database and audit log, sharing this process's notifier with
 // the console's handlers, so a decision made on this replica releases a
 // waiting exec at once (and one made on another replica within
-// approvals.DefaultPollEvery).
+// approvals.DefaultPollEvery); each new request is posted to the org's
+// webhook, if it has one.
 func (c *Console) ApprovalQueue(t *tenant.Tenant) *approvals.Service {
-	return &approvals.Service{DB: t.DB, Audit: t.Audit, Org: t.Org.Slug, Notifier: c.Approvals}
+	svc := &approvals.Service{DB: t.DB, Audit: t.Audit, Org: t.Org.Slug, Notifier: c.Approvals}
+	if c.ApprovalWebhook != nil {
+		svc.Requested = c.ApprovalWebhook.Hook(svc)
+	}
+	return svc
 }

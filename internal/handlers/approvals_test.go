@@ -148,5 +148,19 @@ func TestApprovalsAPI(t *testing.T) {
 				t.Fatal("a member who may not decide sees the count")
 			}
 		})
+
+		t.Run("webhook settings", func(t *testing.T) {
+			hook := base + "/webhook"
+			wantStatus(t, "owner reads the webhook", e.json(http.MethodGet, hook, f.tokens["owner"], nil), http.StatusForbidden)
+			r := e.json(http.MethodPut, hook, f.tokens["admin"], map[string]string{"url": "https://chat.example.com/hook", "secret": "short"})
+			wantStatus(t, "short secret", r, http.StatusBadRequest)
+			r = e.json(http.MethodPut, hook, f.tokens["admin"], map[string]string{"url": "https://chat.example.com/hook", "secret": "a-webhook-secret-of-length"})
+			wantStatus(t, "set", r, http.StatusOK)
+			r = e.json(http.MethodGet, hook, f.tokens["admin"], nil)
+			wantStatus(t, "get", r, http.StatusOK)
+			if !strings.Contains(string(r.body), `"secret_set":true`) || strings.Contains(string(r.body), "a-webhook-secret-of-length") {
+				t.Fatalf("webhook answer: %s", r.body)
+			}
+		})
 	})
 }

@@ -25,6 +25,9 @@ func (s *Server) registerApprovals(api, pg *group) {
 	api.handle(http.MethodGet, "/approvals/:id", rbac.Authenticated(), s.apiGetApproval)
 	api.handle(http.MethodPost, "/approvals/:id/decision", rbac.Authenticated(), s.apiDecideApproval)
 	api.handle(http.MethodPost, "/approvals/:id/cancel", rbac.Authenticated(), s.apiCancelApproval)
+	// The org's approval webhook: its settings, like the org's others.
+	api.handle(http.MethodGet, "/approvals/webhook", rbac.Org("settings", "read"), s.apiGetApprovalWebhook)
+	api.handle(http.MethodPut, "/approvals/webhook", rbac.Org("settings", "update"), s.apiPutApprovalWebhook)
 	pg.handle(http.MethodGet, "/approvals", rbac.Authenticated(), s.pageApprovals)
 	pg.handle(http.MethodPost, "/approvals/:id/decision", rbac.Authenticated(), s.pageDecideApproval)
 	pg.handle(http.MethodPost, "/approvals/:id/cancel", rbac.Authenticated(), s.pageCancelApproval)
@@ -32,7 +35,12 @@ func (s *Server) registerApprovals(api, pg *group) {
 
 func (s *Server) approvalService(c echo.Context) *approvals.Service {
 	t := tenantOf(c)
-	return &approvals.Service{DB: t.DB, Audit: t.Audit, Org: t.Org.Slug, Notifier: s.ApprovalNotifier, Now: s.Now, AddRule: s.ApprovalRule}
+	svc := &approvals.Service{DB: t.DB, Audit: t.Audit, Org: t.Org.Slug, Notifier: s.ApprovalNotifier}
+	if s.ApprovalQueue != nil {
+		svc = s.ApprovalQueue(t)
+	}
+	svc.Now, svc.AddRule = s.Now, s.ApprovalRule
+	return svc
 }
 
 type approvalActorJSON struct {
@@ -286,4 +294,34 @@ func (s *Server) pendingCount(c echo.Context) string {
 		return ""
 	}
 	return strconv.FormatInt(n, 10)
+}
+
+type approvalWebhookJSON struct {
+	URL       string     `json:"url"`
+	SecretSet bool       `json:"secret_set"`
+	UpdatedAt *time.Time `json:"updated_at"`
+}
+
+func toApprovalWebhookJSON(w approvals.WebhookConfig) approvalWebhookJSON {
+	return approvalWebhookJSON{URL: w.URL, SecretSet: w.SecretSet, UpdatedAt: w.UpdatedAt}
+}
+
+func (s *Server) apiGetApprovalWebhook(c echo.Context) error {
+	w, err := s.approvalService(c).GetWebhook(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	return c.JSON(http.StatusOK, toApprovalWebhookJSON(w))
+}
+
+type approvalWebhookRequest struct {
+	URL    string `json:"url"`
+	Secret string `json:"secret"`
+}
+
+func (s *Server) apiPutApprovalWebhook(c echo.Context) error {
+	return jsonCall(c, http.StatusOK, func(req approvalWebhookRequest) (approvalWebhookJSON, error) {
+		w, err := s.approvalService(c).SetWebhook(c.Request().Context(), principalOf(c).AuditActor(), s.Box, req.URL, req.Secret)
+		return toApprovalWebhookJSON(w), err
+	})
 }

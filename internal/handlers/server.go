@@ -80,6 +80,10 @@ type Deps struct {
 	// "rule" to the agent's execution policy (nil: that scope is refused
 	// as not available yet).
 	ApprovalRule func(ctx context.Context, tx *gorm.DB, actor *authz.Actor, a approvals.Approval) error
+	// ApprovalQueue builds an org's approval queue (console.ApprovalQueue:
+	// shared notifier, webhook); nil: one over the tenant with
+	// ApprovalNotifier.
+	ApprovalQueue func(t *tenant.Tenant) *approvals.Service
 }
 
 // Server holds the echo instance and the declared route table.
