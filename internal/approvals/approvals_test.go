@@ -406,6 +406,28 @@ func TestQueue(t *testing.T) {
 			}
 		})
 
+		t.Run("wait ends at expiry and with its context", func(t *testing.T) {
+			b := w.binding("git push")
+			b.Timeout = time.Minute
+			a := w.request(t, b)
+			cctx, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			if _, err := w.svc.Wait(cctx, a.ID); !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("wait on a pending request past its context: %v", err)
+			}
+			w.clock.advance(2 * time.Minute)
+			x, err := w.svc.Wait(ctx, a.ID)
+			if err != nil || x.State != approvals.Expired {
+				t.Fatalf("wait past expiry: %+v %v", x, err)
+			}
+			if got := w.actions(t, a.ID); strings.Join(got, ",") != "approval.requested,approval.expired" {
+				t.Fatalf("audit %v", got)
+			}
+			if _, err := w.svc.Wait(ctx, 999999); !errors.Is(err, apperr.ErrNotFound) {
+				t.Fatalf("wait on an unknown request: %v", err)
+			}
+		})
+
 		t.Run("list and pending count", func(t *testing.T) {
 			a := w.request(t, w.binding("kubectl apply"))
 			p, err := w.svc.List(ctx, w.owner, approvals.Filter{State: approvals.Pending})
