@@ -377,6 +377,17 @@ func isRequester(a *authz.Actor, r row) bool {
 	return r.RequesterUserID != nil && a.UserID != 0 && *r.RequesterUserID == a.UserID
 }
 
+// RequestedBy reports whether a asked for ap (itself, or the person behind
+// the key that did): it may cancel ap and never decide it.
+func (ap Approval) RequestedBy(a *authz.Actor) bool {
+	r := row{RequesterType: ap.Requester.Type, RequesterID: ap.Requester.ID}
+	if ap.Requester.UserID != 0 {
+		uid := ap.Requester.UserID
+		r.RequesterUserID = &uid
+	}
+	return isRequester(a, r)
+}
+
 func domain(r row) string { return authz.Domain(r.DepartmentID) }
 
 // canRead reports whether a may see r: its requester, or whoever may read

@@ -277,6 +277,9 @@ func TestQueue(t *testing.T) {
 			b := w.binding("git push")
 			b.Requester = approvals.Requester{Type: audit.ActorAPIKey, ID: "11", Name: "owner's key", UserID: 2}
 			a := w.request(t, b)
+			if !a.RequestedBy(w.owner) || a.RequestedBy(w.admin) {
+				t.Fatal("RequestedBy does not name the person behind the key alone")
+			}
 			_, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeOnce, "")
 			wantErr(t, err, apperr.ErrForbidden, "")
 			if !strings.Contains(err.Error(), "nobody decides their own request") {

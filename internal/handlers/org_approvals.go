@@ -244,7 +244,7 @@ func (s *Server) approvalRow(ctx context.Context, svc *approvals.Service, actor 
 		if err != nil {
 			return r, err
 		}
-		own := actor.Kind == a.Requester.Type && actor.ID == a.Requester.ID || a.Requester.UserID != 0 && a.Requester.UserID == actor.UserID
+		own := a.RequestedBy(actor)
 		r.CanDecide, r.CanCancel, r.Own = ok && !own, own, own
 	}
 	return r, nil
