@@ -23,18 +23,19 @@ var kindStatus = map[string]int{
 // notInTheAPI are 4xx codes built in the code that no operation of this
 // document answers, each with where it is answered instead.
 var notInTheAPI = map[string]string{
-	"invalid_access_token": "the E2B data plane (internal/e2b, envd's API)",
-	"sandbox_not_found":    "the E2B endpoints (internal/e2b)",
-	"not_served":           "the E2B data plane (internal/e2b)",
-	"port_not_served":      "the E2B data plane (internal/e2b)",
-	"too_many_streams":     "the E2B data plane (internal/e2b)",
-	"file_too_large":       "the E2B data plane (internal/e2b)",
-	"already_paused":       "the E2B control plane (internal/e2b, ControlPlane)",
-	"cross_origin":         "the terminal's WebSocket handshake (a page route)",
-	"access_removed":       "the terminal's WebSocket, when access ends while it is open",
-	"sign_in_race":         "the SSO callback page",
-	"no_such_admin":        "the console's admin recovery command",
-	"not_found":            "listed; also the pages' and /docs' unknown addresses",
+	"invalid_access_token":  "the E2B data plane (internal/e2b, envd's API)",
+	"sandbox_not_found":     "the E2B endpoints (internal/e2b)",
+	"not_served":            "the E2B data plane (internal/e2b)",
+	"port_not_served":       "the E2B data plane (internal/e2b)",
+	"too_many_streams":      "the E2B data plane (internal/e2b)",
+	"file_too_large":        "the E2B data plane (internal/e2b)",
+	"already_paused":        "the E2B control plane (internal/e2b, ControlPlane)",
+	"cross_origin":          "the terminal's WebSocket handshake (a page route)",
+	"access_removed":        "the terminal's WebSocket, when access ends while it is open",
+	"sign_in_race":          "the SSO callback page",
+	"no_such_admin":         "the console's admin recovery command",
+	"approval_not_runnable": "the gateway's start of an approved command (internal/approvals, SetCommand)",
+	"not_found":             "listed; also the pages' and /docs' unknown addresses",
 }
 
 var (

@@ -17,6 +17,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agentd/release"
 	"github.com/gatehouse/gatehouse/internal/anchor"
+	"github.com/gatehouse/gatehouse/internal/approvals"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/config"
@@ -62,6 +63,12 @@ type Console struct {
 	Local   *LocalSandboxes
 	// SessionsRT is the agent-session runtime shared by every request.
 	SessionsRT *sessions.Runtime
+	// Approvals releases this process's approval waiters when a request
+	// is decided here (other replicas' waiters read the row): the handlers
+	// and the gateway share it. See Console.ApprovalQueue.
+	Approvals *approvals.Notifier
+	// ApprovalWebhook posts new requests to each org's webhook.
+	ApprovalWebhook *approvals.Webhook
 	// Gateway is the terminal gateway; its followers record commands.
 	Gateway *gateway.Gateway
 	// Terminal bridges browser terminals to the gateway.
@@ -226,8 +233,14 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	// services as the terminal gateway.
 	c.E2B = &e2b.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
 	c.Envd.Resolver = c.E2B
+	c.Approvals = approvals.NewNotifier()
+	// The webhook's client follows no redirect and reaches no metadata
+	// address, as agentd's does.
+	c.ApprovalWebhook = &approvals.Webhook{HTTP: agentdHTTP(), Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
 	c.Server = handlers.New(handlers.Deps{
-		Gateway: c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
+		ApprovalNotifier: c.Approvals,
+		ApprovalQueue:    c.ApprovalQueue,
+		Gateway:          c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,
 		SecureCookies: cfg.SecureCookies, TrustProxy: cfg.TrustProxy, Metrics: c.Metrics,

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/gatehouse/gatehouse/internal/agents"
+	"github.com/gatehouse/gatehouse/internal/approvals"
 	"github.com/gatehouse/gatehouse/internal/envs"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/netguard"
@@ -83,4 +84,18 @@ func (c *Console) followerOrg(ctx context.Context, slug string) (recorder.Org, f
 func (c *Console) orgSessions(t *tenant.Tenant, slug string) *sessions.Service {
 	es := &envs.Service{DB: t.DB, Box: c.Box, Org: slug}
 	return &sessions.Service{DB: t.DB, Pool: t.DB, Envs: es, Agents: &agents.Service{DB: t.DB, Envs: es}, Org: slug, Audit: t.Audit, RT: c.SessionsRT}
+}
+
+// ApprovalQueue is org t's approval queue as the gateway should use it: on
+// the org's database and audit log, sharing this process's notifier with
+// the console's handlers, so a decision made on this replica releases a
+// waiting exec at once (and one made on another replica within
+// approvals.DefaultPollEvery); each new request is posted to the org's
+// webhook, if it has one.
+func (c *Console) ApprovalQueue(t *tenant.Tenant) *approvals.Service {
+	svc := &approvals.Service{DB: t.DB, Audit: t.Audit, Org: t.Org.Slug, Notifier: c.Approvals}
+	if c.ApprovalWebhook != nil {
+		svc.Requested = c.ApprovalWebhook.Hook(svc)
+	}
+	return svc
 }

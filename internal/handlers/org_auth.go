@@ -9,6 +9,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/approvals"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
 	"github.com/gatehouse/gatehouse/internal/directory"
@@ -213,6 +214,9 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		// Those who may start some agent's sessions may mint e2b keys.
 		{"E2B endpoint", base + "/e2b", "agents/*", "use"},
 		{"Recordings", base + "/recordings", "recordings", "read"},
+		// Those who may decide some department's requests see the queue
+		// and how many wait for them; requesters reach it by its address.
+		{"Approvals", base + "/approvals", approvals.Object, approvals.ActionDecide},
 		{"Audit log", base + "/audit", "audit", "read"},
 		{"Single sign-on", base + "/sso", "sso", "read"},
 	}
@@ -230,7 +234,11 @@ func (s *Server) orgPage(c echo.Context, title string) views.Page {
 		}
 		rel, target := strings.TrimPrefix(path, "/o/:org"), strings.TrimPrefix(it.href, base)
 		active := rel == target || (target != "/" && strings.HasPrefix(rel, target))
-		p.Nav = append(p.Nav, views.NavItem{Label: it.label, Href: it.href, Active: active})
+		n := views.NavItem{Label: it.label, Href: it.href, Active: active}
+		if it.label == "Approvals" {
+			n.TestID, n.Count = "nav-approvals", s.pendingCount(c)
+		}
+		p.Nav = append(p.Nav, n)
 	}
 	return p
 }

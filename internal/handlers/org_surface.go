@@ -191,6 +191,7 @@ func (s *Server) registerOrgPages(api *group) {
 	pg.handle(http.MethodPost, "/sessions/:id/close", rbac.Authenticated(), s.pageSessionOp(s.closeSession))
 	s.registerTerminalPages(pg)
 	s.registerRecordings(api, pg)
+	s.registerApprovals(api, pg)
 	pg.handle(http.MethodGet, "/audit", rbac.Org("audit", "read"), s.pageOrgAudit)
 	pg.handle(http.MethodGet, "/audit/export", rbac.Org("audit", "export"), s.apiOrgAuditExport)
 	pg.handle(http.MethodPost, "/audit/verify", rbac.Org("audit", "verify"), s.pageOrgAuditVerify)

@@ -18,8 +18,10 @@ import (
 	"github.com/gatehouse/gatehouse/internal/agentd/release"
 	"github.com/gatehouse/gatehouse/internal/anchor"
 	"github.com/gatehouse/gatehouse/internal/apidoc"
+	"github.com/gatehouse/gatehouse/internal/approvals"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/auth"
+	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/gateway"
 	"github.com/gatehouse/gatehouse/internal/metrics"
 	"github.com/gatehouse/gatehouse/internal/orgs"
@@ -74,6 +76,18 @@ type Deps struct {
 	// Agentd is the agentd builds served at /downloads/agentd/ and offered
 	// by the connect page; nil serves none.
 	Agentd *release.Catalog
+	// ApprovalNotifier releases the approval waiters of this process when
+	// a request is decided here; share it with the gateway (nil: New
+	// makes one).
+	ApprovalNotifier *approvals.Notifier
+	// ApprovalRule adds the allow rule of an approval decided with scope
+	// "rule" to the agent's execution policy (nil: that scope is refused
+	// as not available yet).
+	ApprovalRule func(ctx context.Context, tx *gorm.DB, actor *authz.Actor, a approvals.Approval) error
+	// ApprovalQueue builds an org's approval queue (console.ApprovalQueue:
+	// shared notifier, webhook); nil: one over the tenant with
+	// ApprovalNotifier.
+	ApprovalQueue func(t *tenant.Tenant) *approvals.Service
 }
 
 // Server holds the echo instance and the declared route table.
@@ -99,6 +113,9 @@ func New(d Deps) *Server {
 	}
 	if d.Logger == nil {
 		d.Logger = slog.Default()
+	}
+	if d.ApprovalNotifier == nil {
+		d.ApprovalNotifier = approvals.NewNotifier()
 	}
 	if d.SessionsRT == nil {
 		d.SessionsRT = sessions.NewRuntime()

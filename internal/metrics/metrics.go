@@ -47,6 +47,7 @@ type Metrics struct {
 	retention    *prometheus.CounterVec
 	rounds       *prometheus.CounterVec
 	checkpoints  *prometheus.CounterVec
+	webhooks     *prometheus.CounterVec
 }
 
 // New registers the console's collectors (and the Go and process ones) in
@@ -77,8 +78,10 @@ func New(opts Options) *Metrics {
 			Help: "Retention rounds by org (\"all\" unless per-org labels are on) and outcome (removed, nothing, keep_all, busy, error)."}, []string{"org", "outcome"}),
 		checkpoints: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "audit_checkpoint_mismatches_total",
 			Help: "Checkpoint rounds that found an org's log not holding its newest checkpoint (log) or that checkpoint not verifying (checkpoint), by org (\"all\" unless per-org labels are on) and kind."}, []string{"org", "kind"}),
+		webhooks: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: "approval_webhooks_total",
+			Help: "Approval webhook deliveries by result (ok or error); failures are also logged."}, []string{"result"}),
 	}
-	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.recorded, m.lifecycle, m.retention, m.rounds, m.checkpoints,
+	reg.MustRegister(m.httpRequests, m.httpDuration, m.auditAppends, m.denials, m.probes, m.probeLatency, m.recorded, m.lifecycle, m.retention, m.rounds, m.checkpoints, m.webhooks,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
@@ -94,6 +97,15 @@ func (m *Metrics) GatewayRecorded(operation string, d time.Duration) {
 		return
 	}
 	m.recorded.WithLabelValues(operation).Observe(d.Seconds())
+}
+
+// ApprovalWebhook counts one approval webhook delivery by result ("ok" or
+// "error").
+func (m *Metrics) ApprovalWebhook(result string) {
+	if m == nil {
+		return
+	}
+	m.webhooks.WithLabelValues(result).Inc()
 }
 
 // Handler serves the registry in the Prometheus text format.

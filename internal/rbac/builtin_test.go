@@ -95,3 +95,56 @@ func TestRemovalsTouchOnlyTheirRule(t *testing.T) {
 		}
 	})
 }
+
+// TestApprovalsDecide: approvals:decide is held by org admins everywhere and
+// by department owners in their department only; members and auditors do
+// not hold it (auditors read), and it is grantable by a rule like any
+// permission.
+func TestApprovalsDecide(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		en, err := rbac.NewEnforcer(ctx, storetest.Open(t, d, store.OrgSet))
+		if err != nil {
+			t.Fatal(err)
+		}
+		assign := map[int64]rbac.Assignment{
+			1: {Role: rbac.RoleOrgAdmin, Domain: rbac.DomainOrg},
+			2: {Role: rbac.RoleDeptOwner, Domain: rbac.DeptDomain(1)},
+			3: {Role: rbac.RoleMember, Domain: rbac.DeptDomain(1)},
+			4: {Role: rbac.RoleAuditor, Domain: rbac.DomainOrg},
+		}
+		for id, a := range assign {
+			a.Subject = rbac.UserSubject(id)
+			if _, err := en.Assign(ctx, a); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if _, err := en.AddRule(ctx, rbac.Rule{Subject: rbac.UserSubject(5), Domain: rbac.DeptDomain(2), Object: "approvals", Action: "decide", Effect: "allow"}); err != nil {
+			t.Fatal(err)
+		}
+		cases := []struct {
+			user int64
+			dom  string
+			act  string
+			want bool
+		}{
+			{1, rbac.DeptDomain(1), "decide", true},
+			{1, rbac.DomainOrg, "decide", true},
+			{2, rbac.DeptDomain(1), "decide", true},
+			{2, rbac.DeptDomain(2), "decide", false},
+			{2, rbac.DomainOrg, "decide", false},
+			{3, rbac.DeptDomain(1), "decide", false},
+			{4, rbac.DeptDomain(1), "decide", false},
+			{4, rbac.DeptDomain(1), "read", true},
+			{5, rbac.DeptDomain(2), "decide", true},
+			{5, rbac.DeptDomain(1), "decide", false},
+		}
+		for _, tc := range cases {
+			ok, err := en.Allowed(ctx, rbac.UserSubject(tc.user), tc.dom, "approvals", tc.act)
+			if err != nil || ok != tc.want {
+				t.Errorf("user %d %s approvals in %s = %v (%v), want %v", tc.user, tc.act, tc.dom, ok, err, tc.want)
+			}
+		}
+	})
+}

@@ -71,6 +71,8 @@ var builtinPolicies = [][]string{
 	{RoleAuditor, "*", "environments/*", "read", "allow"},
 	{RoleAuditor, "*", "templates", "read", "allow"},
 	{RoleAuditor, "*", "templates/*", "read", "allow"},
+	// Auditors read approval requests in every department, never decide.
+	{RoleAuditor, "*", "approvals", "read", "allow"},
 	// Department owners run their department: its members and what
 	// belongs to it.
 	{RoleDeptOwner, "dept:*", "departments", "read", "allow"},
@@ -85,6 +87,10 @@ var builtinPolicies = [][]string{
 	{RoleDeptOwner, "dept:*", "templates/*", "*", "allow"},
 	{RoleDeptOwner, "dept:*", "sessions", "*", "allow"},
 	{RoleDeptOwner, "dept:*", "sessions/*", "*", "allow"},
+	// Department owners decide the approval requests of their
+	// department's agents (approvals:decide), and read them.
+	{RoleDeptOwner, "dept:*", "approvals", "decide", "allow"},
+	{RoleDeptOwner, "dept:*", "approvals", "read", "allow"},
 	// Members see their department and use what it offers.
 	{RoleMember, "dept:*", "departments", "read", "allow"},
 	{RoleMember, "dept:*", "departments/*", "read", "allow"},

@@ -1,0 +1,223 @@
+package approvals
+
+import (
+	"bytes"
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"gorm.io/gorm"
+
+	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/sealed"
+)
+
+// Webhook headers: the event and the body's signature,
+// "sha256=<hex HMAC-SHA256 of the body under the org's secret>".
+const (
+	HeaderEvent     = "X-Gatehouse-Event"
+	HeaderSignature = "X-Gatehouse-Signature"
+)
+
+// MinWebhookSecret is the shortest secret a webhook may be signed with.
+const MinWebhookSecret = 16
+
+// Sign is the signature header's value for body under secret.
+func Sign(secret, body []byte) string {
+	m := hmac.New(sha256.New, secret)
+	m.Write(body)
+	return "sha256=" + hex.EncodeToString(m.Sum(nil))
+}
+
+// WebhookConfig is an org's webhook as shown: its address and whether a
+// secret is set, never the secret.
+type WebhookConfig struct {
+	URL       string
+	SecretSet bool
+	UpdatedAt *time.Time
+}
+
+type webhookRow struct {
+	ID           int64 `gorm:"primaryKey"`
+	URL          string
+	SecretSealed string
+	UpdatedAt    time.Time
+}
+
+func (webhookRow) TableName() string { return "approval_webhooks" }
+
+func secretAD(org string) string { return sealed.AD("org:"+org, "approval_webhook_secret") }
+
+// GetWebhook reads the org's webhook (URL "" when none is set).
+func (s *Service) GetWebhook(ctx context.Context) (WebhookConfig, error) {
+	var rs []webhookRow
+	if err := s.DB.WithContext(ctx).Limit(1).Find(&rs).Error; err != nil {
+		return WebhookConfig{}, fmt.Errorf("read approval webhook: %w", err)
+	}
+	if len(rs) == 0 {
+		return WebhookConfig{}, nil
+	}
+	at := rs[0].UpdatedAt.UTC()
+	return WebhookConfig{URL: rs[0].URL, SecretSet: rs[0].SecretSealed != "", UpdatedAt: &at}, nil
+}
+
+// SetWebhook sets (or, with an empty URL, removes) the org's webhook, its
+// secret sealed under box, and audits the change (approval.webhook_update,
+// never the secret) in the same transaction. The caller authorized it.
+func (s *Service) SetWebhook(ctx context.Context, by audit.Actor, box *sealed.Box, rawURL, secret string) (WebhookConfig, error) {
+	rawURL = strings.TrimSpace(rawURL)
+	v := apperr.Validation()
+	if rawURL != "" {
+		u, err := url.Parse(rawURL)
+		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
+			v.Add("url", "The webhook URL must be an absolute http(s) address without credentials.")
+		}
+		if utf8.RuneCountInString(secret) < MinWebhookSecret {
+			v.Add("secret", "The webhook secret must be at least %d characters.", MinWebhookSecret)
+		}
+	}
+	if err := v.Err(); err != nil {
+		return WebhookConfig{}, err
+	}
+	now := s.now()
+	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
+		if err := tx.Where("id = 1").Delete(&webhookRow{}).Error; err != nil {
+			return fmt.Errorf("remove approval webhook: %w", err)
+		}
+		if rawURL != "" {
+			sealedSecret, err := box.Seal([]byte(secret), secretAD(s.Org))
+			if err != nil {
+				return err
+			}
+			if err := tx.Create(&webhookRow{ID: 1, URL: rawURL, SecretSealed: sealedSecret, UpdatedAt: now}).Error; err != nil {
+				return fmt.Errorf("store approval webhook: %w", err)
+			}
+		}
+		_, err := s.Audit.AppendTx(ctx, tx, audit.Event{Actor: by, Action: "approval.webhook_update", Target: audit.Target{Type: "approval_webhook", ID: "1", Name: rawURL},
+			Details: audit.Details(map[string]any{"url": rawURL, "secret_set": rawURL != ""})})
+		return err
+	})
+	if err != nil {
+		return WebhookConfig{}, err
+	}
+	return s.GetWebhook(ctx)
+}
+
+// Webhook delivers new requests to each org's webhook. Delivery never
+// blocks a request: the address and secret are read at once, the post
+// runs on its own goroutine with Timeout, and a failure is logged and
+// counted, never retried or reported to the requester.
+type Webhook struct {
+	HTTP    *http.Client
+	Box     *sealed.Box
+	Logger  *slog.Logger
+	Timeout time.Duration // 0: 10 s
+	// Counted hears each delivery's result ("ok" or "error"), for metrics.
+	Counted func(result string)
+}
+
+// webhookBody is what is posted: the request as the API shows it, minus
+// nothing secret (a request holds no env value to begin with).
+type webhookBody struct {
+	Event    string          `json:"event"`
+	Org      string          `json:"org"`
+	Approval webhookApproval `json:"approval"`
+}
+
+type webhookApproval struct {
+	ID        int64     `json:"id"`
+	State     State     `json:"state"`
+	SessionID int64     `json:"session_id"`
+	AgentID   int64     `json:"agent_id"`
+	Command   string    `json:"command"`
+	Cwd       string    `json:"cwd"`
+	EnvNames  []string  `json:"env_names"`
+	Rule      string    `json:"rule"`
+	Requester Requester `json:"requester"`
+	ExpiresAt time.Time `json:"expires_at"`
+}
+
+// Hook returns the Requested hook of svc's org that delivers to its
+// webhook.
+func (w *Webhook) Hook(svc *Service) func(ctx context.Context, a Approval) {
+	return func(ctx context.Context, a Approval) { w.deliver(ctx, svc, a) }
+}
+
+func (w *Webhook) deliver(ctx context.Context, svc *Service, a Approval) {
+	var rs []webhookRow
+	if err := svc.DB.WithContext(ctx).Limit(1).Find(&rs).Error; err != nil {
+		w.failed(svc.Org, a.ID, fmt.Errorf("read the webhook: %w", err))
+		return
+	}
+	if len(rs) == 0 {
+		return
+	}
+	secret, err := w.Box.Open(rs[0].SecretSealed, secretAD(svc.Org))
+	if err != nil {
+		w.failed(svc.Org, a.ID, fmt.Errorf("open the webhook secret: %w", err))
+		return
+	}
+	body, _ := json.Marshal(webhookBody{Event: "approval.requested", Org: svc.Org, Approval: webhookApproval{ID: a.ID, State: a.State,
+		SessionID: a.SessionID, AgentID: a.AgentID, Command: a.Command, Cwd: a.Cwd, EnvNames: a.EnvNames, Rule: a.Rule,
+		Requester: a.Requester, ExpiresAt: a.ExpiresAt}})
+	target, sig := rs[0].URL, Sign(secret, body)
+	go func() {
+		timeout := w.Timeout
+		if timeout <= 0 {
+			timeout = 10 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+		defer cancel()
+		if err := w.post(ctx, target, sig, body); err != nil {
+			w.failed(svc.Org, a.ID, err)
+			return
+		}
+		w.count("ok")
+	}()
+}
+
+func (w *Webhook) post(ctx context.Context, target, sig string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderEvent, "approval.requested")
+	req.Header.Set(HeaderSignature, sig)
+	hc := w.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	res, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer res.Body.Close()
+	if res.StatusCode < 200 || res.StatusCode > 299 {
+		return fmt.Errorf("the webhook answered %s", res.Status)
+	}
+	return nil
+}
+
+func (w *Webhook) failed(org string, id int64, err error) {
+	w.count("error")
+	if w.Logger != nil {
+		w.Logger.Warn("approval webhook failed", "org", org, "approval_id", id, "error", err)
+	}
+}
+
+func (w *Webhook) count(result string) {
+	if w.Counted != nil {
+		w.Counted(result)
+	}
+}
