@@ -233,11 +233,22 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	// services as the terminal gateway.
 	c.E2B = &e2b.Service{Tenants: c.Tenants, Box: box, Sessions: func(t *tenant.Tenant) *sessions.Service { return c.orgSessions(t, t.Org.Slug) }}
 	c.Envd.Resolver = c.E2B
+	c.Server = c.newServer(box)
+	c.watchMetrics()
+	c.Retention = c.newRetention()
+	c.Checkpoints = c.newCheckpoints()
+	return c, nil
+}
+
+// newServer builds the HTTP surfaces over what New built, with the
+// approval queue's notifier and webhook they share with the gateway.
+func (c *Console) newServer(box *sealed.Box) *handlers.Server {
+	cfg, logger, cat := c.Config, c.Logger, c.Catalog
 	c.Approvals = approvals.NewNotifier()
 	// The webhook's client follows no redirect and reaches no metadata
 	// address, as agentd's does.
 	c.ApprovalWebhook = &approvals.Webhook{HTTP: agentdHTTP(), Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
-	c.Server = handlers.New(handlers.Deps{
+	return handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
 		ApprovalQueue:    c.ApprovalQueue,
 		Gateway:          c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
@@ -248,10 +259,6 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 		E2B:    handlers.E2BEndpoint{Service: c.E2B, Domain: cfg.E2BDomain, PublicURL: cfg.E2BPublicURL},
 		Agentd: &release.Catalog{Self: cfg.AgentdSelf, Dir: cfg.AgentdDir},
 	})
-	c.watchMetrics()
-	c.Retention = c.newRetention()
-	c.Checkpoints = c.newCheckpoints()
-	return c, nil
 }
 
 // bootstrapAdmin creates the first platform admin from the config when
