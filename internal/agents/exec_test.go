@@ -142,7 +142,7 @@ func TestExecPolicyValidation(t *testing.T) {
 		ctx := context.Background()
 		for _, tc := range []struct {
 			name, raw, field, want string
-			patterns                []string
+			patterns               []string
 		}{
 			{"unknown field", `{"rulez":[]}`, "exec_policy", "Allowed fields", nil},
 			{"bad default", `{"default":"maybe"}`, "exec_policy.default", "allow, ask or deny", nil},
