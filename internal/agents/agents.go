@@ -690,3 +690,14 @@ func (s *Service) remove(ctx context.Context, a Agent) (Agent, error) {
 	})
 	return a, err
 }
+
+// Try decides command (with the env variables env) as an exec in one of
+// the agent's sessions would be decided by p: which rule decides each
+// program the line runs, and why. A line the shell parser rejects is a
+// *policy.ParseError (command_unparsable), as at exec.
+func Try(p policy.Exec, command string, env map[string]string) (policy.CommandDecision, error) {
+	if strings.TrimSpace(command) == "" {
+		return policy.CommandDecision{}, &apperr.ValidationError{Fields: map[string]string{"command": "Give a command line to try."}}
+	}
+	return p.DecideCommand(command, env)
+}

@@ -110,9 +110,11 @@ func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) 
 	return d, nil
 }
 
-// CodeApprovalRequired answers an exec the rules hold for a person when
-// nothing can take the approval.
-const CodeApprovalRequired = "approval_required"
+const (
+	// CodeApprovalRequired answers an exec the rules hold for a person
+	// when nothing can take the approval.
+	CodeApprovalRequired = "approval_required"
+)
 
 // execPolicyDetails is what a command.exec audit event says of the rules
 // that let it run: the policy's version and what decided.
