@@ -242,7 +242,7 @@ func TestE2BDataPlane(t *testing.T) {
 			denied := false
 			for _, e := range f.auditEvents(t, "action:authz.deny") {
 				rule, _ := e.Details["rule"].(string)
-				denied = denied || strings.Contains(rule, "command policy") && strings.Contains(rule, "^rm -rf /")
+				denied = denied || strings.Contains(rule, "execution policy") && strings.Contains(rule, "^rm -rf /")
 			}
 			if !denied {
 				t.Fatal("the refusal is not in the audit log")
