@@ -249,6 +249,31 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
+		t.Run("Start is decided by the execution rules: deny names the rule, ask is refused as needing a person", func(t *testing.T) {
+			r := f.call(http.MethodPatch, "/agents/"+itoa(f.agentID), "entered-admin", map[string]any{"exec_policy": map[string]any{
+				"rules": []map[string]string{{"action": "deny", "program": "shred"}, {"action": "ask", "program": "git", "args": "push *"}}}})
+			wantStatus(t, "set the execution policy", r, http.StatusOK)
+			before := f.agentd.requests.Load()
+			for _, tc := range []struct{ script, want string }{
+				{"cd /tmp && sudo shred -u x", "rule 1: deny program shred"},
+				{"git push origin main", "approvals are not yet available"},
+			} {
+				s, err := proc.Start(ctx, startCmd(tc.script, false))
+				if err == nil {
+					for s.Receive() {
+					}
+					err = s.Err()
+				}
+				wantCode(t, tc.script, err, connect.CodePermissionDenied)
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: refusal %v does not say %q", tc.script, err, tc.want)
+				}
+			}
+			if n := f.agentd.requests.Load(); n != before {
+				t.Fatalf("agentd got %d requests for refused starts", n-before)
+			}
+		})
+
 		t.Run("SendSignal ends a running process, audited as command.kill", func(t *testing.T) {
 			s := startedProcess(t, ctx, proc, startCmd("sleep 300", false))
 			pid := s.Msg().GetEvent().GetStart().GetPid()

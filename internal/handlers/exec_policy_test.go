@@ -3,6 +3,7 @@ package handlers_test
 import (
 	"bufio"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -180,6 +181,23 @@ func TestExecPolicyAPI(t *testing.T) {
 			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo warm", "wait_ms": 5000})
 			wantStatus(t, "warm", r, http.StatusCreated)
 			waitFollowersIdle(t, f.e)
+			// The exec's audit event says which version of the rules let
+			// it run, and what decided.
+			var exec struct {
+				Command    string `json:"command"`
+				ExecPolicy struct {
+					Version, Action, Why string
+				} `json:"exec_policy"`
+			}
+			found := false
+			for _, ev := range orgEvents(t, f.orgFixture, "action:command.exec") {
+				if err := json.Unmarshal(ev.Details, &exec); err == nil && exec.Command == "echo warm" {
+					found = exec.ExecPolicy.Version == version && exec.ExecPolicy.Action == "allow" && strings.Contains(exec.ExecPolicy.Why, "default for shell builtins")
+				}
+			}
+			if !found {
+				t.Errorf("command.exec of echo warm does not carry the policy version %s: %+v", version, exec)
+			}
 			before := f.agentd.requests.Load()
 			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "git push origin main"})
 			wantStatus(t, "ask", r, http.StatusForbidden)
