@@ -113,6 +113,17 @@ func TestExecPolicyStored(t *testing.T) {
 			t.Errorf("command_policy replaced = %v", pats)
 		}
 
+		// Given together, the patterns are added to exec_policy's rules,
+		// unless a text deny rule already says the same.
+		both := `{"rules":[{"action":"deny","program":"rm"},{"action":"deny","text":"^x"}]}`
+		_, after, err = w.svc.Update(ctx, w.admin, a.ID, agents.Input{ExecPolicy: &both, CommandPolicy: []string{"^x", "^y"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p3, _ := after.Exec(); len(p3.Rules) != 3 || p3.Rules[1].Text != "^x" || p3.Rules[2].Text != "^y" || after.CommandPolicy != `["^x","^y"]` {
+			t.Errorf("exec_policy with command_policy: %+v, command_policy %s", p3.Rules, after.CommandPolicy)
+		}
+
 		// A legacy row (exec_policy empty) is read from its patterns and
 		// stored as rules on its next save.
 		if err := w.db.Exec("UPDATE agents SET exec_policy = '', exec_policy_digest = '', command_policy = ? WHERE id = ?", `["^halt"]`, a.ID).Error; err != nil {

@@ -64,9 +64,10 @@ func readExecCorpus(t *testing.T) []corpusEntry {
 type agentJSONView struct {
 	CommandPolicy []string `json:"command_policy"`
 	ExecPolicy    struct {
-		Default string `json:"default"`
-		Dynamic string `json:"dynamic"`
-		Rules   []struct {
+		Default         string `json:"default"`
+		Dynamic         string `json:"dynamic"`
+		ApprovalTimeout int    `json:"approval_timeout_seconds"`
+		Rules           []struct {
 			Action, Program, Args, Text, Reason string
 		} `json:"rules"`
 	} `json:"exec_policy"`
@@ -311,7 +312,7 @@ func TestExecPolicyPage(t *testing.T) {
 	}
 	form := func(rows [][6]string) url.Values {
 		v := url.Values{"name": {"coder-build-host"}, "config": {`{"model":"m"}`}, "sandbox_mode": {"off"}, "department_id": {fmt.Sprint(f.dept1)},
-			"idle_minutes": {"15"}, "reclaim_minutes": {"60"}, "exec_default": {"allow"}, "exec_dynamic": {"ask"}, "exec_timeout_minutes": {"10"}}
+			"idle_minutes": {"15"}, "reclaim_minutes": {"60"}, "exec_default": {"allow"}, "exec_dynamic": {"ask"}, "exec_timeout_seconds": {"90"}}
 		v["environment_ids"] = []string{fmt.Sprint(f.envID(t))}
 		for _, row := range rows {
 			for i, k := range []string{"rule_order", "rule_action", "rule_program", "rule_args", "rule_text", "rule_reason"} {
@@ -334,7 +335,8 @@ func TestExecPolicyPage(t *testing.T) {
 	}
 	a := f.agent(t)
 	if len(a.ExecPolicy.Rules) != 3 || a.ExecPolicy.Rules[0].Program != "rm" || a.ExecPolicy.Rules[1].Text != "^shutdown" ||
-		a.ExecPolicy.Rules[2].Program != "git" || a.ExecPolicy.Rules[2].Args != "push *" || a.ExecPolicy.Rules[2].Action != "ask" {
+		a.ExecPolicy.Rules[2].Program != "git" || a.ExecPolicy.Rules[2].Args != "push *" || a.ExecPolicy.Rules[2].Action != "ask" ||
+		a.ExecPolicy.ApprovalTimeout != 90 {
 		t.Fatalf("saved rules = %+v", a.ExecPolicy.Rules)
 	}
 	r = page(http.MethodPost, "", "entered-admin", form([][6]string{{"1", "deny", "rm", "", "", ""}, {"2", "deny", "bin/rm", "", "", ""}}))

@@ -152,7 +152,7 @@ const blankRuleRows = 3
 
 // execPolicyForm is the rules table of p, with blank rows to add rules.
 func execPolicyForm(p policy.Exec) views.ExecPolicyForm {
-	f := views.ExecPolicyForm{Default: string(p.Default), Dynamic: string(p.Dynamic), TimeoutMinutes: p.ApprovalTimeoutSeconds / 60}
+	f := views.ExecPolicyForm{Default: string(p.Default), Dynamic: string(p.Dynamic), TimeoutSeconds: p.ApprovalTimeoutSeconds}
 	for i, r := range p.Rules {
 		f.Rules = append(f.Rules, views.ExecRuleRow{Order: i + 1, Action: string(r.Action), Program: r.Program, Args: r.Args, Text: r.Text, SHA256: r.SHA256, Reason: r.Reason})
 	}
@@ -200,10 +200,10 @@ func execPolicyFromForm(c echo.Context) (p policy.Exec, f views.ExecPolicyForm, 
 		rows = append(rows, row{order: order, ExecRuleRow: r})
 	}
 	slices.SortStableFunc(rows, func(a, b row) int { return a.order - b.order })
-	mins, _ := strconv.Atoi(c.FormValue("exec_timeout_minutes"))
+	secs, _ := strconv.Atoi(c.FormValue("exec_timeout_seconds"))
 	p = policy.Exec{Default: policy.Action(c.FormValue("exec_default")), Dynamic: policy.Action(c.FormValue("exec_dynamic")),
-		ApprovalTimeoutSeconds: mins * 60, Rules: []policy.ExecRule{}}
-	f = views.ExecPolicyForm{Default: string(p.Default), Dynamic: string(p.Dynamic), TimeoutMinutes: mins}
+		ApprovalTimeoutSeconds: secs, Rules: []policy.ExecRule{}}
+	f = views.ExecPolicyForm{Default: string(p.Default), Dynamic: string(p.Dynamic), TimeoutSeconds: secs}
 	for i, r := range rows {
 		p.Rules = append(p.Rules, policy.ExecRule{Action: policy.Action(r.Action), Program: r.Program, Args: r.Args, Text: r.Text, SHA256: r.SHA256, Reason: r.Reason})
 		r.Order = i + 1

@@ -29,7 +29,7 @@ type ExecRuleRow struct {
 type ExecPolicyForm struct {
 	Default        string
 	Dynamic        string
-	TimeoutMinutes int
+	TimeoutSeconds int
 	Rules          []ExecRuleRow
 }
 
@@ -278,12 +278,12 @@ func ExecPolicyFields(f ExecPolicyForm, errs map[string]string) templ.Component 
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
-		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<label for=\"exec_timeout\">Approval timeout (minutes)</label> <input id=\"exec_timeout\" name=\"exec_timeout_minutes\" inputmode=\"numeric\" value=\"")
+		templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 21, "<label for=\"exec_timeout\">Approval timeout (seconds, 60 to 86400)</label> <input id=\"exec_timeout\" name=\"exec_timeout_seconds\" inputmode=\"numeric\" value=\"")
 		if templ_7745c5c3_Err != nil {
 			return templ_7745c5c3_Err
 		}
 		var templ_7745c5c3_Var12 string
-		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(strconv.Itoa(f.TimeoutMinutes)).Resolve(ctx)
+		templ_7745c5c3_Var12, templ_7745c5c3_Err = templruntime.NewAttributeExpression(strconv.Itoa(f.TimeoutSeconds)).Resolve(ctx)
 		if templ_7745c5c3_Err != nil {
 			return templ.Error{Err: templ_7745c5c3_Err, FileName: `exec_policy.templ`, Line: 93, Col: 113}
 		}
@@ -366,7 +366,7 @@ func ExecPolicySummary(f ExecPolicyForm, version string, damaged bool) templ.Com
 				return templ_7745c5c3_Err
 			}
 			var templ_7745c5c3_Var16 string
-			templ_7745c5c3_Var16, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(f.TimeoutMinutes))
+			templ_7745c5c3_Var16, templ_7745c5c3_Err = templ.JoinStringErrs(strconv.Itoa(f.TimeoutSeconds))
 			if templ_7745c5c3_Err != nil {
 				return templ.Error{Err: templ_7745c5c3_Err, FileName: `exec_policy.templ`, Line: 108, Col: 64}
 			}
@@ -374,7 +374,7 @@ func ExecPolicySummary(f ExecPolicyForm, version string, damaged bool) templ.Com
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, " min</dd><dt>Version</dt><dd><code data-testid=\"exec-version\">")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 29, " s</dd><dt>Version</dt><dd><code data-testid=\"exec-version\">")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
