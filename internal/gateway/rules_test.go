@@ -92,6 +92,17 @@ func TestExecRules(t *testing.T) {
 			}
 		})
 	}
+	t.Run("command.exec details", func(t *testing.T) {
+		t.Parallel()
+		d, _ := (&Gateway{}).execRules(authz.New(authz.Principal{Kind: "user"}, nil, nil), tg, ExecRequest{Command: "ls"})
+		got := execPolicyDetails(tg, ExecRequest{Command: "ls"}, d)
+		if got["version"] != tg.Agent.ExecPolicyDigest || got["action"] != policy.Allow {
+			t.Errorf("details = %v", got)
+		}
+		if got := execPolicyDetails(tg, ExecRequest{Command: "sh"}.Interactive(), policy.CommandDecision{}); got["checked"] != false {
+			t.Errorf("the terminal's shell details = %v", got)
+		}
+	})
 	t.Run("asker takes ask", func(t *testing.T) {
 		t.Parallel()
 		g := &Gateway{Asker: &fakeAsker{}}

@@ -205,6 +205,14 @@ func TestExecPolicyAPI(t *testing.T) {
 			if e := r.envelope(t).Error; e.Code != "approval_required" || !strings.Contains(e.Message, "must approve") || !strings.Contains(e.Message, "rule 3") {
 				t.Errorf("ask answered %+v", e)
 			}
+			asked := false
+			for _, ev := range orgEvents(t, f.orgFixture, "action:authz.deny") {
+				d := string(ev.Details)
+				asked = asked || strings.Contains(d, `"answered":"approval_required"`) && strings.Contains(d, "rule 3: ask program git args push *") && strings.Contains(d, version[:12])
+			}
+			if !asked {
+				t.Error("the ask refusal is not audited as authz.deny answered approval_required with the rule and version")
+			}
 			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo 'unterminated"})
 			wantStatus(t, "unparsable", r, http.StatusBadRequest)
 			if e := r.envelope(t).Error; e.Code != "command_unparsable" || !strings.Contains(e.Message, "does not parse") {
