@@ -503,14 +503,7 @@ func (s *Service) Decide(ctx context.Context, a *authz.Actor, id int64, d Decisi
 	})
 	if errors.Is(err, errLost) {
 		// Another decider (or expiry) got there first: say what it is now.
-		cur, gerr := s.get(ctx, id)
-		if gerr != nil {
-			return Approval{}, gerr
-		}
-		if serr := settled(cur); serr != nil {
-			return Approval{}, serr
-		}
-		return Approval{}, apperr.New(apperr.ErrConflict, "approval_decided", "This request was decided at the same moment by someone else.")
+		return Approval{}, s.whyLost(ctx, id, apperr.New(apperr.ErrConflict, "approval_decided", "This request was decided at the same moment by someone else."))
 	}
 	if err != nil {
 		return Approval{}, err
@@ -586,19 +579,27 @@ func (s *Service) Cancel(ctx context.Context, a *authz.Actor, id int64) (Approva
 		return s.record(ctx, tx, a.AuditActor(), "approval.cancelled", r.approval(), map[string]any{"command": r.Command})
 	})
 	if errors.Is(err, errLost) {
-		cur, gerr := s.get(ctx, id)
-		if gerr != nil {
-			return Approval{}, gerr
-		}
-		if serr := settled(cur); serr != nil {
-			return Approval{}, serr
-		}
+		err = s.whyLost(ctx, id, apperr.New(apperr.ErrConflict, "approval_decided", "This request was decided at the same moment."))
 	}
 	if err != nil {
 		return Approval{}, err
 	}
 	s.notify(id)
 	return r.approval(), nil
+}
+
+// whyLost is the answer for request id, which another writer changed
+// first: what its state now says (decided, expired, cancelled), or
+// otherwise.
+func (s *Service) whyLost(ctx context.Context, id int64, otherwise error) error {
+	cur, err := s.get(ctx, id)
+	if err != nil {
+		return err
+	}
+	if serr := settled(cur); serr != nil {
+		return serr
+	}
+	return otherwise
 }
 
 // Wait returns request id once it left pending (approved, denied, expired
