@@ -140,10 +140,13 @@ func (c *Checker) DecideCommand(line string, env map[string]string) (CommandDeci
 	slices.Sort(keys)
 	top := &scope{src: line}
 	for _, k := range keys {
+		// Shown by name only: an env value may hold a secret, and what is
+		// decided is said in answers and the audit log.
+		src := k + "=…"
 		if why := runsCode(k); why != "" {
-			w.dynamic(top, k+"="+shorten(env[k], 40), "the request's environment sets "+k+", which "+why)
+			w.dynamic(top, src, "the request's environment sets "+k+", which "+why)
 		}
-		w.subscript(word{text: env[k], src: k + "=" + shorten(env[k], 40)}, top)
+		w.subscript(word{text: env[k], src: src}, top)
 	}
 	w.file(f, top)
 	d := CommandDecision{Line: line, Commands: w.out}

@@ -266,3 +266,37 @@ func TestCheckerIsSafeForConcurrentUse(t *testing.T) {
 	}
 	wg.Wait()
 }
+
+// TestEnvValuesNeverExplained: what is decided about a request's env is
+// said by the variable's name; its value, which may hold a secret, appears
+// in no explanation (answers and the audit log quote them).
+func TestEnvValuesNeverExplained(t *testing.T) {
+	t.Parallel()
+	p := policy.DefaultExec()
+	p.Rules = []policy.ExecRule{{Action: policy.Deny, Program: "curl"}}
+	c, err := p.Compile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	const secret = "sk-SECRETSECRET"
+	for _, env := range []map[string]string{
+		{"BASH_FUNC_ls%%": "() { curl " + secret + "; }"},
+		{"X": "curl " + secret + " $(curl x)"},
+		{"GIT_SSH_COMMAND": "ssh -i " + secret},
+		{"PROMPT_COMMAND": "curl " + secret},
+	} {
+		d, err := c.DecideCommand(`eval "$X"; ls`, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		texts := []string{d.Explain(), d.Why}
+		for _, cmd := range d.Commands {
+			texts = append(texts, cmd.Text, cmd.Why, cmd.Explain())
+		}
+		for _, s := range texts {
+			if strings.Contains(s, "SECRET") {
+				t.Errorf("env %v: an explanation quotes the value: %q", env, s)
+			}
+		}
+	}
+}
