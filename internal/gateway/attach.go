@@ -99,11 +99,30 @@ func (g *Gateway) Attach(ctx context.Context, org Org, a *authz.Actor, m Meta, s
 		// the output it missed and the end: nothing to attach to.
 		return nil
 	}
+	if err := g.mayTypeInto(ctx, org, a, c, who); err != nil {
+		return err
+	}
 	if _, err := org.Audit.Append(ctx, attachEvent(a.AuditActor(), m, "command.attach", c, who, ClientTerminal, "")); err != nil {
 		return durable(err)
 	}
 	g.holdTerminal(org, who, commandID)
 	return nil
+}
+
+// mayTypeInto decides, for an API key, typing into a terminal command
+// someone else opened: what is typed runs, so the agent's rules decide it
+// as they decide a shell of the key's own (execRules). People, and the
+// opener, may.
+func (g *Gateway) mayTypeInto(ctx context.Context, org Org, a *authz.Actor, c recordings.Command, who recordings.Typist) error {
+	if a.Kind != audit.ActorAPIKey || !c.TTY || (c.ActorType == who.Type && c.ActorID == who.ID) {
+		return nil
+	}
+	t, err := resolve(ctx, org, a, c.SessionID, ActStdin, nil)
+	if err != nil {
+		return err
+	}
+	_, err = g.execRules(a, t, ExecRequest{Command: c.Command}.Interactive())
+	return err
 }
 
 // OpenedTerminal notes that a's browser terminal opened command commandID
@@ -160,7 +179,9 @@ func (g *Gateway) Detach(ctx context.Context, org Org, a *authz.Actor, m Meta, s
 // typing is called before a stdin write of a through the gateway is
 // recorded: an API client typing into a command it did not open attaches
 // (command.attach, written first) and stays attached until it was silent
-// for the idle time. Browser terminals attached themselves already.
+// for the idle time. Browser terminals attached themselves already. An API
+// key typing into a terminal someone else opened is decided by the
+// agent's rules as its own shell would be (execRules).
 func (g *Gateway) typing(ctx context.Context, org Org, a *authz.Actor, m Meta, sessionID, commandID int64) error {
 	who := recordings.TypistOf(&a.Principal)
 	k := attachKey{cmd: knownKey{db: org.DB, id: commandID}, who: who}
@@ -178,6 +199,11 @@ func (g *Gateway) typing(ctx context.Context, org Org, a *authz.Actor, m Meta, s
 		return durable(err)
 	}
 	opener := c.ActorType == who.Type && c.ActorID == who.ID
+	if !c.Ended() {
+		if err := g.mayTypeInto(ctx, org, a, c, who); err != nil {
+			return err
+		}
+	}
 	if !opener && !c.Ended() {
 		if _, err := org.Audit.Append(ctx, attachEvent(a.AuditActor(), m, "command.attach", c, who, ClientAPI, "")); err != nil {
 			return durable(err)

@@ -77,11 +77,15 @@ func (cs *checkers) get(version string, p func() (policy.Exec, error)) (*policy.
 // request sets. A denial is audited as authz.deny naming the rule and the
 // policy's version; a line that does not parse is refused with the
 // parser's message (command_unparsable); an ask goes to g.Asker, or is
-// refused (approval_required) while there is none. The browser
-// terminal's own shell (interactive) is not decided here: what is typed
-// into it is not a request's command line.
+// refused (approval_required) while there is none. A person's terminal
+// shell (interactive) is not decided here: what they type is not a
+// request's command line. An API key's is: an agent runtime typing into a
+// shell would otherwise run what the rules deny, so its shell is decided
+// as a program known only when it runs (the dynamic setting; with no rule
+// that could refuse anything, allowed).
 func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) (policy.CommandDecision, error) {
-	if req.interactive {
+	shell := req.interactive && a.Kind == audit.ActorAPIKey
+	if req.interactive && !shell {
 		return policy.CommandDecision{}, nil
 	}
 	version := t.Agent.ExecVersion()
@@ -89,13 +93,23 @@ func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) 
 	if err != nil {
 		return policy.CommandDecision{}, err
 	}
-	d, err := c.DecideCommand(req.Command, req.Env)
-	if err != nil {
+	var d policy.CommandDecision
+	if shell {
+		d = shellDecision(c.Policy())
+	} else if d, err = c.DecideCommand(req.Command, req.Env); err != nil {
 		return d, err
 	}
 	denial := authz.Denial{Target: audit.Target{Type: "command", Name: clip.String(req.Command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
 		Object: terminalObject(t.Session.ID), Action: ActExec,
 		Rule: "execution policy of agent " + t.Agent.Name + " (version " + clip.String(version, 12) + "): " + d.Explain()}
+	if shell && d.Action != policy.Allow {
+		denial.Rule = "execution policy of agent " + t.Agent.Name + " (version " + clip.String(version, 12) + "): " + shellWhy(d.Action)
+		if d.Action == policy.Ask {
+			denial.Answer = CodeApprovalRequired
+			return d, a.Refuse(denial, apperr.New(apperr.ErrForbidden, CodeApprovalRequired, "%s", shellWhy(d.Action)))
+		}
+		return d, a.Deny(denial, shellWhy(d.Action))
+	}
 	switch d.Action {
 	case policy.Deny:
 		return d, a.Deny(denial, "The agent's execution policy denies this command, which was not run: "+d.Explain())
@@ -112,9 +126,36 @@ func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) 
 
 const (
 	// CodeApprovalRequired answers an exec the rules hold for a person
-	// when nothing can take the approval.
+	// when nothing can take the approval (and an API key's interactive
+	// shell the dynamic setting asks about: nobody can approve what will
+	// be typed).
 	CodeApprovalRequired = "approval_required"
 )
+
+// shellWhy says why an API key may not have an interactive shell.
+func shellWhy(dynamic policy.Action) string {
+	return "An API key's interactive shell runs whatever is typed into it, which the agent's execution rules cannot check before it runs; " +
+		"the agent has rules that refuse or ask about some programs, and its setting for what is known only when it runs is " + string(dynamic) +
+		", so no shell was opened. Run commands through exec, where each line is checked."
+}
+
+// shellDecision decides an interactive shell opened, or typed into, by an
+// API key: it runs programs known only when they run, so with any rule
+// that denies or asks (text rules too: what is typed is text), or a
+// default that is not allow, the dynamic setting decides; else it is
+// allowed, as any exec would be.
+func shellDecision(p policy.Exec) policy.CommandDecision {
+	d := policy.CommandDecision{Line: "an interactive shell"}
+	d.Action, d.Rule, d.Why = policy.Allow, -1, "no rule refuses or asks about anything"
+	restrictive := p.Default != policy.Allow
+	for _, r := range p.Rules {
+		restrictive = restrictive || r.Action != policy.Allow
+	}
+	if restrictive {
+		d.Action, d.Why = p.Dynamic, "the dynamic setting ("+string(p.Dynamic)+"): what is typed is known only when it runs"
+	}
+	return d
+}
 
 // execPolicyDetails is what a command.exec audit event says of the rules
 // that let it run: the policy's version and what decided.

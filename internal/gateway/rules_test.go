@@ -11,6 +11,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/agents"
 	"github.com/gatehouse/gatehouse/internal/apperr"
+	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/policy"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -49,6 +50,7 @@ func TestExecRules(t *testing.T) {
 		name, command string
 		env           map[string]string
 		interactive   bool
+		key           bool // the caller is an API key
 		code          string // "" allowed
 		kind          error
 		rule          string // in the recorded denial
@@ -60,11 +62,17 @@ func TestExecRules(t *testing.T) {
 		{name: "dynamic ask", command: "$(printf rm) x", code: CodeApprovalRequired, kind: apperr.ErrForbidden, rule: "dynamic"},
 		{name: "unparsable", command: "echo 'unterminated", code: "command_unparsable", kind: apperr.ErrInvalid},
 		{name: "terminal shell not decided", command: "rm -rf x", interactive: true},
+		{name: "an API key's shell is decided as dynamic", command: "rm -rf x", interactive: true, key: true,
+			code: CodeApprovalRequired, kind: apperr.ErrForbidden, rule: "An API key's interactive shell"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			g := &Gateway{}
-			a := authz.New(authz.Principal{Kind: "user", ID: "1", Name: "u"}, nil, nil)
+			p := authz.Principal{Kind: "user", ID: "1", Name: "u"}
+			if tc.key {
+				p.Kind = audit.ActorAPIKey
+			}
+			a := authz.New(p, nil, nil)
 			req := ExecRequest{Command: tc.command, Env: tc.env}
 			if tc.interactive {
 				req = req.Interactive()
@@ -110,6 +118,26 @@ func TestExecRules(t *testing.T) {
 		d, err := g.execRules(a, tg, ExecRequest{Command: "git push origin main"})
 		if !errors.Is(err, errAsked) || d.Action != policy.Ask || d.Rule != 1 || len(a.Denials()) != 0 {
 			t.Errorf("ask with an asker = %v, %+v, denials %v", err, d.Decision, a.Denials())
+		}
+	})
+	t.Run("an API key's shell", func(t *testing.T) {
+		t.Parallel()
+		key := func() *authz.Actor { return authz.New(authz.Principal{Kind: audit.ActorAPIKey, ID: "7", Name: "runtime"}, nil, nil) }
+		shell := ExecRequest{Command: "sh"}.Interactive()
+		// With nothing the rules could refuse, a shell is what exec is.
+		if _, err := (&Gateway{}).execRules(key(), rulesTarget(policy.DefaultExec()), shell); err != nil {
+			t.Errorf("allow-all policy: %v", err)
+		}
+		// An asker does not take it: nobody can approve what will be typed.
+		a := key()
+		if _, err := (&Gateway{Asker: &fakeAsker{}}).execRules(a, tg, shell); !errors.Is(err, apperr.ErrForbidden) || len(a.Denials()) != 1 {
+			t.Errorf("with an asker: %v, denials %v", err, a.Denials())
+		}
+		deny := rulesPolicy()
+		deny.Dynamic = policy.Deny
+		a = key()
+		if _, err := (&Gateway{}).execRules(a, rulesTarget(deny), shell); !errors.Is(err, apperr.ErrForbidden) || len(a.Denials()) != 1 {
+			t.Errorf("dynamic deny: %v, denials %v", err, a.Denials())
 		}
 	})
 	t.Run("damaged policy fails closed", func(t *testing.T) {

@@ -89,6 +89,10 @@ func TestTerminalRevocation(t *testing.T) {
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {
 		f := newTerminalFixture(t, d)
 		admin := f.tokens["admin"]
+		// An API key gets a shell only from an agent whose rules refuse
+		// nothing (TestAPIKeyShellIsDecided): this agent's pattern goes.
+		wantStatus(t, "drop the agent's pattern", f.e.json(http.MethodPatch, fmt.Sprintf("/api/v1/orgs/acme/agents/%d", f.agentID),
+			f.tokens["entered-admin"], map[string]any{"command_policy": []string{}}), http.StatusOK)
 		for _, tc := range []struct {
 			name    string
 			key     bool
@@ -339,6 +343,41 @@ func TestOutputReadsFollowUse(t *testing.T) {
 		for _, who := range []string{"auditor", "admin"} {
 			wantStatus(t, who+"'s poll", f.call(http.MethodGet, output, who, nil), http.StatusOK)
 			wantStatus(t, who+"'s recording", f.call(http.MethodGet, recording, who, nil), http.StatusOK)
+		}
+	})
+}
+
+// TestAPIKeyShellIsDecided: an agent runtime's interactive shell would run
+// whatever it types, past the rules its execs meet. With an agent whose
+// rules refuse or ask about anything, an API key gets no shell of its own
+// and may not type into a person's terminal (dynamic ask: approval
+// required, audited); the person's own shell works. On SQLite and
+// Postgres, against a real agentd.
+func TestAPIKeyShellIsDecided(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		f := newTerminalFixture(t, d) // its agent denies ^rm -rf /
+		key := f.dialTerminalAs(t, f.keys["member-key"], true)
+		msgs := readUntil(t, key, func(m terminal.ServerMessage) bool { return m.Type == "error" || m.Type == "attached" })
+		if last := msgs[len(msgs)-1]; last.Type != "error" || !strings.Contains(last.Message, "interactive shell") {
+			t.Fatalf("an API key's shell: %+v, want an error saying why", last)
+		}
+		member, _, err := f.dialTerminal(t, "member", "rows=24&cols=80", f.e.srv.URL, wsCSRF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		att := readUntil(t, member, func(m terminal.ServerMessage) bool { return m.Type == "attached" })
+		cid := att[len(att)-1].CommandID
+		r := f.call(http.MethodPost, f.sessionPath("/commands/%d/stdin", cid), "member-key", map[string]any{"text": "echo typed-by-key\n"})
+		wantStatus(t, "the key types into the member's shell", r, http.StatusForbidden)
+		if code := r.envelope(t).Error.Code; code != "approval_required" {
+			t.Errorf("code %q, want approval_required", code)
+		}
+		_, by := typed(t, f.orgDB(t), cid)
+		for who := range by {
+			if strings.Contains(who, "gh_") || strings.Contains(who, "key") {
+				t.Errorf("the key's input was recorded as typed: %v", by)
+			}
 		}
 	})
 }
