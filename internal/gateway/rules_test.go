@@ -50,7 +50,7 @@ func TestExecRules(t *testing.T) {
 		name, command string
 		env           map[string]string
 		interactive   bool
-		key           bool // the caller is an API key
+		key           bool   // the caller is an API key
 		code          string // "" allowed
 		kind          error
 		rule          string // in the recorded denial
@@ -122,7 +122,9 @@ func TestExecRules(t *testing.T) {
 	})
 	t.Run("an API key's shell", func(t *testing.T) {
 		t.Parallel()
-		key := func() *authz.Actor { return authz.New(authz.Principal{Kind: audit.ActorAPIKey, ID: "7", Name: "runtime"}, nil, nil) }
+		key := func() *authz.Actor {
+			return authz.New(authz.Principal{Kind: audit.ActorAPIKey, ID: "7", Name: "runtime"}, nil, nil)
+		}
 		shell := ExecRequest{Command: "sh"}.Interactive()
 		// With nothing the rules could refuse, a shell is what exec is.
 		if _, err := (&Gateway{}).execRules(key(), rulesTarget(policy.DefaultExec()), shell); err != nil {
