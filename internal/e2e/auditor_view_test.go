@@ -74,8 +74,13 @@ func TestBrowserAuditorSees(t *testing.T) {
 			t.Error("an auditor is shown the setup checklist")
 		}
 		do(t, ctx, "open the agent", chromedp.Navigate(w.srv.url+"/o/acme/agents/"+idStr(w.agentID)), chromedp.WaitVisible(testid("agent-name")))
-		if n := evalJS[int](t, ctx, "agent actions", `document.querySelectorAll('[data-testid="new-session"], details.confirm, main form[method=post]').length`); n != 0 {
+		// Trying a command against the rules is reading them: the one form
+		// an auditor gets; it changes nothing.
+		if n := evalJS[int](t, ctx, "agent actions", `document.querySelectorAll('[data-testid="new-session"], details.confirm, main form[method=post]:not([data-testid="exec-try-form"])').length`); n != 0 {
 			t.Errorf("the agent page offers an auditor %d actions", n)
+		}
+		if n := evalJS[int](t, ctx, "try form", `document.querySelectorAll('[data-testid="exec-try-form"]').length`); n != 1 {
+			t.Errorf("the agent page offers an auditor %d try-a-command forms, want 1", n)
 		}
 		do(t, ctx, "open the environment", chromedp.Navigate(w.srv.url+"/o/acme/environments/"+idStr(w.envID)), chromedp.WaitVisible(testid("env-name")))
 		if got := text(t, ctx, testid("token-state")); got != "set" {
