@@ -77,20 +77,82 @@ func AgentdCommands(token string, c *HostConnect) []AgentdCommand {
 		}
 		switch goos {
 		case "windows":
-			cmds = append(cmds, AgentdCommand{id, d.Label + " (PowerShell)", "Invoke-WebRequest -UseBasicParsing -OutFile agentd.exe " + d.URL +
+			cmds = append(cmds, AgentdCommand{id, d.Label + " (PowerShell)", "Invoke-WebRequest -UseBasicParsing -OutFile agentd.exe " + psArg(d.URL) +
 				"; if ((Get-FileHash agentd.exe -Algorithm SHA256).Hash -ne '" + d.SHA256 + "') { Write-Error 'agentd.exe is not the build this console serves: download it again.' } else { " +
-				"New-Item -ItemType Directory -Force \"" + c.WindowsRoot + "\" | Out-Null; $env:AGENTD_TOKEN='" + token +
-				"'; .\\agentd.exe --listen " + c.Listen + " --root \"" + c.WindowsRoot + "\" }"})
+				"New-Item -ItemType Directory -Force " + psPath(c.WindowsRoot) + " | Out-Null; $env:AGENTD_TOKEN=" + psQuote(token) +
+				"; .\\agentd.exe --listen " + psArg(c.Listen) + " --root " + psPath(c.WindowsRoot) + " }"})
 		default:
 			check, shell := "sha256sum -c", "bash"
 			if goos == "darwin" {
 				check, shell = "shasum -a 256 -c", "zsh"
 			}
-			cmds = append(cmds, AgentdCommand{id, d.Label + " (" + shell + ")", "curl -fsSLo agentd " + d.URL + " && echo '" + d.SHA256 + " *agentd' | " + check +
-				" && chmod +x agentd && mkdir -p " + c.Root + " && AGENTD_TOKEN='" + token + "' ./agentd --listen " + c.Listen + " --root " + c.Root})
+			cmds = append(cmds, AgentdCommand{id, d.Label + " (" + shell + ")", "curl -fsSLo agentd " + shArg(d.URL) + " && echo '" + d.SHA256 + " *agentd' | " + check +
+				" && chmod +x agentd && mkdir -p " + c.Root + " && AGENTD_TOKEN=" + shQuote(token) + " ./agentd --listen " + shArg(c.Listen) + " --root " + c.Root})
 		}
 	}
 	return cmds
+}
+
+// Values put into the command lines come from a request's Host header, an
+// environment's settings and tokens: each is quoted for its shell unless
+// it is plainly safe, so none can run something of its own.
+
+// plain reports whether s holds only characters no shell treats specially
+// in an argument.
+func plain(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(":/._%+-@", r)) {
+			return false
+		}
+	}
+	return s != ""
+}
+
+// shQuote single-quotes s for a POSIX shell.
+func shQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// shArg is s as one POSIX shell word: as it is when plain, else quoted.
+func shArg(s string) string {
+	if plain(s) {
+		return s
+	}
+	return shQuote(s)
+}
+
+// psQuote single-quotes s for PowerShell (no expansion inside).
+func psQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// psArg is s as one PowerShell argument: as it is when plain, else quoted.
+func psArg(s string) string {
+	if plain(s) {
+		return s
+	}
+	return psQuote(s)
+}
+
+// psHome is how the default Windows root begins: the only expansion a
+// root may ask PowerShell for.
+const psHome = `$env:USERPROFILE\`
+
+// psPath is a Windows directory for PowerShell: under the user's profile
+// (in double quotes, so $env:USERPROFILE expands) when the rest is plain,
+// else single-quoted as it is.
+func psPath(p string) string {
+	if rest, ok := strings.CutPrefix(p, psHome); ok && plainPath(rest) {
+		return `"` + p + `"`
+	}
+	return psQuote(p)
+}
+
+// plainPath reports whether a path under the profile holds only letters,
+// digits, spaces and . _ - \ (nothing PowerShell expands in "…").
+func plainPath(s string) bool {
+	for _, r := range s {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune(" ._-\\", r)) {
+			return false
+		}
+	}
+	return true
 }
 
 func connectToken(c *HostConnect) string {
@@ -149,7 +211,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 			var templ_7745c5c3_Var2 string
 			templ_7745c5c3_Var2, templ_7745c5c3_Err = templ.JoinStringErrs(c.Listen)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 107, Col: 81}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 169, Col: 81}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var2))
 			if templ_7745c5c3_Err != nil {
@@ -162,7 +224,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 			var templ_7745c5c3_Var3 string
 			templ_7745c5c3_Var3, templ_7745c5c3_Err = templ.JoinStringErrs(c.Root)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 107, Col: 192}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 169, Col: 192}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var3))
 			if templ_7745c5c3_Err != nil {
@@ -190,7 +252,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 				var templ_7745c5c3_Var4 string
 				templ_7745c5c3_Var4, templ_7745c5c3_Err = templ.JoinStringErrs(cmd.Label)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 113, Col: 19}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 175, Col: 19}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var4))
 				if templ_7745c5c3_Err != nil {
@@ -223,7 +285,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 					var templ_7745c5c3_Var5 string
 					templ_7745c5c3_Var5, templ_7745c5c3_Err = templ.JoinStringErrs(strings.Join(c.Missing, ", "))
 					if templ_7745c5c3_Err != nil {
-						return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 121, Col: 71}
+						return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 183, Col: 71}
 					}
 					_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var5))
 					if templ_7745c5c3_Err != nil {
@@ -247,7 +309,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 				var templ_7745c5c3_Var6 string
 				templ_7745c5c3_Var6, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 127, Col: 104}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 189, Col: 104}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var6))
 				if templ_7745c5c3_Err != nil {
@@ -260,7 +322,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 				var templ_7745c5c3_Var7 string
 				templ_7745c5c3_Var7, templ_7745c5c3_Err = templ.JoinStringErrs(c.Listen)
 				if templ_7745c5c3_Err != nil {
-					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 127, Col: 221}
+					return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 189, Col: 221}
 				}
 				_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var7))
 				if templ_7745c5c3_Err != nil {
@@ -278,7 +340,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 			var templ_7745c5c3_Var8 string
 			templ_7745c5c3_Var8, templ_7745c5c3_Err = templruntime.NewAttributeExpression(c.PollURL).Resolve(ctx)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 129, Col: 121}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 191, Col: 121}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ_7745c5c3_Var8)
 			if templ_7745c5c3_Err != nil {
@@ -291,7 +353,7 @@ func HostConnectSection(c *HostConnect) templ.Component {
 			var templ_7745c5c3_Var9 string
 			templ_7745c5c3_Var9, templ_7745c5c3_Err = templ.JoinStringErrs(c.URL)
 			if templ_7745c5c3_Err != nil {
-				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 130, Col: 33}
+				return templ.Error{Err: templ_7745c5c3_Err, FileName: `connect.templ`, Line: 192, Col: 33}
 			}
 			_, templ_7745c5c3_Err = templ_7745c5c3_Buffer.WriteString(templ.EscapeString(templ_7745c5c3_Var9))
 			if templ_7745c5c3_Err != nil {
