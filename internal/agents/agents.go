@@ -446,6 +446,16 @@ func (s *Service) validateExec(a *Agent, in Input, creating bool, v *apperr.Vali
 	if len(p.ExecPaths) > 0 {
 		v.Add("exec_policy.exec_paths", "exec_paths are not available yet: they are enforced only where programs start, which no environment does yet.")
 	}
+	// A deny or ask rule naming a path would meet only a program written
+	// with that path: `mkfs.ext4` run by name passes `/usr/sbin/*`. Which
+	// file a name is becomes known only where programs start.
+	for i, r := range p.Rules {
+		if r.Action != policy.Allow && strings.Contains(r.Program, "/") {
+			v.Add(fmt.Sprintf("exec_policy.rules[%d].program", i), "Rule %d: a rule that denies or asks about a path (%s) is not available yet: "+
+				"the console sees the name a command is run by, not which file it is (only enforcement where programs start can), so it would miss "+
+				"the program run by name. Name the program instead (for example mkfs.*).", i+1, r.Program)
+		}
+	}
 	a.ExecPolicy = string(p.Canonical())
 	a.ExecPolicyDigest = p.Digest()
 	b, _ := json.Marshal(TextPatterns(p))

@@ -167,6 +167,8 @@ func TestExecPolicyValidation(t *testing.T) {
 			{"bad text", `{"rules":[{"action":"deny","text":"("}]}`, "exec_policy.rules[0].text", "not a valid regular expression", nil},
 			{"require enforcement", `{"require_enforcement":true}`, "exec_policy.require_enforcement", "not available yet", nil},
 			{"exec paths", `{"default":"deny","exec_paths":["/usr/bin"]}`, "exec_policy.exec_paths", "not available yet", nil},
+			{"a path denied", `{"rules":[{"action":"allow","program":"/usr/bin/*"},{"action":"deny","program":"/usr/sbin/*"}]}`, "exec_policy.rules[1].program", "Rule 2: a rule that denies or asks about a path", nil},
+			{"a path asked about", `{"rules":[{"action":"ask","program":"/opt/tools/deploy"}]}`, "exec_policy.rules[0].program", "Name the program instead", nil},
 			{"bad legacy pattern", `{}`, "command_policy", "Pattern 1", []string{"("}},
 		} {
 			t.Run(tc.name, func(t *testing.T) {
