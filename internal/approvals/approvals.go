@@ -47,8 +47,8 @@ type Scope string
 const (
 	// ScopeOnce approves this request only.
 	ScopeOnce Scope = "once"
-	// ScopeSession also approves the same program and arguments again in
-	// the same session, without asking.
+	// ScopeSession also approves exactly the same binding again in the
+	// same session (Binding.ProgramKey), without asking.
 	ScopeSession Scope = "session"
 	// ScopeRule adds an allow rule to the agent's execution policy.
 	ScopeRule Scope = "rule"
@@ -243,7 +243,7 @@ func validate(b Binding) (time.Duration, error) {
 
 // Request stores a request for b and audits it (approval.requested) before
 // answering. When an approved "session" grant in b's session covers the
-// same program and arguments, the request is stored already approved
+// same binding (Binding.ProgramKey), the request is stored already approved
 // (GrantedBy names the grant's approval) and the caller may run at once.
 func (s *Service) Request(ctx context.Context, b Binding) (Approval, error) {
 	timeout, err := validate(b)

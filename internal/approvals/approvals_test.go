@@ -370,7 +370,7 @@ func TestQueue(t *testing.T) {
 			if _, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeSession, "ok for this session"); err != nil {
 				t.Fatal(err)
 			}
-			again := w.request(t, w.binding("git  push origin main", "push", "origin", "main"))
+			again := w.request(t, w.binding("git push origin main", "push", "origin", "main"))
 			if again.State != approvals.Approved || again.GrantedBy == nil || *again.GrantedBy != a.ID {
 				t.Fatalf("repeat not covered: %+v", again)
 			}
@@ -382,6 +382,34 @@ func TestQueue(t *testing.T) {
 			b.SessionID = 2
 			if x := w.request(t, b); x.State != approvals.Pending {
 				t.Fatalf("another session covered: %+v", x)
+			}
+		})
+
+		t.Run("session grant covers only the same binding", func(t *testing.T) {
+			b := w.binding("git push origin prod", "push", "origin", "prod")
+			b.SessionID = 3
+			a := w.request(t, b)
+			if _, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeSession, "ok for this session"); err != nil {
+				t.Fatal(err)
+			}
+			if x := w.request(t, b); x.State != approvals.Approved || x.GrantedBy == nil || *x.GrantedBy != a.ID {
+				t.Fatalf("identical repeat not covered: %+v", x)
+			}
+			for name, edit := range map[string]func(b *approvals.Binding){
+				"changed line":      func(b *approvals.Binding) { b.Command = "git  push origin prod" },
+				"appended command":  func(b *approvals.Binding) { b.Command += "; kubectl delete ns prod" },
+				"changed env value": func(b *approvals.Binding) { b.Env = map[string]string{"TOKEN": secret, "HOME": "/tmp"} },
+				"new env": func(b *approvals.Binding) {
+					b.Env = map[string]string{"TOKEN": secret, "HOME": "/root", "GIT_SSH_COMMAND": "sh -c id"}
+				},
+				"other cwd": func(b *approvals.Binding) { b.Cwd = "/" },
+				"tty":       func(b *approvals.Binding) { b.TTY = true },
+			} {
+				x := b
+				edit(&x)
+				if got := w.request(t, x); got.State != approvals.Pending || got.GrantedBy != nil {
+					t.Errorf("%s: covered by the grant: %+v", name, got)
+				}
 			}
 		})
 
