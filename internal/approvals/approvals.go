@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -489,7 +490,11 @@ func (s *Service) Decide(ctx context.Context, a *authz.Actor, id int64, d Decisi
 		r.DecisionReason, r.Scope, r.DecidedAt = reason, string(scope), &now
 		if state == Approved && scope == ScopeSession {
 			g := grant{SessionID: r.SessionID, ProgramKey: r.ProgramKey, ApprovalID: r.ID, CreatedAt: now}
-			if err := tx.Where("session_id = ? AND program_key = ?", g.SessionID, g.ProgramKey).FirstOrCreate(&g).Error; err != nil {
+			// Another approval of the same binding may be storing its grant at
+			// this moment: the first one stored stands, and this insert does
+			// nothing rather than failing the decision (a unique violation
+			// would abort the transaction on Postgres).
+			if err := tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "session_id"}, {Name: "program_key"}}, DoNothing: true}).Create(&g).Error; err != nil {
 				return fmt.Errorf("store session grant: %w", err)
 			}
 		}

@@ -509,6 +509,43 @@ func replicas(t *testing.T) (*world, *approvals.Service) {
 	return w, newService(open(), w.clock, approvals.NewNotifier())
 }
 
+// TestConcurrentSessionGrants: two requests for the same binding approved
+// for the session at once, on two replicas, both succeed (one grant is
+// stored, the other insert does nothing), and the grant covers a repeat.
+func TestConcurrentSessionGrants(t *testing.T) {
+	t.Parallel()
+	w, other := replicas(t)
+	ctx := context.Background()
+	for i := range 10 {
+		b := w.binding(fmt.Sprintf("git push %d", i))
+		a1, a2 := w.request(t, b), w.request(t, b)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for j, x := range []struct {
+			svc *approvals.Service
+			id  int64
+		}{{w.svc, a1.ID}, {other, a2.ID}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[j] = x.svc.Decide(ctx, w.owner, x.id, approvals.Approve, approvals.ScopeSession, "ok")
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: approval %d: %v", i, j, err)
+			}
+		}
+		if x := w.request(t, b); x.State != approvals.Approved || x.GrantedBy == nil {
+			t.Fatalf("round %d: repeat not covered: %+v", i, x)
+		}
+	}
+}
+
 // TestDecideOnceAcrossReplicas: two deciders on two replicas at once; one
 // wins, the other gets 409, and exactly one decision is audited.
 func TestDecideOnceAcrossReplicas(t *testing.T) {
