@@ -16,6 +16,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -91,15 +92,19 @@ func (s *Service) SetWebhook(ctx context.Context, by audit.Actor, box *sealed.Bo
 	}
 	now := s.now()
 	err := s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
-		if err := tx.Where("id = 1").Delete(&webhookRow{}).Error; err != nil {
-			return fmt.Errorf("remove approval webhook: %w", err)
-		}
-		if rawURL != "" {
+		if rawURL == "" {
+			if err := tx.Where("id = 1").Delete(&webhookRow{}).Error; err != nil {
+				return fmt.Errorf("remove approval webhook: %w", err)
+			}
+		} else {
 			sealedSecret, err := box.Seal([]byte(secret), secretAD(s.Org))
 			if err != nil {
 				return err
 			}
-			if err := tx.Create(&webhookRow{ID: 1, URL: rawURL, SecretSealed: sealedSecret, UpdatedAt: now}).Error; err != nil {
+			// One upsert, not a delete and an insert: two settings at once
+			// must not both insert row 1 (the later one would fail).
+			if err := tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, UpdateAll: true}).
+				Create(&webhookRow{ID: 1, URL: rawURL, SecretSealed: sealedSecret, UpdatedAt: now}).Error; err != nil {
 				return fmt.Errorf("store approval webhook: %w", err)
 			}
 		}

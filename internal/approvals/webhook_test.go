@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -151,4 +152,48 @@ func (w *world) actionsOf(t *testing.T, action string) int64 {
 		t.Fatal(err)
 	}
 	return n
+}
+
+func newBox(t *testing.T) *sealed.Box {
+	t.Helper()
+	key := make([]byte, sealed.KeySize)
+	_, _ = rand.Read(key)
+	box, err := sealed.New(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return box
+}
+
+// TestConcurrentSetWebhook: two settings of the webhook at once, on two
+// replicas, both succeed and one of them stands.
+func TestConcurrentSetWebhook(t *testing.T) {
+	t.Parallel()
+	w, other := replicas(t)
+	box := newBox(t)
+	ctx := context.Background()
+	by := audit.Actor{Type: audit.ActorUser, ID: "1", Name: "admin"}
+	for i := range 10 {
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for j, svc := range []*approvals.Service{w.svc, other} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[j] = svc.SetWebhook(ctx, by, box, fmt.Sprintf("https://hooks.example.com/%d/%d", i, j), "webhook-secret-0123456789")
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: setting %d: %v", i, j, err)
+			}
+		}
+		if cfg, err := w.svc.GetWebhook(ctx); err != nil || !cfg.SecretSet {
+			t.Fatalf("round %d: %+v %v", i, cfg, err)
+		}
+	}
 }
