@@ -7,11 +7,14 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -20,6 +23,7 @@ import (
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
+	"github.com/gatehouse/gatehouse/internal/netguard"
 	"github.com/gatehouse/gatehouse/internal/sealed"
 )
 
@@ -122,13 +126,63 @@ func (s *Service) SetWebhook(ctx context.Context, by audit.Actor, box *sealed.Bo
 // blocks a request: the address and secret are read at once, the post
 // runs on its own goroutine with Timeout, and a failure is logged and
 // counted, never retried or reported to the requester.
+//
+// The address is chosen by an org admin, not by the operator, so the post
+// reaches only what WebhookAddr allows: never the console's own machine,
+// a cloud metadata service or a private network (a webhook aimed at an
+// internal service would hand it the requester's command), checked on the
+// address actually dialled, and no redirect is followed.
 type Webhook struct {
-	HTTP    *http.Client
+	// Rule refuses the addresses the post may not be dialled at (a reason)
+	// or allows them (""); nil is WebhookAddr. Tests posting to a loopback
+	// server set a permissive one.
+	Rule    func(netip.Addr) string
 	Box     *sealed.Box
 	Logger  *slog.Logger
 	Timeout time.Duration // 0: 10 s
 	// Counted hears each delivery's result ("ok" or "error"), for metrics.
 	Counted func(result string)
+
+	once   sync.Once
+	client *http.Client
+}
+
+// cgnat is the shared address space of carrier-grade NAT (RFC 6598), as
+// internal to a provider's network as RFC 1918.
+var cgnat = netip.MustParsePrefix("100.64.0.0/10")
+
+// WebhookAddr is the rule a webhook's post is dialled under: what
+// netguard.Blocked refuses (the console's own machine, link-local and
+// metadata addresses, multicast), and private networks as well (RFC 1918,
+// unique local IPv6, carrier-grade NAT), in any IPv4-mapped form. A
+// receiver must be reachable at a public address.
+func WebhookAddr(a netip.Addr) string {
+	if r := netguard.Blocked(a); r != "" {
+		return r
+	}
+	a = a.Unmap().WithZone("")
+	if a.IsPrivate() || cgnat.Contains(a) {
+		return "a private network address"
+	}
+	return ""
+}
+
+// errRedirect refuses every redirect: the signed body goes to the address
+// the admin set and nowhere else.
+var errRedirect = errors.New("the webhook answered with a redirect; redirects are not followed")
+
+// httpClient is the webhook's client: its dialer refuses what Rule
+// refuses, before connecting, and it follows no redirect.
+func (w *Webhook) httpClient() *http.Client {
+	w.once.Do(func() {
+		rule := w.Rule
+		if rule == nil {
+			rule = WebhookAddr
+		}
+		w.client = &http.Client{Transport: netguard.Guarded(nil, rule),
+			CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }}
+	})
+	return w.client
 }
 
 // webhookBody is what is posted: the request as the API shows it, minus
@@ -199,11 +253,7 @@ func (w *Webhook) post(ctx context.Context, target, sig string, body []byte) err
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set(HeaderEvent, "approval.requested")
 	req.Header.Set(HeaderSignature, sig)
-	hc := w.HTTP
-	if hc == nil {
-		hc = http.DefaultClient
-	}
-	res, err := hc.Do(req)
+	res, err := w.httpClient().Do(req)
 	if err != nil {
 		return err
 	}

@@ -1,13 +1,16 @@
 package approvals_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,7 +62,8 @@ func TestWebhook(t *testing.T) {
 		t.Cleanup(srv.Close)
 		t.Cleanup(func() { close(release) })
 		results := make(chan string, 10)
-		hook := &approvals.Webhook{HTTP: srv.Client(), Box: box, Counted: func(r string) { results <- r }}
+		// The receiver is on loopback, which the production rule refuses.
+		hook := &approvals.Webhook{Rule: func(netip.Addr) string { return "" }, Box: box, Counted: func(r string) { results <- r }}
 		w.svc.Requested = hook.Hook(w.svc)
 		by := audit.Actor{Type: audit.ActorUser, ID: "1", Name: "admin"}
 
@@ -195,5 +199,108 @@ func TestConcurrentSetWebhook(t *testing.T) {
 		if cfg, err := w.svc.GetWebhook(ctx); err != nil || !cfg.SecretSet {
 			t.Fatalf("round %d: %+v %v", i, cfg, err)
 		}
+	}
+}
+
+// syncBuffer is a log sink safe for the delivery goroutine.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// TestWebhookAddr: the production rule refuses this machine, metadata and
+// private networks, and allows public addresses.
+func TestWebhookAddr(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr  string
+		allow bool
+	}{
+		{"127.0.0.1", false}, {"::1", false}, {"::ffff:127.0.0.1", false}, {"0.0.0.0", false},
+		{"10.1.2.3", false}, {"172.16.0.5", false}, {"192.168.1.1", false}, {"::ffff:10.0.0.1", false}, {"fd00::1", false},
+		{"100.64.0.1", false}, {"169.254.169.254", false}, {"fe80::1", false},
+		{"93.184.216.34", true}, {"2606:2800:220:1::1", true},
+	} {
+		if got := approvals.WebhookAddr(netip.MustParseAddr(tc.addr)) == ""; got != tc.allow {
+			t.Errorf("WebhookAddr(%s) allows = %v, want %v", tc.addr, got, tc.allow)
+		}
+	}
+}
+
+// TestWebhookRefusesInternal: with the production rule, a webhook aimed at
+// loopback (a test server there) or a private address is never dialled:
+// the delivery fails and is counted, and nothing reaches the server; a
+// redirect is not followed even where the address is allowed.
+func TestWebhookRefusesInternal(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, storetest.Open(t, store.SQLite, store.OrgSet))
+	ctx := context.Background()
+	box := newBox(t)
+	hits := make(chan string, 10)
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		hits <- r.URL.Path
+		if r.URL.Path == "/redirect" {
+			http.Redirect(rw, r, "/landed", http.StatusFound)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	by := audit.Actor{Type: audit.ActorUser, ID: "1", Name: "admin"}
+	logs := &syncBuffer{}
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+
+	results := make(chan string, 10)
+	prod := &approvals.Webhook{Box: box, Logger: logger, Counted: func(r string) { results <- r }}
+	for _, target := range []string{srv.URL + "/internal", "http://10.0.0.1:9/internal"} {
+		w.svc.Requested = prod.Hook(w.svc)
+		if _, err := w.svc.SetWebhook(ctx, by, box, target, "webhook-secret-0123456789"); err != nil {
+			t.Fatal(err)
+		}
+		w.request(t, w.binding("git push"))
+		select {
+		case r := <-results:
+			if r != "error" {
+				t.Fatalf("%s: delivery %s, want it refused", target, r)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no result", target)
+		}
+		if !strings.Contains(logs.String(), "not allowed") {
+			t.Fatalf("%s: the refusal is not logged as one: %s", target, logs.String())
+		}
+	}
+	select {
+	case p := <-hits:
+		t.Fatalf("the production client reached the loopback server (%s)", p)
+	default:
+	}
+
+	open := &approvals.Webhook{Rule: func(netip.Addr) string { return "" }, Box: box, Logger: logger, Counted: func(r string) { results <- r }}
+	w.svc.Requested = open.Hook(w.svc)
+	if _, err := w.svc.SetWebhook(ctx, by, box, srv.URL+"/redirect", "webhook-secret-0123456789"); err != nil {
+		t.Fatal(err)
+	}
+	w.request(t, w.binding("git push"))
+	if r := <-results; r != "error" {
+		t.Fatalf("redirect: delivery %s, want error", r)
+	}
+	if p := <-hits; p != "/redirect" {
+		t.Fatalf("hit %s", p)
+	}
+	select {
+	case p := <-hits:
+		t.Fatalf("the redirect was followed to %s", p)
+	default:
 	}
 }
