@@ -44,17 +44,25 @@ func Sign(secret, body []byte) string {
 	return "sha256=" + hex.EncodeToString(m.Sum(nil))
 }
 
-// WebhookConfig is an org's webhook as shown: its address and whether a
-// secret is set, never the secret.
+// WebhookConfig is an org's webhook as shown. A webhook's URL is often a
+// credential itself (a chat service's incoming-webhook path), so it is
+// stored sealed and shown only as its origin: URL is scheme://host[:port]
+// and PathSet says whether a path or query follows. The secret is never
+// shown either, only whether one is set.
 type WebhookConfig struct {
 	URL       string
+	PathSet   bool
 	SecretSet bool
 	UpdatedAt *time.Time
 }
 
+// webhookRow is the stored webhook: URL holds only the origin (what is
+// shown), URLSealed the whole address, sealed like the secret.
 type webhookRow struct {
 	ID           int64 `gorm:"primaryKey"`
 	URL          string
+	PathSet      bool
+	URLSealed    string
 	SecretSealed string
 	UpdatedAt    time.Time
 }
@@ -62,6 +70,15 @@ type webhookRow struct {
 func (webhookRow) TableName() string { return "approval_webhooks" }
 
 func secretAD(org string) string { return sealed.AD("org:"+org, "approval_webhook_secret") }
+
+func urlAD(org string) string { return sealed.AD("org:"+org, "approval_webhook_url") }
+
+// origin is what may be shown of u: scheme://host[:port], and whether
+// anything (path, query, fragment) followed it.
+func origin(u *url.URL) (string, bool) {
+	rest := strings.Trim(u.EscapedPath(), "/") != "" || u.RawQuery != "" || u.Fragment != "" || u.ForceQuery
+	return (&url.URL{Scheme: u.Scheme, Host: u.Host}).String(), rest
+}
 
 // GetWebhook reads the org's webhook (URL "" when none is set).
 func (s *Service) GetWebhook(ctx context.Context) (WebhookConfig, error) {
@@ -73,7 +90,7 @@ func (s *Service) GetWebhook(ctx context.Context) (WebhookConfig, error) {
 		return WebhookConfig{}, nil
 	}
 	at := rs[0].UpdatedAt.UTC()
-	return WebhookConfig{URL: rs[0].URL, SecretSet: rs[0].SecretSealed != "", UpdatedAt: &at}, nil
+	return WebhookConfig{URL: rs[0].URL, PathSet: rs[0].PathSet, SecretSet: rs[0].SecretSealed != "", UpdatedAt: &at}, nil
 }
 
 // SetWebhook sets (or, with an empty URL, removes) the org's webhook, its
@@ -82,8 +99,13 @@ func (s *Service) GetWebhook(ctx context.Context) (WebhookConfig, error) {
 func (s *Service) SetWebhook(ctx context.Context, by audit.Actor, box *sealed.Box, rawURL, secret string) (WebhookConfig, error) {
 	rawURL = strings.TrimSpace(rawURL)
 	v := apperr.Validation()
+	var shown string
+	var pathSet bool
 	if rawURL != "" {
 		u, err := url.Parse(rawURL)
+		if err == nil {
+			shown, pathSet = origin(u)
+		}
 		if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Host == "" || u.User != nil {
 			v.Add("url", "The webhook URL must be an absolute http(s) address without credentials.")
 		}
@@ -105,15 +127,20 @@ func (s *Service) SetWebhook(ctx context.Context, by audit.Actor, box *sealed.Bo
 			if err != nil {
 				return err
 			}
+			sealedURL, err := box.Seal([]byte(rawURL), urlAD(s.Org))
+			if err != nil {
+				return err
+			}
 			// One upsert, not a delete and an insert: two settings at once
 			// must not both insert row 1 (the later one would fail).
 			if err := tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "id"}}, UpdateAll: true}).
-				Create(&webhookRow{ID: 1, URL: rawURL, SecretSealed: sealedSecret, UpdatedAt: now}).Error; err != nil {
+				Create(&webhookRow{ID: 1, URL: shown, PathSet: pathSet, URLSealed: sealedURL, SecretSealed: sealedSecret, UpdatedAt: now}).Error; err != nil {
 				return fmt.Errorf("store approval webhook: %w", err)
 			}
 		}
-		_, err := s.Audit.AppendTx(ctx, tx, audit.Event{Actor: by, Action: "approval.webhook_update", Target: audit.Target{Type: "approval_webhook", ID: "1", Name: rawURL},
-			Details: audit.Details(map[string]any{"url": rawURL, "secret_set": rawURL != ""})})
+		// The audit names the origin only: the path may be the credential.
+		_, err := s.Audit.AppendTx(ctx, tx, audit.Event{Actor: by, Action: "approval.webhook_update", Target: audit.Target{Type: "approval_webhook", ID: "1", Name: shown},
+			Details: audit.Details(map[string]any{"url": shown, "path_set": pathSet, "secret_set": rawURL != ""})})
 		return err
 	})
 	if err != nil {
@@ -226,10 +253,15 @@ func (w *Webhook) deliver(ctx context.Context, svc *Service, a Approval) {
 		w.failed(svc.Org, a.ID, fmt.Errorf("open the webhook secret: %w", err))
 		return
 	}
+	target, err := w.Box.Open(rs[0].URLSealed, urlAD(svc.Org))
+	if err != nil {
+		w.failed(svc.Org, a.ID, fmt.Errorf("open the webhook URL: %w", err))
+		return
+	}
 	body, _ := json.Marshal(webhookBody{Event: "approval.requested", Org: svc.Org, Approval: webhookApproval{ID: a.ID, State: a.State,
 		SessionID: a.SessionID, AgentID: a.AgentID, Command: a.Command, Cwd: a.Cwd, EnvNames: a.EnvNames, Rule: a.Rule,
 		Requester: a.Requester, ExpiresAt: a.ExpiresAt}})
-	target, sig := rs[0].URL, Sign(secret, body)
+	sig := Sign(secret, body)
 	go func() {
 		timeout := w.Timeout
 		if timeout <= 0 {
@@ -237,7 +269,7 @@ func (w *Webhook) deliver(ctx context.Context, svc *Service, a Approval) {
 		}
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 		defer cancel()
-		if err := w.post(ctx, target, sig, body); err != nil {
+		if err := w.post(ctx, string(target), sig, body); err != nil {
 			w.failed(svc.Org, a.ID, err)
 			return
 		}
@@ -255,13 +287,25 @@ func (w *Webhook) post(ctx context.Context, target, sig string, body []byte) err
 	req.Header.Set(HeaderSignature, sig)
 	res, err := w.httpClient().Do(req)
 	if err != nil {
-		return err
+		return redact(err, req.URL)
 	}
 	defer res.Body.Close()
 	if res.StatusCode < 200 || res.StatusCode > 299 {
 		return fmt.Errorf("the webhook answered %s", res.Status)
 	}
 	return nil
+}
+
+// redact is a failed post's error without the URL's path or query, which
+// may be the webhook's credential: a *url.Error (which names the whole
+// URL) becomes its operation, the origin, and the error underneath.
+func redact(err error, u *url.URL) error {
+	var ue *url.Error
+	if errors.As(err, &ue) {
+		shown, _ := origin(u)
+		return fmt.Errorf("%s %s: %w", ue.Op, shown, ue.Err)
+	}
+	return err
 }
 
 func (w *Webhook) failed(org string, id int64, err error) {

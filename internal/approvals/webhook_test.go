@@ -79,7 +79,7 @@ func TestWebhook(t *testing.T) {
 
 		t.Run("signed delivery", func(t *testing.T) {
 			cfg, err := w.svc.SetWebhook(ctx, by, box, srv.URL+"/ok", secret)
-			if err != nil || !cfg.SecretSet || cfg.URL != srv.URL+"/ok" {
+			if err != nil || !cfg.SecretSet || cfg.URL != srv.URL || !cfg.PathSet {
 				t.Fatalf("set: %+v %v", cfg, err)
 			}
 			var n int64
@@ -303,4 +303,59 @@ func TestWebhookRefusesInternal(t *testing.T) {
 		t.Fatalf("the redirect was followed to %s", p)
 	default:
 	}
+}
+
+// TestWebhookURLHidden: a webhook URL's path (often its credential) is
+// stored sealed and appears neither in what GetWebhook answers, nor in the
+// audit event, nor in the log of a failed delivery, nor in clear in the
+// database.
+func TestWebhookURLHidden(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		w := newWorld(t, storetest.Open(t, d, store.OrgSet))
+		ctx := context.Background()
+		box := newBox(t)
+		logs := &syncBuffer{}
+		results := make(chan string, 4)
+		// The production rule: the delivery to 127.0.0.1 fails with a
+		// *url.Error, which names the whole URL.
+		hook := &approvals.Webhook{Box: box, Logger: slog.New(slog.NewTextHandler(logs, nil)), Counted: func(r string) { results <- r }}
+		w.svc.Requested = hook.Hook(w.svc)
+		const path = "services/T0SECRETPATH/B0XXX"
+		by := audit.Actor{Type: audit.ActorUser, ID: "1", Name: "admin"}
+		cfg, err := w.svc.SetWebhook(ctx, by, box, "http://127.0.0.1:9/"+path+"?token=QUERYSECRET", "webhook-secret-0123456789")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cfg.URL != "http://127.0.0.1:9" || !cfg.PathSet {
+			t.Fatalf("set answers %+v", cfg)
+		}
+		if got, err := w.svc.GetWebhook(ctx); err != nil || got.URL != "http://127.0.0.1:9" || !got.PathSet {
+			t.Fatalf("get answers %+v %v", got, err)
+		}
+		w.request(t, w.binding("git push"))
+		if r := <-results; r != "error" {
+			t.Fatalf("delivery %s", r)
+		}
+		if !strings.Contains(logs.String(), "127.0.0.1") {
+			t.Fatalf("the failure log does not name the host: %s", logs.String())
+		}
+		var audited, stored []string
+		if err := w.db.Raw("SELECT target_name || ' ' || details FROM audit_events WHERE action = 'approval.webhook_update'").Scan(&audited).Error; err != nil {
+			t.Fatal(err)
+		}
+		if err := w.db.Raw("SELECT url || ' ' || url_sealed FROM approval_webhooks").Scan(&stored).Error; err != nil {
+			t.Fatal(err)
+		}
+		for where, text := range map[string]string{"log": logs.String(), "audit": strings.Join(audited, "\n"), "row": strings.Join(stored, "\n")} {
+			for _, s := range []string{"T0SECRETPATH", "QUERYSECRET"} {
+				if strings.Contains(text, s) {
+					t.Errorf("%s holds the URL's %s: %s", where, s, text)
+				}
+			}
+		}
+		if len(audited) != 1 || !strings.Contains(audited[0], "127.0.0.1") {
+			t.Fatalf("audit %q", audited)
+		}
+	})
 }
