@@ -345,8 +345,10 @@ func (s *Service) expire(ctx context.Context, r row) error {
 }
 
 // Sweep expires every pending request past its expiry (at most limit of
-// them; 0: 100) and reports how many it moved. Readers expire lazily too;
-// a sweep makes expiry visible in the audit log without a reader.
+// them; 0: 100) and reports how many it moved. List runs it before
+// answering, and Get and Wait expire the request they read; no background
+// loop calls it, so an unread request is expired (and audited) when it is
+// next read or listed.
 func (s *Service) Sweep(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		limit = 100
