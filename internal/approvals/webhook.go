@@ -163,7 +163,11 @@ type Webhook struct {
 	// Rule refuses the addresses the post may not be dialled at (a reason)
 	// or allows them (""); nil is WebhookAddr. Tests posting to a loopback
 	// server set a permissive one.
-	Rule    func(netip.Addr) string
+	Rule func(netip.Addr) string
+	// Allow are private networks the operator lets webhooks reach
+	// (config --approval-webhook-allow); with the default Rule they
+	// override the private-network refusal only, never netguard.Blocked's.
+	Allow   []netip.Prefix
 	Box     *sealed.Box
 	Logger  *slog.Logger
 	Timeout time.Duration // 0: 10 s
@@ -194,6 +198,25 @@ func WebhookAddr(a netip.Addr) string {
 	return ""
 }
 
+// WebhookRule is the default rule of a Webhook with Allow: WebhookAddr,
+// except that an address in one of allow, and not refused by
+// netguard.Blocked, is allowed.
+func WebhookRule(allow []netip.Prefix) func(netip.Addr) string {
+	return func(a netip.Addr) string {
+		r := WebhookAddr(a)
+		if r == "" || netguard.Blocked(a) != "" {
+			return r
+		}
+		a = a.Unmap().WithZone("")
+		for _, p := range allow {
+			if p.Contains(a) {
+				return ""
+			}
+		}
+		return r
+	}
+}
+
 // errRedirect refuses every redirect: the signed body goes to the address
 // the admin set and nowhere else.
 var errRedirect = errors.New("the webhook answered with a redirect; redirects are not followed")
@@ -204,7 +227,7 @@ func (w *Webhook) httpClient() *http.Client {
 	w.once.Do(func() {
 		rule := w.Rule
 		if rule == nil {
-			rule = WebhookAddr
+			rule = WebhookRule(w.Allow)
 		}
 		w.client = &http.Client{Transport: netguard.Guarded(nil, rule),
 			CheckRedirect: func(*http.Request, []*http.Request) error { return errRedirect }}
@@ -309,10 +332,12 @@ func redact(err error, u *url.URL) error {
 }
 
 func (w *Webhook) failed(org string, id int64, err error) {
-	w.count("error")
+	// Logged before it is counted, so whoever hears the count finds the
+	// log written.
 	if w.Logger != nil {
 		w.Logger.Warn("approval webhook failed", "org", org, "approval_id", id, "error", err)
 	}
+	w.count("error")
 }
 
 func (w *Webhook) count(result string) {

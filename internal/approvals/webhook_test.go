@@ -359,3 +359,21 @@ func TestWebhookURLHidden(t *testing.T) {
 		}
 	})
 }
+
+// TestWebhookRuleAllow: the operator's allow-list opens the private
+// networks it names, and nothing netguard.Blocked refuses.
+func TestWebhookRuleAllow(t *testing.T) {
+	t.Parallel()
+	rule := approvals.WebhookRule([]netip.Prefix{netip.MustParsePrefix("10.20.0.0/16"), netip.MustParsePrefix("127.0.0.0/8"), netip.MustParsePrefix("169.254.0.0/16")})
+	for _, tc := range []struct {
+		addr  string
+		allow bool
+	}{
+		{"10.20.3.4", true}, {"::ffff:10.20.3.4", true}, {"10.21.0.1", false}, {"192.168.1.1", false},
+		{"127.0.0.1", false}, {"169.254.169.254", false}, {"93.184.216.34", true},
+	} {
+		if got := rule(netip.MustParseAddr(tc.addr)) == ""; got != tc.allow {
+			t.Errorf("rule(%s) allows = %v, want %v", tc.addr, got, tc.allow)
+		}
+	}
+}

@@ -247,8 +247,9 @@ func (c *Console) newServer(box *sealed.Box) *handlers.Server {
 	c.Approvals = approvals.NewNotifier()
 	// The webhook builds its own client: it follows no redirect and
 	// reaches neither this machine nor a private or metadata address
-	// (approvals.WebhookAddr); an org admin chose the address.
-	c.ApprovalWebhook = &approvals.Webhook{Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
+	// (approvals.WebhookAddr) but those the operator allowed; an org admin
+	// chose the address.
+	c.ApprovalWebhook = &approvals.Webhook{Allow: cfg.ApprovalWebhookNets, Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
 	return handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
 		ApprovalQueue:    c.ApprovalQueue,
