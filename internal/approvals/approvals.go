@@ -117,26 +117,28 @@ type row struct {
 	RequesterName   string
 	RequesterVia    string
 	RequesterUserID *int64
-	Digest          string
-	Command         string
-	ProgramKey      string
-	Cwd             string
-	EnvNames        string
-	TTY             bool `gorm:"column:tty"`
-	Stdin           bool
-	Rule            string
-	PolicyDigest    string
-	State           string
-	ExpiresAt       time.Time
-	DeciderType     string
-	DeciderID       string
-	DeciderName     string
-	DecisionReason  string
-	Scope           string
-	GrantedBy       *int64
-	CommandID       *int64
-	CreatedAt       time.Time
-	DecidedAt       *time.Time
+	// RequesterCreatorUserID is who created the requesting key.
+	RequesterCreatorUserID *int64
+	Digest                 string
+	Command                string
+	ProgramKey             string
+	Cwd                    string
+	EnvNames               string
+	TTY                    bool `gorm:"column:tty"`
+	Stdin                  bool
+	Rule                   string
+	PolicyDigest           string
+	State                  string
+	ExpiresAt              time.Time
+	DeciderType            string
+	DeciderID              string
+	DeciderName            string
+	DecisionReason         string
+	Scope                  string
+	GrantedBy              *int64
+	CommandID              *int64
+	CreatedAt              time.Time
+	DecidedAt              *time.Time
 }
 
 func (row) TableName() string { return "approvals" }
@@ -159,6 +161,9 @@ func (r row) approval() Approval {
 		Reason: r.DecisionReason, Scope: Scope(r.Scope), GrantedBy: r.GrantedBy, CommandID: r.CommandID, CreatedAt: r.CreatedAt.UTC()}
 	if r.RequesterUserID != nil {
 		a.Requester.UserID = *r.RequesterUserID
+	}
+	if r.RequesterCreatorUserID != nil {
+		a.Requester.CreatorUserID = *r.RequesterCreatorUserID
 	}
 	if r.DecidedAt != nil {
 		t := r.DecidedAt.UTC()
@@ -260,6 +265,10 @@ func (s *Service) Request(ctx context.Context, b Binding) (Approval, error) {
 	if b.Requester.UserID != 0 {
 		uid := b.Requester.UserID
 		r.RequesterUserID = &uid
+	}
+	if b.Requester.CreatorUserID != 0 {
+		uid := b.Requester.CreatorUserID
+		r.RequesterCreatorUserID = &uid
 	}
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var g []grant
@@ -551,6 +560,10 @@ func (s *Service) mayDecide(ctx context.Context, a *authz.Actor, r row) error {
 	if isRequester(a, r) {
 		return a.Deny(authz.Denial{Target: target, Domain: domain(r), Object: Object, Action: ActionDecide, Rule: ruleSelf},
 			"You asked for this command yourself, and "+ruleSelf+": someone else who may decide for the department must.")
+	}
+	if r.RequesterCreatorUserID != nil && a.UserID != 0 && *r.RequesterCreatorUserID == a.UserID {
+		return a.Deny(authz.Denial{Target: target, Domain: domain(r), Object: Object, Action: ActionDecide, Rule: ruleSelf},
+			"You created the API key that asked for this command, and "+ruleSelf+": someone else who may decide for the department must.")
 	}
 	return nil
 }

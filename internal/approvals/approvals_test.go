@@ -509,6 +509,23 @@ func replicas(t *testing.T) (*world, *approvals.Service) {
 	return w, newService(open(), w.clock, approvals.NewNotifier())
 }
 
+// TestKeyCreatorMayNotDecide: a service key's request (no user behind it)
+// may not be decided by the user who created the key, and may be by
+// another decider.
+func TestKeyCreatorMayNotDecide(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, storetest.Open(t, store.SQLite, store.OrgSet))
+	ctx := context.Background()
+	b := w.binding("git push")
+	b.Requester = approvals.Requester{Type: audit.ActorAPIKey, ID: "11", Name: "service key gh_svc", Via: "api_key:11", CreatorUserID: 2}
+	a := w.request(t, b)
+	_, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeOnce, "mine")
+	wantErr(t, err, apperr.ErrForbidden, "")
+	if x, err := w.svc.Decide(ctx, w.admin, a.ID, approvals.Approve, approvals.ScopeOnce, "ok"); err != nil || x.State != approvals.Approved {
+		t.Fatalf("another decider: %+v %v", x, err)
+	}
+}
+
 // TestConcurrentSessionGrants: two requests for the same binding approved
 // for the session at once, on two replicas, both succeed (one grant is
 // stored, the other insert does nothing), and the grant covers a repeat.

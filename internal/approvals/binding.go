@@ -19,6 +19,10 @@ type Requester struct {
 	// UserID is the org user behind the request (directly or through a
 	// personal key); 0 for a service key. That person may not decide it.
 	UserID int64 `json:"-"`
+	// CreatorUserID is the user who created the requesting key
+	// (directory.APIKey.CreatedByUserID; 0: none known). A service key's
+	// creator may not decide its requests either.
+	CreatorUserID int64 `json:"-"`
 }
 
 // Binding is exactly what will run once approved, and who asked. Env
