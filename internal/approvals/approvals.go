@@ -18,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"gorm.io/gorm"
+	"gorm.io/gorm/clause"
 
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
@@ -47,8 +48,8 @@ type Scope string
 const (
 	// ScopeOnce approves this request only.
 	ScopeOnce Scope = "once"
-	// ScopeSession also approves the same program and arguments again in
-	// the same session, without asking.
+	// ScopeSession also approves exactly the same binding again in the
+	// same session (Binding.ProgramKey), without asking.
 	ScopeSession Scope = "session"
 	// ScopeRule adds an allow rule to the agent's execution policy.
 	ScopeRule Scope = "rule"
@@ -116,26 +117,28 @@ type row struct {
 	RequesterName   string
 	RequesterVia    string
 	RequesterUserID *int64
-	Digest          string
-	Command         string
-	ProgramKey      string
-	Cwd             string
-	EnvNames        string
-	TTY             bool `gorm:"column:tty"`
-	Stdin           bool
-	Rule            string
-	PolicyDigest    string
-	State           string
-	ExpiresAt       time.Time
-	DeciderType     string
-	DeciderID       string
-	DeciderName     string
-	DecisionReason  string
-	Scope           string
-	GrantedBy       *int64
-	CommandID       *int64
-	CreatedAt       time.Time
-	DecidedAt       *time.Time
+	// RequesterCreatorUserID is who created the requesting key.
+	RequesterCreatorUserID *int64
+	Digest                 string
+	Command                string
+	ProgramKey             string
+	Cwd                    string
+	EnvNames               string
+	TTY                    bool `gorm:"column:tty"`
+	Stdin                  bool
+	Rule                   string
+	PolicyDigest           string
+	State                  string
+	ExpiresAt              time.Time
+	DeciderType            string
+	DeciderID              string
+	DeciderName            string
+	DecisionReason         string
+	Scope                  string
+	GrantedBy              *int64
+	CommandID              *int64
+	CreatedAt              time.Time
+	DecidedAt              *time.Time
 }
 
 func (row) TableName() string { return "approvals" }
@@ -158,6 +161,9 @@ func (r row) approval() Approval {
 		Reason: r.DecisionReason, Scope: Scope(r.Scope), GrantedBy: r.GrantedBy, CommandID: r.CommandID, CreatedAt: r.CreatedAt.UTC()}
 	if r.RequesterUserID != nil {
 		a.Requester.UserID = *r.RequesterUserID
+	}
+	if r.RequesterCreatorUserID != nil {
+		a.Requester.CreatorUserID = *r.RequesterCreatorUserID
 	}
 	if r.DecidedAt != nil {
 		t := r.DecidedAt.UTC()
@@ -243,7 +249,7 @@ func validate(b Binding) (time.Duration, error) {
 
 // Request stores a request for b and audits it (approval.requested) before
 // answering. When an approved "session" grant in b's session covers the
-// same program and arguments, the request is stored already approved
+// same binding (Binding.ProgramKey), the request is stored already approved
 // (GrantedBy names the grant's approval) and the caller may run at once.
 func (s *Service) Request(ctx context.Context, b Binding) (Approval, error) {
 	timeout, err := validate(b)
@@ -259,6 +265,10 @@ func (s *Service) Request(ctx context.Context, b Binding) (Approval, error) {
 	if b.Requester.UserID != 0 {
 		uid := b.Requester.UserID
 		r.RequesterUserID = &uid
+	}
+	if b.Requester.CreatorUserID != 0 {
+		uid := b.Requester.CreatorUserID
+		r.RequesterCreatorUserID = &uid
 	}
 	err = s.DB.WithContext(ctx).Transaction(func(tx *gorm.DB) error {
 		var g []grant
@@ -344,8 +354,10 @@ func (s *Service) expire(ctx context.Context, r row) error {
 }
 
 // Sweep expires every pending request past its expiry (at most limit of
-// them; 0: 100) and reports how many it moved. Readers expire lazily too;
-// a sweep makes expiry visible in the audit log without a reader.
+// them; 0: 100) and reports how many it moved. List runs it before
+// answering, and Get and Wait expire the request they read; no background
+// loop calls it, so an unread request is expired (and audited) when it is
+// next read or listed.
 func (s *Service) Sweep(ctx context.Context, limit int) (int, error) {
 	if limit <= 0 {
 		limit = 100
@@ -489,7 +501,11 @@ func (s *Service) Decide(ctx context.Context, a *authz.Actor, id int64, d Decisi
 		r.DecisionReason, r.Scope, r.DecidedAt = reason, string(scope), &now
 		if state == Approved && scope == ScopeSession {
 			g := grant{SessionID: r.SessionID, ProgramKey: r.ProgramKey, ApprovalID: r.ID, CreatedAt: now}
-			if err := tx.Where("session_id = ? AND program_key = ?", g.SessionID, g.ProgramKey).FirstOrCreate(&g).Error; err != nil {
+			// Another approval of the same binding may be storing its grant at
+			// this moment: the first one stored stands, and this insert does
+			// nothing rather than failing the decision (a unique violation
+			// would abort the transaction on Postgres).
+			if err := tx.Clauses(clause.OnConflict{Columns: []clause.Column{{Name: "session_id"}, {Name: "program_key"}}, DoNothing: true}).Create(&g).Error; err != nil {
 				return fmt.Errorf("store session grant: %w", err)
 			}
 		}
@@ -544,6 +560,10 @@ func (s *Service) mayDecide(ctx context.Context, a *authz.Actor, r row) error {
 	if isRequester(a, r) {
 		return a.Deny(authz.Denial{Target: target, Domain: domain(r), Object: Object, Action: ActionDecide, Rule: ruleSelf},
 			"You asked for this command yourself, and "+ruleSelf+": someone else who may decide for the department must.")
+	}
+	if r.RequesterCreatorUserID != nil && a.UserID != 0 && *r.RequesterCreatorUserID == a.UserID {
+		return a.Deny(authz.Denial{Target: target, Domain: domain(r), Object: Object, Action: ActionDecide, Rule: ruleSelf},
+			"You created the API key that asked for this command, and "+ruleSelf+": someone else who may decide for the department must.")
 	}
 	return nil
 }

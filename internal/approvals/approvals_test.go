@@ -370,7 +370,7 @@ func TestQueue(t *testing.T) {
 			if _, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeSession, "ok for this session"); err != nil {
 				t.Fatal(err)
 			}
-			again := w.request(t, w.binding("git  push origin main", "push", "origin", "main"))
+			again := w.request(t, w.binding("git push origin main", "push", "origin", "main"))
 			if again.State != approvals.Approved || again.GrantedBy == nil || *again.GrantedBy != a.ID {
 				t.Fatalf("repeat not covered: %+v", again)
 			}
@@ -382,6 +382,34 @@ func TestQueue(t *testing.T) {
 			b.SessionID = 2
 			if x := w.request(t, b); x.State != approvals.Pending {
 				t.Fatalf("another session covered: %+v", x)
+			}
+		})
+
+		t.Run("session grant covers only the same binding", func(t *testing.T) {
+			b := w.binding("git push origin prod", "push", "origin", "prod")
+			b.SessionID = 3
+			a := w.request(t, b)
+			if _, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeSession, "ok for this session"); err != nil {
+				t.Fatal(err)
+			}
+			if x := w.request(t, b); x.State != approvals.Approved || x.GrantedBy == nil || *x.GrantedBy != a.ID {
+				t.Fatalf("identical repeat not covered: %+v", x)
+			}
+			for name, edit := range map[string]func(b *approvals.Binding){
+				"changed line":      func(b *approvals.Binding) { b.Command = "git  push origin prod" },
+				"appended command":  func(b *approvals.Binding) { b.Command += "; kubectl delete ns prod" },
+				"changed env value": func(b *approvals.Binding) { b.Env = map[string]string{"TOKEN": secret, "HOME": "/tmp"} },
+				"new env": func(b *approvals.Binding) {
+					b.Env = map[string]string{"TOKEN": secret, "HOME": "/root", "GIT_SSH_COMMAND": "sh -c id"}
+				},
+				"other cwd": func(b *approvals.Binding) { b.Cwd = "/" },
+				"tty":       func(b *approvals.Binding) { b.TTY = true },
+			} {
+				x := b
+				edit(&x)
+				if got := w.request(t, x); got.State != approvals.Pending || got.GrantedBy != nil {
+					t.Errorf("%s: covered by the grant: %+v", name, got)
+				}
 			}
 		})
 
@@ -479,6 +507,60 @@ func replicas(t *testing.T) (*world, *approvals.Service) {
 	}
 	w := newWorld(t, one)
 	return w, newService(open(), w.clock, approvals.NewNotifier())
+}
+
+// TestKeyCreatorMayNotDecide: a service key's request (no user behind it)
+// may not be decided by the user who created the key, and may be by
+// another decider.
+func TestKeyCreatorMayNotDecide(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, storetest.Open(t, store.SQLite, store.OrgSet))
+	ctx := context.Background()
+	b := w.binding("git push")
+	b.Requester = approvals.Requester{Type: audit.ActorAPIKey, ID: "11", Name: "service key gh_svc", Via: "api_key:11", CreatorUserID: 2}
+	a := w.request(t, b)
+	_, err := w.svc.Decide(ctx, w.owner, a.ID, approvals.Approve, approvals.ScopeOnce, "mine")
+	wantErr(t, err, apperr.ErrForbidden, "")
+	if x, err := w.svc.Decide(ctx, w.admin, a.ID, approvals.Approve, approvals.ScopeOnce, "ok"); err != nil || x.State != approvals.Approved {
+		t.Fatalf("another decider: %+v %v", x, err)
+	}
+}
+
+// TestConcurrentSessionGrants: two requests for the same binding approved
+// for the session at once, on two replicas, both succeed (one grant is
+// stored, the other insert does nothing), and the grant covers a repeat.
+func TestConcurrentSessionGrants(t *testing.T) {
+	t.Parallel()
+	w, other := replicas(t)
+	ctx := context.Background()
+	for i := range 10 {
+		b := w.binding(fmt.Sprintf("git push %d", i))
+		a1, a2 := w.request(t, b), w.request(t, b)
+		var wg sync.WaitGroup
+		errs := make([]error, 2)
+		start := make(chan struct{})
+		for j, x := range []struct {
+			svc *approvals.Service
+			id  int64
+		}{{w.svc, a1.ID}, {other, a2.ID}} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, errs[j] = x.svc.Decide(ctx, w.owner, x.id, approvals.Approve, approvals.ScopeSession, "ok")
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for j, err := range errs {
+			if err != nil {
+				t.Fatalf("round %d: approval %d: %v", i, j, err)
+			}
+		}
+		if x := w.request(t, b); x.State != approvals.Approved || x.GrantedBy == nil {
+			t.Fatalf("round %d: repeat not covered: %+v", i, x)
+		}
+	}
 }
 
 // TestDecideOnceAcrossReplicas: two deciders on two replicas at once; one

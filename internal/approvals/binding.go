@@ -19,6 +19,10 @@ type Requester struct {
 	// UserID is the org user behind the request (directly or through a
 	// personal key); 0 for a service key. That person may not decide it.
 	UserID int64 `json:"-"`
+	// CreatorUserID is the user who created the requesting key
+	// (directory.APIKey.CreatedByUserID; 0: none known). A service key's
+	// creator may not decide its requests either.
+	CreatorUserID int64 `json:"-"`
 }
 
 // Binding is exactly what will run once approved, and who asked. Env
@@ -31,9 +35,8 @@ type Binding struct {
 	Requester    Requester
 	Command      string
 	// Program and Args are the simple command the policy asked about, as
-	// the parser resolved it; a "session" grant covers the same program
-	// and arguments again. Empty Program: the whole command text is the
-	// key.
+	// the parser resolved it. A "session" grant does not key on them: it
+	// covers only the same binding again (ProgramKey).
 	Program string
 	Args    []string
 	Cwd     string
@@ -93,15 +96,10 @@ func (b Binding) EnvNames() []string {
 	return names
 }
 
-// ProgramKey is what a "session" grant is keyed by: the program and its
-// arguments (or the command text when no program was given).
-func (b Binding) ProgramKey() string {
-	var raw []byte
-	if b.Program != "" {
-		raw, _ = json.Marshal(append([]string{"p", b.Program}, b.Args...))
-	} else {
-		raw, _ = json.Marshal([]string{"t", b.Command})
-	}
-	sum := sha256.Sum256(raw)
-	return hex.EncodeToString(sum[:])
-}
+// ProgramKey is what a "session" grant is keyed by: exactly what will run
+// (Digest: the session, the whole command line as text, each env name with
+// the SHA-256 of its value, the working directory, TTY and stdin), minus
+// who asked and the rule. "The same command in this session" is the same
+// binding again: another command appended ("; kubectl …"), a changed env
+// value (GIT_SSH_COMMAND) or another directory asks again.
+func (b Binding) ProgramKey() string { return b.Digest() }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -61,6 +62,13 @@ type Config struct {
 	// FollowerSweepInterval is how often running commands without a live
 	// follower are looked for (and adopted).
 	FollowerSweepInterval time.Duration
+	// ApprovalWebhookAllow are the private networks (comma-separated CIDR
+	// prefixes) approval webhooks may be posted to, an on-premises chat
+	// server's, say; none by default. The console's own machine and the
+	// metadata addresses stay refused whatever it says.
+	ApprovalWebhookAllow string
+	// ApprovalWebhookNets is ApprovalWebhookAllow parsed.
+	ApprovalWebhookNets []netip.Prefix
 	// UnreachableWindow is how long a session's agentd may fail every call
 	// before the session is lost; shorter outages leave it and its
 	// commands running.
@@ -272,6 +280,8 @@ func flagSet(name string, c *Config, getenv func(string) string, out io.Writer) 
 	}
 	fs.DurationVar(&c.FollowerSweepInterval, "follower-sweep-interval", fsi,
 		"how often running commands whose follower lease lapsed are adopted (GATEHOUSE_FOLLOWER_SWEEP_INTERVAL)")
+	fs.StringVar(&c.ApprovalWebhookAllow, "approval-webhook-allow", env("GATEHOUSE_APPROVAL_WEBHOOK_ALLOW", ""),
+		"private networks (comma-separated CIDR prefixes) approval webhooks may be posted to; none by default (GATEHOUSE_APPROVAL_WEBHOOK_ALLOW)")
 	lw, err := strconv.Atoi(env("GATEHOUSE_LIVE_WINDOW_MIB", strconv.Itoa(DefaultLiveWindowMiB)))
 	if err != nil {
 		return nil, fmt.Errorf("GATEHOUSE_LIVE_WINDOW_MIB must be a whole number of MiB: %w", err)
@@ -387,6 +397,17 @@ func (c *Config) finish(getenv func(string) string) error {
 	}
 	if c.LiveWindowMiB < 1 || c.LiveWindowMiB > 1<<20 {
 		return fmt.Errorf("--live-window-mib must be between 1 and 1048576, not %d", c.LiveWindowMiB)
+	}
+	c.ApprovalWebhookNets = nil
+	for _, f := range strings.Split(c.ApprovalWebhookAllow, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		pfx, err := netip.ParsePrefix(f)
+		if err != nil {
+			return fmt.Errorf("--approval-webhook-allow: %q is not a CIDR prefix such as 10.20.0.0/16", f)
+		}
+		c.ApprovalWebhookNets = append(c.ApprovalWebhookNets, pfx.Masked())
 	}
 	if c.FollowerLease < time.Second || c.FollowerSweepInterval <= 0 {
 		return fmt.Errorf("--follower-lease must be at least 1s and --follower-sweep-interval positive")

@@ -159,3 +159,22 @@ func TestE2BSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestApprovalWebhookAllow: the operator's allow-list of private networks
+// for approval webhooks is parsed from the flag or the environment, and a
+// malformed prefix is refused.
+func TestApprovalWebhookAllow(t *testing.T) {
+	c, _, err := config.Load("console", nil, func(k string) string {
+		return map[string]string{"GATEHOUSE_APPROVAL_WEBHOOK_ALLOW": "10.20.0.5/16, fd00:1::/64"}[k]
+	}, io.Discard)
+	if err != nil || len(c.ApprovalWebhookNets) != 2 || c.ApprovalWebhookNets[0].String() != "10.20.0.0/16" {
+		t.Fatalf("%v %v", c.ApprovalWebhookNets, err)
+	}
+	if c, _, err := config.Load("console", nil, func(string) string { return "" }, io.Discard); err != nil || len(c.ApprovalWebhookNets) != 0 {
+		t.Fatalf("default: %v %v", c.ApprovalWebhookNets, err)
+	}
+	if _, _, err := config.Load("console", []string{"--approval-webhook-allow", "10.0.0.1"}, func(string) string { return "" }, io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "--approval-webhook-allow") {
+		t.Fatalf("malformed prefix: %v", err)
+	}
+}

@@ -245,9 +245,11 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 func (c *Console) newServer(box *sealed.Box) *handlers.Server {
 	cfg, logger, cat := c.Config, c.Logger, c.Catalog
 	c.Approvals = approvals.NewNotifier()
-	// The webhook's client follows no redirect and reaches no metadata
-	// address, as agentd's does.
-	c.ApprovalWebhook = &approvals.Webhook{HTTP: agentdHTTP(), Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
+	// The webhook builds its own client: it follows no redirect and
+	// reaches neither this machine nor a private or metadata address
+	// (approvals.WebhookAddr) but those the operator allowed; an org admin
+	// chose the address.
+	c.ApprovalWebhook = &approvals.Webhook{Allow: cfg.ApprovalWebhookNets, Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
 	return handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
 		ApprovalQueue:    c.ApprovalQueue,

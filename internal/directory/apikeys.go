@@ -31,11 +31,15 @@ type APIKey struct {
 	Name        string
 	OwnerUserID *int64
 	CreatedBy   string
-	Roles       string
-	CreatedAt   time.Time
-	ExpiresAt   *time.Time
-	LastUsedAt  *time.Time
-	RevokedAt   *time.Time
+	// CreatedByUserID is the user who created the key (nil: unknown, or
+	// made before it was recorded). The approval queue refuses them as a
+	// decider of the key's requests.
+	CreatedByUserID *int64
+	Roles           string
+	CreatedAt       time.Time
+	ExpiresAt       *time.Time
+	LastUsedAt      *time.Time
+	RevokedAt       *time.Time
 	// AgentID binds an e2b key (token e2b_<hex>) to the one agent whose
 	// sessions it may create and use through the E2B-compatible API; nil
 	// for ordinary keys (gh_<prefix>_<secret>). The two kinds never
@@ -98,8 +102,10 @@ type NewKey struct {
 	Name      string
 	Owner     *int64
 	CreatedBy string
-	Roles     []KeyRole
-	ExpiresAt *time.Time
+	// CreatedByUserID is the creating user's id, when a user created it.
+	CreatedByUserID *int64
+	Roles           []KeyRole
+	ExpiresAt       *time.Time
 	// Agent makes an e2b key bound to that agent (personal keys only);
 	// the caller checks that the owner may use the agent.
 	Agent *int64
@@ -147,7 +153,7 @@ func (d *Directory) CreateKey(ctx context.Context, in NewKey) (APIKey, string, e
 			prefix, secret = all[:e2bPrefixLen], all[e2bPrefixLen:]
 			token = func() string { return E2BPrefix + prefix + secret }
 		}
-		k := APIKey{Prefix: prefix, SecretHash: hashSecret(secret), Name: in.Name, OwnerUserID: in.Owner, CreatedBy: in.CreatedBy,
+		k := APIKey{Prefix: prefix, SecretHash: hashSecret(secret), Name: in.Name, OwnerUserID: in.Owner, CreatedBy: in.CreatedBy, CreatedByUserID: in.CreatedByUserID,
 			Roles: string(roles), CreatedAt: d.now(), ExpiresAt: in.ExpiresAt, AgentID: in.Agent}
 		err := d.DB.WithContext(ctx).Create(&k).Error
 		if err == nil {

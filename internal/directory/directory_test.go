@@ -102,6 +102,28 @@ func TestUsersAndLogins(t *testing.T) {
 	})
 }
 
+// TestKeyCreatorRecorded: a key records the id of the user who created
+// it, so the approval queue can refuse them as a decider of its requests.
+func TestKeyCreatorRecorded(t *testing.T) {
+	t.Parallel()
+	storetest.Each(t, func(t *testing.T, d store.Dialect) {
+		ctx := context.Background()
+		dir := &directory.Directory{DB: storetest.Open(t, d, store.OrgSet)}
+		u, _, err := dir.CreateUser(ctx, "lee@example.com", "Lee")
+		if err != nil {
+			t.Fatal(err)
+		}
+		k, _, err := dir.CreateKey(ctx, directory.NewKey{Name: "svc", CreatedBy: u.Email, CreatedByUserID: &u.ID, Roles: []directory.KeyRole{{Role: "member", Domain: "org"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := dir.GetKey(ctx, k.ID)
+		if err != nil || !got.IsService() || got.CreatedByUserID == nil || *got.CreatedByUserID != u.ID {
+			t.Fatalf("GetKey = %+v, %v", got, err)
+		}
+	})
+}
+
 func TestAPIKeys(t *testing.T) {
 	t.Parallel()
 	storetest.Each(t, func(t *testing.T, d store.Dialect) {

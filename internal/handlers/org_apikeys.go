@@ -109,6 +109,10 @@ func (s *Server) createKey(c echo.Context, req createKeyRequest) (directory.APIK
 		return directory.APIKey{}, "", apperr.New(apperr.ErrForbidden, "keys_cannot_mint_keys", "An API key cannot create API keys; sign in as a user.")
 	}
 	in := directory.NewKey{Name: req.Name, CreatedBy: p.Name, ExpiresAt: req.ExpiresAt}
+	if p.UserID != 0 {
+		uid := p.UserID
+		in.CreatedByUserID = &uid
+	}
 	if req.Service {
 		if err := actorOf(c).Require(ctx, keysDenial(audit.Target{Type: "api_key", Name: req.Name}, "manage"),
 			"Only organization admins create service keys."); err != nil {

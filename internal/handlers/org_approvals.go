@@ -296,14 +296,17 @@ func (s *Server) pendingCount(c echo.Context) string {
 	return strconv.FormatInt(n, 10)
 }
 
+// approvalWebhookJSON shows a webhook's origin only (its path may be a
+// credential) and whether a path is set, and never the secret.
 type approvalWebhookJSON struct {
 	URL       string     `json:"url"`
+	PathSet   bool       `json:"path_set"`
 	SecretSet bool       `json:"secret_set"`
 	UpdatedAt *time.Time `json:"updated_at"`
 }
 
 func toApprovalWebhookJSON(w approvals.WebhookConfig) approvalWebhookJSON {
-	return approvalWebhookJSON{URL: w.URL, SecretSet: w.SecretSet, UpdatedAt: w.UpdatedAt}
+	return approvalWebhookJSON{URL: w.URL, PathSet: w.PathSet, SecretSet: w.SecretSet, UpdatedAt: w.UpdatedAt}
 }
 
 func (s *Server) apiGetApprovalWebhook(c echo.Context) error {
