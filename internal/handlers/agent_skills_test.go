@@ -110,6 +110,8 @@ func TestAgentSkillsPage(t *testing.T) {
 			{map[string]string{"name": "lint", "kind": "path", "path": "/opt/lint", "sha256": pin}, nil, "skill-sha256-error"},
 			{map[string]string{"name": "lint", "kind": "upload"}, nil, "skill-file-error"},
 			{map[string]string{"name": "lint", "kind": "upload"}, []byte("not an archive"), "skill-file-error"},
+			// A skill refused stores no bundle either.
+			{map[string]string{"name": "fmt", "kind": "upload"}, bundle, "skill-name-error"},
 		} {
 			r := post("/skills", "owner", tc.fields, tc.file)
 			wantStatus(t, fmt.Sprint("refused ", tc.fields), r, http.StatusBadRequest)
@@ -119,6 +121,9 @@ func TestAgentSkillsPage(t *testing.T) {
 		}
 		if got := skills(); len(got) != 2 {
 			t.Errorf("refused adds changed the skills: %v", got)
+		}
+		if body := get("owner"); strings.Contains(body, `data-testid="upload-skill-fmt"`) || strings.Contains(body, `data-testid="upload-skill-lint"`) {
+			t.Error("a refused skill left its bundle stored")
 		}
 	})
 	t.Run("a reader sees the list without forms and is refused", func(t *testing.T) {
@@ -140,6 +145,12 @@ func TestAgentSkillsPage(t *testing.T) {
 		}
 		if after := len(f.auditEvents(t, "action:agent.update")); after != before+1 {
 			t.Errorf("agent.update events %d → %d, want one more", before, after)
+		}
+		r = post("/skills/remove", "owner", map[string]string{"name": "tools"}, nil)
+		wantStatus(t, "remove the uploaded skill", r, http.StatusSeeOther)
+		body := get("owner")
+		if !strings.Contains(body, `data-testid="skills-empty"`) || !strings.Contains(body, `data-testid="upload-skill-tools"`) {
+			t.Errorf("after removing tools, the list is not empty or its bundle is gone: %.3000s", body)
 		}
 	})
 }
