@@ -111,12 +111,13 @@ func (s *Server) changeSkills(c echo.Context, upload *agents.UploadInput, change
 // or by uploading a bundle, which is stored and attached as
 // upload:<name> pinned to its SHA-256.
 func (s *Server) pageAddSkill(c echo.Context) error {
-	a, err := s.agentFromPath(c)
+	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
 	// Who may not change the agent learns nothing from the form's rules.
-	if _, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), a.ID); err != nil {
+	a, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), id)
+	if err != nil {
 		return err
 	}
 	if err := c.Request().ParseMultipartForm(8 << 20); err != nil && !errors.Is(err, http.ErrNotMultipart) {
@@ -190,11 +191,12 @@ func (s *Server) refuseSkill(c echo.Context, f views.SkillForm, err error) error
 // pageRemoveSkill removes a skill from the agent's configuration; its
 // uploaded bundle, if any, stays.
 func (s *Server) pageRemoveSkill(c echo.Context) error {
-	a, err := s.agentFromPath(c)
+	id, err := idParam(c, "id")
 	if err != nil {
 		return err
 	}
-	if _, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), a.ID); err != nil {
+	a, err := s.agentService(c).Manageable(c.Request().Context(), actorOf(c), id)
+	if err != nil {
 		return err
 	}
 	back := "/o/" + tenantOf(c).Org.Slug + "/agents/" + itoa(a.ID) + "#skills"
