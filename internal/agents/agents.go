@@ -156,25 +156,10 @@ func ParseConfig(raw string, v *apperr.ValidationError) (Config, string) {
 	}
 	seen := map[string]bool{}
 	for i, s := range c.Skills {
-		switch {
-		case !skillNameRE.MatchString(s.Name):
-			v.Add("config", "config.skills[%d].name must be 1–64 lowercase letters, digits, dots, dashes or underscores.", i)
-		case seen[s.Name]:
+		if seen[s.Name] && skillNameRE.MatchString(s.Name) {
 			v.Add("config", "config.skills[%d].name %q appears twice.", i, s.Name)
-		case s.Source == "":
-			v.Add("config", "config.skills[%d].source is required (an https:// URL, an absolute path or upload:<name>).", i)
-		case strings.HasPrefix(s.Source, UploadSource) && !skillNameRE.MatchString(strings.TrimPrefix(s.Source, UploadSource)):
-			v.Add("config", "config.skills[%d].source %q must name an uploaded bundle: upload: followed by 1–64 lowercase letters, digits, dots, dashes or underscores.", i, s.Source)
-		case !strings.HasPrefix(s.Source, UploadSource) && !strings.HasPrefix(s.Source, "https://") && !strings.HasPrefix(s.Source, "http://") && !strings.HasPrefix(s.Source, "/"):
-			v.Add("config", "config.skills[%d].source must be an http(s) URL, an absolute path or upload:<name>.", i)
-		case strings.HasPrefix(s.Source, "/") && strings.Contains(s.Source, ".."):
-			v.Add("config", "config.skills[%d].source must be an absolute path without \"..\".", i)
-		case s.MountPath != "" && (!strings.HasPrefix(s.MountPath, "/") || strings.Contains(s.MountPath, "..")):
-			v.Add("config", "config.skills[%d].mount_path must be an absolute path without \"..\".", i)
-		case s.SHA256 != "" && !sha256RE.MatchString(s.SHA256):
-			v.Add("config", "config.skills[%d].sha256 must be 64 lowercase hexadecimal digits.", i)
-		case s.SHA256 != "" && strings.HasPrefix(s.Source, "/"):
-			v.Add("config", "config.skills[%d].sha256 cannot pin a path source (a directory has no single hash); pin a URL or an uploaded bundle.", i)
+		} else if field, rest := skillProblem(s); field != "" {
+			v.Add("config", "config.skills[%d].%s%s", i, field, rest)
 		}
 		seen[s.Name] = true
 	}

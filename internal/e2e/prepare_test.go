@@ -16,10 +16,11 @@ import (
 	"github.com/chromedp/chromedp"
 )
 
-// TestBrowserSessionPreparation: the department's owner uploads a skill
-// bundle and a file on the agent's page (listed with size and hash), the
-// agent's skill names the bundle, and the owner's new session, started
-// from its page, lists the skill and the file verified by agentd. With
+// TestBrowserSessionPreparation: the department's owner adds a skill on
+// the agent's page by uploading its bundle (attached as upload:<name>,
+// pinned to its hash, without editing JSON) and uploads a file, and the
+// owner's new session, started from its page, lists the skill and the
+// file verified by agentd. With
 // -update-screenshots the session page becomes docs/screenshots/session.png.
 func TestBrowserSessionPreparation(t *testing.T) {
 	t.Parallel()
@@ -48,15 +49,20 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		signIn(w.ownerEmail, w.pwd),
 		chromedp.WaitVisible(testid("my-roles")),
 	)
-	t.Run("upload a bundle and a file on the agent's page", func(t *testing.T) {
-		do(t, ctx, "open the agent", chromedp.Navigate(agentPage), chromedp.WaitVisible(testid("uploads-empty")))
-		do(t, ctx, "upload the bundle",
-			chromedp.SetValue(css("#upload-kind"), "skill"),
-			chromedp.SendKeys(css("#upload-name"), "triage"),
-			chromedp.SetUploadFiles(css("#upload-file"), []string{bundle}),
-			submits(chromedp.Click(testid("upload-submit"))),
-			chromedp.WaitVisible(testid("upload-skill-triage")),
+	t.Run("add a skill by uploading its bundle, and upload a file, on the agent's page", func(t *testing.T) {
+		do(t, ctx, "open the agent", chromedp.Navigate(agentPage), chromedp.WaitVisible(testid("skills-empty")))
+		// No JSON: the skill is added by uploading, which attaches the
+		// bundle as upload:triage pinned to its hash (issue 41 item 5).
+		do(t, ctx, "add the skill by upload",
+			chromedp.SendKeys(css("#skill-name"), "triage"),
+			chromedp.Click(testid("skill-kind-upload")),
+			chromedp.WaitVisible(css("#skill-file")),
+			chromedp.SetUploadFiles(css("#skill-file"), []string{bundle}),
+			submits(chromedp.Click(testid("add-skill"))),
+			chromedp.WaitVisible(testid("skill-triage")),
 		)
+		mustContain(t, "skill row", text(t, ctx, testid("skill-triage")), "upload:triage", bundleSum)
+		mustContain(t, "bundle row", text(t, ctx, testid("upload-skill-triage")), bundleSum, "bytes")
 		do(t, ctx, "upload the file",
 			chromedp.SetValue(css("#upload-kind"), "file"),
 			chromedp.SendKeys(css("#upload-name"), "notes/brief.md"),
@@ -64,7 +70,6 @@ func TestBrowserSessionPreparation(t *testing.T) {
 			submits(chromedp.Click(testid("upload-submit"))),
 			chromedp.WaitVisible(testid("upload-file-notes/brief.md")),
 		)
-		mustContain(t, "bundle row", text(t, ctx, testid("upload-skill-triage")), bundleSum, "bytes")
 	})
 	// The world's agentd has no root of its own: the session's workspace
 	// goes to a directory of this test, not the package's.
@@ -72,8 +77,6 @@ func TestBrowserSessionPreparation(t *testing.T) {
 		map[string]any{"workspace_root": t.TempDir()}, http.StatusOK, nil)
 	var ownerLogin struct{ Token string }
 	callAPI(t, w.srv.url, http.MethodPost, "/api/v1/orgs/acme/auth/login", "", map[string]string{"email": w.ownerEmail, "password": w.pwd}, http.StatusOK, &ownerLogin)
-	callAPI(t, w.srv.url, http.MethodPatch, "/api/v1/orgs/acme/agents/"+idStr(w.agentID), ownerLogin.Token, map[string]any{"config": map[string]any{
-		"model": "claude-sonnet-4", "skills": []map[string]string{{"name": "triage", "source": "upload:triage", "sha256": bundleSum}}}}, http.StatusOK, nil)
 
 	t.Run("a new session, started, lists them verified", func(t *testing.T) {
 		do(t, ctx, "new session",

@@ -439,12 +439,21 @@ func deref64(p *int64) int64 {
 }
 
 func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *views.AgentForm) error {
-	return s.renderAgentTried(c, status, a, form, nil)
+	return s.renderAgentPage(c, status, a, agentPageState{form: form})
 }
 
-// renderAgentTried renders the agent's page, with what the "try a command"
-// box decided when try is set.
-func (s *Server) renderAgentTried(c echo.Context, status int, a agents.Agent, form *views.AgentForm, try *views.ExecTry) error {
+// agentPageState is what a refused or answered form puts back on the
+// agent's page: the edit form as sent, what the "try a command" box
+// decided, the "Add a skill" form as sent. Nil parts show as new.
+type agentPageState struct {
+	form  *views.AgentForm
+	try   *views.ExecTry
+	skill *views.SkillForm
+}
+
+// renderAgentPage renders the agent's page with st's forms.
+func (s *Server) renderAgentPage(c echo.Context, status int, a agents.Agent, st agentPageState) error {
+	form, try := st.form, st.try
 	ctx, actor := c.Request().Context(), actorOf(c)
 	canManage, err := s.agentService(c).CanManage(ctx, actor, a)
 	if err != nil {
@@ -498,6 +507,10 @@ func (s *Server) renderAgentTried(c echo.Context, status int, a agents.Agent, fo
 	}
 	if d.Sessions, err = s.agentSessions(c, a, byID); err != nil {
 		return err
+	}
+	d.Skills = views.AgentSkillsData{Slug: d.Slug, AgentID: a.ID, CanManage: canManage, Rows: agentSkills(a)}
+	if st.skill != nil {
+		d.Skills.Form = *st.skill
 	}
 	d.Uploads = views.AgentUploadsData{Slug: d.Slug, AgentID: a.ID, CanManage: canManage}
 	if d.Uploads.Rows, err = s.agentUploads(c, a); err != nil {

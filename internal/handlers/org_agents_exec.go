@@ -143,7 +143,7 @@ func (s *Server) pageTryExec(c echo.Context) error {
 			try.Commands = append(try.Commands, views.ExecTryCommand{Text: "(text rule on " + t.On + ")", Action: string(t.Action), Why: t.Why})
 		}
 	}
-	return s.renderAgentTried(c, status, a, nil, &try)
+	return s.renderAgentPage(c, status, a, agentPageState{try: &try})
 }
 
 // blankRuleRows is how many empty rows the rules table offers for new

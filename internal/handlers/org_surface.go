@@ -184,6 +184,9 @@ func (s *Server) registerOrgPages(api *group) {
 	pg.handle(http.MethodPost, "/agents/:id/exec-policy/try", rbac.Authenticated(), s.pageTryExec)
 	pg.handle(http.MethodPost, "/agents/:id/uploads", rbac.Authenticated(), s.pagePutUpload)
 	pg.handle(http.MethodPost, "/agents/:id/uploads/remove", rbac.Authenticated(), s.pageRemoveUpload)
+	// Adding or removing a skill is an agent update (org_agents_skills.go).
+	pg.handle(http.MethodPost, "/agents/:id/skills", rbac.Authenticated(), s.pageAddSkill)
+	pg.handle(http.MethodPost, "/agents/:id/skills/remove", rbac.Authenticated(), s.pageRemoveSkill)
 	pg.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.pageSessions)
 	pg.handle(http.MethodPost, "/sessions", rbac.Authenticated(), s.pageCreateSession)
 	pg.handle(http.MethodGet, "/sessions/:id", rbac.Authenticated(), s.pageSession)

@@ -21,8 +21,11 @@ import (
 const maxUploadBody = agents.MaxUploadBytes + 1<<20
 
 // isUploadRoute reports the routes whose bodies may be as large as an
-// upload (the route pattern, as echo matched it).
-func isUploadRoute(route string) bool { return strings.HasSuffix(route, "/agents/:id/uploads") }
+// upload (the route pattern, as echo matched it): the uploads form and
+// the agent page's "Add a skill" form, which may carry a bundle.
+func isUploadRoute(route string) bool {
+	return strings.HasSuffix(route, "/agents/:id/uploads") || strings.HasSuffix(route, "/agents/:id/skills")
+}
 
 type uploadJSON struct {
 	Kind      string    `json:"kind"`

@@ -178,7 +178,7 @@ func plan(ag agents.Agent, uploads []agents.Upload, workspace string) []plannedI
 		if dest == "" {
 			dest = path.Join(workspace, ".skills", sk.Name)
 		}
-		it := plannedItem{PrepItem: PrepItem{Kind: "skill", Name: sk.Name, Source: shownSource(sk.Source), Path: dest}, skill: sk}
+		it := plannedItem{PrepItem: PrepItem{Kind: "skill", Name: sk.Name, Source: sk.Shown(), Path: dest}, skill: sk}
 		if name, ok := sk.Uploaded(); ok {
 			it.upload = bundles[name]
 		}
@@ -191,18 +191,6 @@ func plan(ag agents.Agent, uploads []agents.Upload, workspace string) []plannedI
 		}
 	}
 	return out
-}
-
-// shownSource is a skill's source as pages, the API and the audit log show
-// it: a URL without credentials, query or fragment (a signed download link
-// carries its secret there).
-func shownSource(src string) string {
-	u, err := url.Parse(src)
-	if err != nil || (u.Scheme != "https" && u.Scheme != "http") {
-		return src
-	}
-	u.User, u.RawQuery, u.Fragment = nil, "", ""
-	return u.String()
 }
 
 // prepare makes sure the workspace t's commands run in holds the agent's
