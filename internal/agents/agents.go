@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/authz"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/policy"
 	"github.com/gatehouse/gatehouse/internal/store"
 )
 
@@ -47,10 +49,17 @@ type Agent struct {
 	DefaultEnvironmentID int64
 	IdleTimeoutSeconds   int
 	ReclaimAfterSeconds  int
-	CommandPolicy        string
-	CreatedBy            string
-	CreatedAt            time.Time
-	UpdatedAt            time.Time
+	// CommandPolicy is the legacy list of denied command patterns (JSON):
+	// the text deny rules of ExecPolicy, kept for clients that read it.
+	CommandPolicy string
+	// ExecPolicy is the execution policy's canonical JSON, "" for an agent
+	// saved before there were execution policies (see Exec).
+	ExecPolicy string
+	// ExecPolicyDigest is the SHA-256 of ExecPolicy: the policy's version.
+	ExecPolicyDigest string
+	CreatedBy        string
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
 	// EnvironmentIDs are the allowed environments (agent_environments).
 	EnvironmentIDs []int64 `gorm:"-"`
 }
@@ -203,7 +212,48 @@ func ParsePolicy(patterns []string, v *apperr.ValidationError) string {
 	return string(b)
 }
 
-// Policy returns the agent's deny patterns.
+// Exec is the agent's execution policy, normalized. An agent saved before
+// execution policies has its command patterns as text deny rules
+// (policy.FromPatterns), so it denies exactly what it denied. A stored
+// policy that does not decode is an error: the gateway then runs nothing.
+func (a Agent) Exec() (policy.Exec, error) {
+	if strings.TrimSpace(a.ExecPolicy) == "" {
+		return policy.FromPatterns(a.Policy()), nil
+	}
+	p := policy.DefaultExec()
+	if err := json.Unmarshal([]byte(a.ExecPolicy), &p); err != nil {
+		return p, fmt.Errorf("agent %d: read its execution policy: %w", a.ID, err)
+	}
+	p.Normalize()
+	return p, nil
+}
+
+// ExecVersion names the version of the agent's execution policy: its
+// digest, computed for an agent saved before execution policies.
+func (a Agent) ExecVersion() string {
+	if a.ExecPolicyDigest != "" && a.ExecPolicy != "" {
+		return a.ExecPolicyDigest
+	}
+	p, err := a.Exec()
+	if err != nil {
+		return ""
+	}
+	return p.Digest()
+}
+
+// TextPatterns are the patterns of p's text deny rules: what the legacy
+// command_policy field shows.
+func TextPatterns(p policy.Exec) []string {
+	out := []string{}
+	for _, r := range p.Rules {
+		if r.Text != "" && r.Action == policy.Deny {
+			out = append(out, r.Text)
+		}
+	}
+	return out
+}
+
+// Policy returns the agent's legacy deny patterns (command_policy).
 func (a Agent) Policy() []string {
 	var ps []string
 	_ = json.Unmarshal([]byte(a.CommandPolicy), &ps)
@@ -233,7 +283,12 @@ type Input struct {
 	DefaultEnvironmentID *int64
 	IdleTimeout          *time.Duration
 	ReclaimAfter         *time.Duration
-	CommandPolicy        []string
+	// CommandPolicy (legacy) replaces the text deny rules of the execution
+	// policy with these patterns; given with ExecPolicy, they are added to
+	// its rules unless one already denies that text.
+	CommandPolicy []string
+	// ExecPolicy is the execution policy as JSON (policy.ParseExec).
+	ExecPolicy *string
 }
 
 // EnvLookup reads environments and templates for validation, as the
@@ -324,9 +379,7 @@ func (s *Service) validate(ctx context.Context, actor *authz.Actor, a *Agent, in
 	if a.ReclaimAfterSeconds < 60 || a.ReclaimAfterSeconds > 90*24*3600 {
 		v.Add("reclaim_after", "The reclaim window after pause must be from 1 minute to 90 days.")
 	}
-	if in.CommandPolicy != nil || creating {
-		a.CommandPolicy = ParsePolicy(in.CommandPolicy, v)
-	}
+	s.validateExec(a, in, creating, v)
 	if in.EnvironmentIDs != nil {
 		a.EnvironmentIDs = dedupe(in.EnvironmentIDs)
 	}
@@ -348,6 +401,55 @@ func (s *Service) validate(ctx context.Context, actor *authz.Actor, a *Agent, in
 		return err
 	}
 	return v.Err()
+}
+
+// validateExec applies in's execution policy (and legacy patterns) to a,
+// storing it canonical with its digest and its text deny patterns as
+// command_policy.
+func (s *Service) validateExec(a *Agent, in Input, creating bool, v *apperr.ValidationError) {
+	var p policy.Exec
+	switch {
+	case in.ExecPolicy != nil:
+		p = policy.ParseExec(*in.ExecPolicy, v, "exec_policy")
+	case creating:
+		p = policy.DefaultExec()
+	default:
+		cur, err := a.Exec()
+		if err != nil && in.CommandPolicy == nil {
+			v.Add("exec_policy", "The stored execution policy cannot be read; give a new one.")
+			return
+		}
+		p = cur
+		if in.CommandPolicy != nil {
+			// The patterns replace the text deny rules they stood for.
+			p.Rules = slices.DeleteFunc(slices.Clone(p.Rules), func(r policy.ExecRule) bool { return r.Text != "" && r.Action == policy.Deny })
+		}
+	}
+	if in.CommandPolicy != nil {
+		var pats []string
+		_ = json.Unmarshal([]byte(ParsePolicy(in.CommandPolicy, v)), &pats)
+		have := TextPatterns(p)
+		for _, r := range policy.FromPatterns(pats).Rules {
+			if !slices.Contains(have, r.Text) {
+				p.Rules = append(p.Rules, r)
+			}
+		}
+		if len(p.Rules) > policy.MaxExecRules {
+			v.Add("exec_policy.rules", "At most %d rules (there are %d with the command patterns).", policy.MaxExecRules, len(p.Rules))
+		}
+	}
+	// What agentd would enforce is not built yet: refuse rather than
+	// accept a promise nothing keeps.
+	if p.RequireEnforcement {
+		v.Add("exec_policy.require_enforcement", "require_enforcement is not available yet: no environment enforces the rules where programs start.")
+	}
+	if len(p.ExecPaths) > 0 {
+		v.Add("exec_policy.exec_paths", "exec_paths are not available yet: they are enforced only where programs start, which no environment does yet.")
+	}
+	a.ExecPolicy = string(p.Canonical())
+	a.ExecPolicyDigest = p.Digest()
+	b, _ := json.Marshal(TextPatterns(p))
+	a.CommandPolicy = string(b)
 }
 
 // checkEnvironments checks a's environments and template as actor may
@@ -539,7 +641,8 @@ func (s *Service) update(ctx context.Context, actor *authz.Actor, before Agent, 
 			"department_id": after.DepartmentID, "name": after.Name, "description": after.Description, "config": after.Config,
 			"sandbox_mode": after.SandboxMode, "template_id": after.TemplateID, "default_environment_id": after.DefaultEnvironmentID,
 			"idle_timeout_seconds": after.IdleTimeoutSeconds, "reclaim_after_seconds": after.ReclaimAfterSeconds,
-			"command_policy": after.CommandPolicy, "updated_at": after.UpdatedAt,
+			"command_policy": after.CommandPolicy, "exec_policy": after.ExecPolicy, "exec_policy_digest": after.ExecPolicyDigest,
+			"updated_at": after.UpdatedAt,
 		}).Error; err != nil {
 			return err
 		}
@@ -586,4 +689,15 @@ func (s *Service) remove(ctx context.Context, a Agent) (Agent, error) {
 		return nil
 	})
 	return a, err
+}
+
+// Try decides command (with the env variables env) as an exec in one of
+// the agent's sessions would be decided by p: which rule decides each
+// program the line runs, and why. A line the shell parser rejects is a
+// *policy.ParseError (command_unparsable), as at exec.
+func Try(p policy.Exec, command string, env map[string]string) (policy.CommandDecision, error) {
+	if strings.TrimSpace(command) == "" {
+		return policy.CommandDecision{}, &apperr.ValidationError{Fields: map[string]string{"command": "Give a command line to try."}}
+	}
+	return p.DecideCommand(command, env)
 }

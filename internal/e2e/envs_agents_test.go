@@ -186,8 +186,8 @@ func TestBrowserEnvironmentAndAgent(t *testing.T) {
 		chromedp.WaitVisible(css(`#config-error`)),
 	)
 	mustContain(t, "config error", text(t, ctx, css(`#config-error`)), "modle")
-	// The denied patterns say what they check and what they do not.
-	mustContain(t, "denied patterns help", text(t, ctx, testid("policy-help")), "What is typed into a terminal is not checked against them")
+	// The execution rules say what they check and what they do not.
+	mustContain(t, "execution rules help", text(t, ctx, testid("exec-help")), "Typed terminal input is not checked by these rules")
 	do(t, ctx, "no agent was created", chromedp.WaitVisible(testid("agents-empty")))
 	if !get(t, ctx, "environment kept", chromedp.Evaluate[bool](`document.querySelector('input[name="environment_ids"][value="`+envID+`"]').checked`)) {
 		t.Error("the refused agent form lost the chosen environment")

@@ -126,7 +126,7 @@ func TestBrowserTerminal(t *testing.T) {
 			t.Fatalf("no line \"hi\" on the screen:\n%s", s)
 		}
 	})
-	t.Run("the header says the denied patterns are not applied to what is typed, and they are not", func(t *testing.T) {
+	t.Run("the header says the execution rules are not applied to what is typed, and they are not", func(t *testing.T) {
 		promise := get(t, ctx, "terminal header", chromedp.Text(testid("terminal-promise")))
 		unchecked := get(t, ctx, "terminal header", chromedp.Text(testid("terminal-unchecked")))
 		if strings.Contains(promise, "Everything typed here is checked") || !strings.Contains(unchecked, "not applied to what is typed here") {

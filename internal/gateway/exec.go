@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
+	"github.com/gatehouse/gatehouse/internal/policy"
 	"github.com/gatehouse/gatehouse/internal/recorder"
 	"github.com/gatehouse/gatehouse/internal/recordings"
 	"github.com/gatehouse/gatehouse/internal/sessions"
@@ -30,6 +31,17 @@ type ExecRequest struct {
 	Stdin     bool              `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
 	WaitMS    int64             `json:"wait_ms,omitempty"`
+	// interactive marks the browser terminal's own shell (Interactive).
+	interactive bool
+}
+
+// Interactive marks r as the shell the browser terminal starts, a command
+// of the console's own: the agent's execution rules decide request
+// command lines, and what is typed into that shell is not one (agentd's
+// enforcement where programs start is what can catch it).
+func (r ExecRequest) Interactive() ExecRequest {
+	r.interactive = true
+	return r
 }
 
 func newAgentdID() string {
@@ -70,7 +82,19 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	if req.TimeoutMS < 0 || req.WaitMS < 0 {
 		return Output{}, &apperr.ValidationError{Fields: map[string]string{"timeout_ms": "timeout_ms and wait_ms cannot be negative."}}
 	}
-	t, err := resolve(ctx, org, a, sessionID, ActExec, func(t sessions.Target) error { return policyCheck(a, t, req.Command, req.Env) })
+	var (
+		decision policy.CommandDecision
+		asked    sessions.Target
+	)
+	t, err := resolve(ctx, org, a, sessionID, ActExec, func(t sessions.Target) error {
+		var err error
+		decision, err = g.execRules(a, t, req)
+		asked = t
+		return err
+	})
+	if errors.Is(err, errAsked) {
+		return g.Asker.Ask(ctx, AskRequest{Org: org, Actor: a, Meta: m, Target: asked, Request: req, Decision: decision, PolicyVersion: asked.Agent.ExecVersion()})
+	}
 	if err != nil {
 		return Output{}, err
 	}
@@ -86,7 +110,8 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	committing := time.Now()
 	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.startChecks(a, t), &cmd, func(id int64) audit.Event {
 		return event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
-			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS})
+			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS,
+			"exec_policy": execPolicyDetails(t, req, decision)})
 	})
 	if err != nil {
 		return Output{}, durable(err)

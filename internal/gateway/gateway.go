@@ -122,6 +122,11 @@ type Gateway struct {
 	// can take off the hot path), once it is and before agentd hears of
 	// the operation: the console's metrics, the benchmark's floor.
 	Recorded func(op string, d time.Duration)
+	// Asker takes the execs the agent's execution rules hold for a
+	// person; nil refuses them (approval_required).
+	Asker Asker
+	// rules are the agents' execution policies, compiled (rules.go).
+	rules checkers
 }
 
 // Operations Recorded is told of.

@@ -4,9 +4,7 @@ import (
 	"context"
 	"strconv"
 
-	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/authz"
-	"github.com/gatehouse/gatehouse/internal/clip"
 	"github.com/gatehouse/gatehouse/internal/sessions"
 )
 
@@ -93,27 +91,4 @@ func authorize(ctx context.Context, a *authz.Actor, t sessions.Target, act strin
 	}
 	return a.Deny(authz.Denial{Target: sessions.AuditTarget(t.Session), Domain: dom, Object: obj, Action: act, Rule: authz.RuleText(dec)},
 		"You may not "+act+" in session "+strconv.FormatInt(t.Session.ID, 10)+".")
-}
-
-// policyCheck applies the agent's command policy to an exec: a command
-// matching one of its patterns is refused, naming the pattern. The values
-// of env are part of the command (`eval "$X"` runs X's value), so each is
-// checked as the command text is, and a refusal names the variable. It is
-// defence in depth, not a boundary: an interactive shell can type anything.
-func policyCheck(a *authz.Actor, t sessions.Target, command string, env map[string]string) error {
-	deny := func(pattern, what string) error {
-		return a.Deny(authz.Denial{Target: audit.Target{Type: "command", Name: clip.String(command, 200)}, Domain: authz.Domain(t.Session.AgentDepartmentID),
-			Object: terminalObject(t.Session.ID), Action: ActExec, Rule: "command policy of agent " + t.Agent.Name + ": " + pattern + what},
-			"The command matches the agent's command policy ("+pattern+")"+what+" and was not run.")
-	}
-	if pattern := t.Agent.DeniedBy(command); pattern != "" {
-		return deny(pattern, "")
-	}
-	// In name order, so the refusal names the same variable every time.
-	for _, k := range envKeys(env) {
-		if pattern := t.Agent.DeniedBy(env[k]); pattern != "" {
-			return deny(pattern, " in the value of the env variable "+k)
-		}
-	}
-	return nil
 }

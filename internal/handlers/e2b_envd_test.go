@@ -242,10 +242,35 @@ func TestE2BDataPlane(t *testing.T) {
 			denied := false
 			for _, e := range f.auditEvents(t, "action:authz.deny") {
 				rule, _ := e.Details["rule"].(string)
-				denied = denied || strings.Contains(rule, "command policy") && strings.Contains(rule, "^rm -rf /")
+				denied = denied || strings.Contains(rule, "execution policy") && strings.Contains(rule, "^rm -rf /")
 			}
 			if !denied {
 				t.Fatal("the refusal is not in the audit log")
+			}
+		})
+
+		t.Run("Start is decided by the execution rules: deny names the rule, ask is refused as needing a person", func(t *testing.T) {
+			r := f.call(http.MethodPatch, "/agents/"+itoa(f.agentID), "entered-admin", map[string]any{"exec_policy": map[string]any{
+				"rules": []map[string]string{{"action": "deny", "program": "shred"}, {"action": "ask", "program": "git", "args": "push *"}}}})
+			wantStatus(t, "set the execution policy", r, http.StatusOK)
+			before := f.agentd.requests.Load()
+			for _, tc := range []struct{ script, want string }{
+				{"cd /tmp && sudo shred -u x", "rule 1: deny program shred"},
+				{"git push origin main", "approvals are not yet available"},
+			} {
+				s, err := proc.Start(ctx, startCmd(tc.script, false))
+				if err == nil {
+					for s.Receive() {
+					}
+					err = s.Err()
+				}
+				wantCode(t, tc.script, err, connect.CodePermissionDenied)
+				if !strings.Contains(err.Error(), tc.want) {
+					t.Errorf("%s: refusal %v does not say %q", tc.script, err, tc.want)
+				}
+			}
+			if n := f.agentd.requests.Load(); n != before {
+				t.Fatalf("agentd got %d requests for refused starts", n-before)
 			}
 		})
 

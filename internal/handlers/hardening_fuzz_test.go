@@ -36,7 +36,7 @@ var hostileValues = []struct {
 // unknown-field check wherever a route takes that field.
 var bodyKeys = []string{"name", "email", "slug", "description", "url", "subject", "role", "domain", "object", "action", "effect",
 	"password", "current_password", "new_password", "kind", "os", "deployment", "workspace_root", "sandbox_domain", "sandbox_scheme",
-	"proxy_base_url", "api_key", "agentd_token", "backend_template_id", "image", "sandbox_mode", "config", "command_policy",
+	"proxy_base_url", "api_key", "agentd_token", "backend_template_id", "image", "sandbox_mode", "config", "command_policy", "exec_policy",
 	"database_url", "status", "prompt", "command", "agent_id", "environment_id"}
 
 // queryKeys are the query parameters routes read.

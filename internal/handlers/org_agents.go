@@ -14,6 +14,7 @@ import (
 	"github.com/gatehouse/gatehouse/internal/apperr"
 	"github.com/gatehouse/gatehouse/internal/audit"
 	"github.com/gatehouse/gatehouse/internal/envs"
+	"github.com/gatehouse/gatehouse/internal/policy"
 	"github.com/gatehouse/gatehouse/internal/rbac"
 	"github.com/gatehouse/gatehouse/internal/views"
 )
@@ -43,10 +44,14 @@ type agentJSON struct {
 	DefaultEnvironmentID int64           `json:"default_environment_id"`
 	IdleTimeoutSeconds   int             `json:"idle_timeout_seconds"`
 	ReclaimAfterSeconds  int             `json:"reclaim_after_seconds"`
-	CommandPolicy        []string        `json:"command_policy"`
-	CreatedBy            string          `json:"created_by"`
-	CreatedAt            time.Time       `json:"created_at"`
-	UpdatedAt            time.Time       `json:"updated_at"`
+	// CommandPolicy (legacy) is the patterns of ExecPolicy's text deny
+	// rules.
+	CommandPolicy     []string    `json:"command_policy"`
+	ExecPolicy        policy.Exec `json:"exec_policy"`
+	ExecPolicyVersion string      `json:"exec_policy_version"`
+	CreatedBy         string      `json:"created_by"`
+	CreatedAt         time.Time   `json:"created_at"`
+	UpdatedAt         time.Time   `json:"updated_at"`
 }
 
 func toAgentJSON(a agents.Agent) agentJSON {
@@ -54,13 +59,16 @@ func toAgentJSON(a agents.Agent) agentJSON {
 	if ids == nil {
 		ids = []int64{}
 	}
-	pol := a.Policy()
-	if pol == nil {
-		pol = []string{}
+	// A damaged stored policy shows as read (the gateway runs nothing
+	// with it): the agent can still be read and mended.
+	p, _ := a.Exec()
+	if p.Rules == nil {
+		p.Rules = []policy.ExecRule{}
 	}
 	return agentJSON{ID: a.ID, DepartmentID: a.DepartmentID, Name: a.Name, Description: a.Description, Config: json.RawMessage(a.Config),
 		SandboxMode: a.SandboxMode, TemplateID: a.TemplateID, EnvironmentIDs: ids, DefaultEnvironmentID: a.DefaultEnvironmentID,
-		IdleTimeoutSeconds: a.IdleTimeoutSeconds, ReclaimAfterSeconds: a.ReclaimAfterSeconds, CommandPolicy: pol,
+		IdleTimeoutSeconds: a.IdleTimeoutSeconds, ReclaimAfterSeconds: a.ReclaimAfterSeconds, CommandPolicy: agents.TextPatterns(p),
+		ExecPolicy: p, ExecPolicyVersion: a.ExecVersion(),
 		CreatedBy: a.CreatedBy, CreatedAt: a.CreatedAt.UTC(), UpdatedAt: a.UpdatedAt.UTC()}
 }
 
@@ -90,6 +98,7 @@ type agentRequest struct {
 	IdleTimeoutSeconds   *int            `json:"idle_timeout_seconds"`
 	ReclaimAfterSeconds  *int            `json:"reclaim_after_seconds"`
 	CommandPolicy        []string        `json:"command_policy"`
+	ExecPolicy           json.RawMessage `json:"exec_policy"`
 }
 
 func (r agentRequest) input() agents.Input {
@@ -98,6 +107,10 @@ func (r agentRequest) input() agents.Input {
 	if len(r.Config) > 0 {
 		cfg := string(r.Config)
 		in.Config = &cfg
+	}
+	if len(r.ExecPolicy) > 0 && string(r.ExecPolicy) != "null" {
+		raw := string(r.ExecPolicy)
+		in.ExecPolicy = &raw
 	}
 	if r.IdleTimeoutSeconds != nil {
 		d := time.Duration(*r.IdleTimeoutSeconds) * time.Second
@@ -187,7 +200,12 @@ func (s *Server) apiDeleteAgent(c echo.Context) error {
 
 func (s *Server) agentForm(c echo.Context, a agents.Agent) (views.AgentForm, error) {
 	f := views.AgentForm{Name: a.Name, Description: a.Description, Config: a.Config, SandboxMode: a.SandboxMode,
-		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60, Policy: strings.Join(a.Policy(), "\n")}
+		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60}
+	p, err := a.Exec()
+	if err != nil {
+		p = policy.DefaultExec()
+	}
+	f.Exec = execPolicyForm(p)
 	if a.DepartmentID != nil {
 		f.DepartmentID = *a.DepartmentID
 	}
@@ -318,10 +336,14 @@ func agentRequestFromForm(c echo.Context) agentRequest {
 	}
 	idle, reclaim := formInt(c, "idle_minutes")*60, formInt(c, "reclaim_minutes")*60
 	req.IdleTimeoutSeconds, req.ReclaimAfterSeconds = &idle, &reclaim
-	req.CommandPolicy = []string{}
-	for _, line := range strings.Split(c.FormValue("command_policy"), "\n") {
-		if line = strings.TrimSpace(line); line != "" {
-			req.CommandPolicy = append(req.CommandPolicy, line)
+	if p, _, ok := execPolicyFromForm(c); ok {
+		req.ExecPolicy, _ = json.Marshal(p)
+	} else if _, legacy := c.Request().PostForm["command_policy"]; legacy {
+		req.CommandPolicy = []string{}
+		for _, line := range strings.Split(c.FormValue("command_policy"), "\n") {
+			if line = strings.TrimSpace(line); line != "" {
+				req.CommandPolicy = append(req.CommandPolicy, line)
+			}
 		}
 	}
 	return req
@@ -329,7 +351,12 @@ func agentRequestFromForm(c echo.Context) agentRequest {
 
 func agentFormFrom(c echo.Context, req agentRequest) views.AgentForm {
 	f := views.AgentForm{Name: deref(req.Name), Description: deref(req.Description), Config: c.FormValue("config"), SandboxMode: deref(req.SandboxMode),
-		IdleMinutes: formInt(c, "idle_minutes"), ReclaimMins: formInt(c, "reclaim_minutes"), Policy: c.FormValue("command_policy")}
+		IdleMinutes: formInt(c, "idle_minutes"), ReclaimMins: formInt(c, "reclaim_minutes")}
+	if _, pf, ok := execPolicyFromForm(c); ok {
+		f.Exec = pf
+	} else {
+		f.Exec = execPolicyForm(policy.DefaultExec())
+	}
 	if req.DepartmentID != nil {
 		f.DepartmentID = *req.DepartmentID
 	}
@@ -394,6 +421,7 @@ func (s *Server) pageCreateAgent(c echo.Context) error {
 			return err
 		}
 		f.Errors = fields
+		f.Exec = withRuleErrors(f.Exec, fields)
 		return s.renderAgents(c, status, f)
 	}
 	if err != nil {
@@ -411,6 +439,12 @@ func deref64(p *int64) int64 {
 }
 
 func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *views.AgentForm) error {
+	return s.renderAgentTried(c, status, a, form, nil)
+}
+
+// renderAgentTried renders the agent's page, with what the "try a command"
+// box decided when try is set.
+func (s *Server) renderAgentTried(c echo.Context, status int, a agents.Agent, form *views.AgentForm, try *views.ExecTry) error {
 	ctx, actor := c.Request().Context(), actorOf(c)
 	canManage, err := s.agentService(c).CanManage(ctx, actor, a)
 	if err != nil {
@@ -423,7 +457,17 @@ func (s *Server) renderAgent(c echo.Context, status int, a agents.Agent, form *v
 	cfg, _ := agents.ParseConfig(a.Config, apperr.Validation())
 	d := views.AgentDetailData{Slug: tenantOf(c).Org.Slug, ID: a.ID, Name: a.Name, Description: a.Description,
 		Department: s.scopeLabel(c, a.DepartmentID, nil), Model: cfg.Model, Config: a.Config, SandboxMode: a.SandboxMode,
-		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60, Policy: a.Policy(), CanManage: canManage}
+		IdleMinutes: a.IdleTimeoutSeconds / 60, ReclaimMins: a.ReclaimAfterSeconds / 60, CanManage: canManage}
+	if p, err := a.Exec(); err != nil {
+		d.ExecDamaged = true
+	} else {
+		d.Exec = execPolicyForm(p)
+		d.Exec.Rules = slices.DeleteFunc(d.Exec.Rules, func(r views.ExecRuleRow) bool { return r.Blank })
+	}
+	d.ExecVersion = a.ExecVersion()
+	if try != nil {
+		d.Try = *try
+	}
 	for _, id := range a.EnvironmentIDs {
 		name := "#" + itoa(id)
 		e, ok := byID[id]
@@ -483,6 +527,7 @@ func (s *Server) pageUpdateAgent(c echo.Context) error {
 			return err
 		}
 		f.Errors = fields
+		f.Exec = withRuleErrors(f.Exec, fields)
 		return s.renderAgent(c, status, cur, &f)
 	}
 	if err != nil {

@@ -52,6 +52,9 @@ func objectRouteKind(method, path string) (kind string, ok bool) {
 			return "list", true
 		}
 		return "create", true
+	// Trying an agent's execution policy changes nothing: whoever reads it.
+	case strings.HasSuffix(rest, "/exec-policy/try"):
+		return "read", true
 	// A host's connection check (GET …/connection) probes it: managers only.
 	case method == http.MethodGet && !strings.HasSuffix(rest, "/backend-templates") && !strings.HasSuffix(rest, "/connection"):
 		return "read", true

@@ -101,6 +101,8 @@ func (s *Server) registerOrgAPI() *group {
 	api.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.apiGetAgent)
 	api.handle(http.MethodPatch, "/agents/:id", rbac.Authenticated(), s.apiUpdateAgent)
 	api.handle(http.MethodDelete, "/agents/:id", rbac.Authenticated(), s.apiDeleteAgent)
+	// Whoever may read the agent may try its execution policy.
+	api.handle(http.MethodPost, "/agents/:id/exec-policy/try", rbac.Authenticated(), s.apiTryExec)
 	// An agent's skill bundles and files: metadata to whoever may read
 	// the agent, changes to whoever may change it (org_uploads.go).
 	api.handle(http.MethodGet, "/agents/:id/uploads", rbac.Authenticated(), s.apiListUploads)
@@ -179,6 +181,7 @@ func (s *Server) registerOrgPages(api *group) {
 	pg.handle(http.MethodGet, "/agents/:id", rbac.Authenticated(), s.pageAgent)
 	pg.handle(http.MethodPost, "/agents/:id", rbac.Authenticated(), s.pageUpdateAgent)
 	pg.handle(http.MethodPost, "/agents/:id/delete", rbac.Authenticated(), s.pageDeleteAgent)
+	pg.handle(http.MethodPost, "/agents/:id/exec-policy/try", rbac.Authenticated(), s.pageTryExec)
 	pg.handle(http.MethodPost, "/agents/:id/uploads", rbac.Authenticated(), s.pagePutUpload)
 	pg.handle(http.MethodPost, "/agents/:id/uploads/remove", rbac.Authenticated(), s.pageRemoveUpload)
 	pg.handle(http.MethodGet, "/sessions", rbac.Authenticated(), s.pageSessions)

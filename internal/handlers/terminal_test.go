@@ -312,12 +312,12 @@ func TestTerminalGateway(t *testing.T) {
 			}
 			policy := false
 			for _, ev := range evs {
-				if strings.Contains(string(ev.Details), "command policy") {
+				if strings.Contains(string(ev.Details), "execution policy") {
 					policy = true
 				}
 			}
 			if !policy {
-				t.Error("the command policy refusal is not in the audit log")
+				t.Error("the execution policy refusal is not in the audit log")
 			}
 		})
 

@@ -31,7 +31,7 @@ import (
 type Target struct {
 	Session     Session
 	Environment envs.Environment
-	// Agent is the session's agent (its command policy applies to every
+	// Agent is the session's agent (its execution policy decides every
 	// exec).
 	Agent       agents.Agent
 	AgentdURL   string

@@ -224,7 +224,7 @@ func (t *term) open() error {
 		}
 		return g.Watch(t.ctx, t.org, t.a, t.m, at.SessionID, t.cid)
 	case t.cid == 0:
-		out, err := g.Exec(t.ctx, t.org, t.a, t.m, at.SessionID, gateway.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols})
+		out, err := g.Exec(t.ctx, t.org, t.a, t.m, at.SessionID, gateway.ExecRequest{Command: ShellCommand, TTY: true, Stdin: true, Rows: at.Rows, Cols: at.Cols}.Interactive())
 		if err != nil {
 			return err
 		}
