@@ -237,6 +237,7 @@ func New(ctx context.Context, cfg config.Config, logger *slog.Logger) (*Console,
 	// The webhook's client follows no redirect and reaches no metadata
 	// address, as agentd's does.
 	c.ApprovalWebhook = &approvals.Webhook{HTTP: agentdHTTP(), Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
+	c.askOverApprovals()
 	c.Server = handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
 		ApprovalQueue:    c.ApprovalQueue,
