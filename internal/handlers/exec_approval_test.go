@@ -224,5 +224,40 @@ func TestExecApproval(t *testing.T) {
 			}
 			waitFollowersIdle(t, f.e)
 		})
+
+		t.Run("scope rule adds an allow rule, audited as agent.update", func(t *testing.T) {
+			// Asked by rule 3: an allow rule cannot lift it.
+			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": push + " by-rule"})
+			wantStatus(t, "ask by rule", r, http.StatusAccepted)
+			var p pendingJSON
+			r.decode(t, &p)
+			r = f.call(http.MethodPost, fmt.Sprintf("/approvals/%d/decision", p.Approval.ID), "owner", map[string]any{"decision": "approve", "scope": "rule"})
+			wantStatus(t, "rule scope of a rule's ask", r, http.StatusBadRequest)
+			if !strings.Contains(string(r.body), "strictest") {
+				t.Errorf("rule scope of a rule's ask: %s", r.body)
+			}
+			// Asked by the default: the rule lets it run without asking.
+			r = f.call(http.MethodPatch, fmt.Sprintf("/agents/%d", f.agentID), "entered-admin", map[string]any{"exec_policy": map[string]any{"default": "ask"}})
+			wantStatus(t, "default ask", r, http.StatusOK)
+			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": "git status --short"})
+			wantStatus(t, "ask by default", r, http.StatusAccepted)
+			r.decode(t, &p)
+			r = f.call(http.MethodPost, fmt.Sprintf("/approvals/%d/decision", p.Approval.ID), "owner", map[string]any{"decision": "approve", "scope": "rule", "reason": "fine"})
+			wantStatus(t, "rule scope", r, http.StatusOK)
+			a := f.agent(t)
+			if n := len(a.ExecPolicy.Rules); n != 1 || a.ExecPolicy.Rules[0].Action != "allow" || a.ExecPolicy.Rules[0].Program != "git" || a.ExecPolicy.Rules[0].Args != "status --short" {
+				t.Fatalf("rules after a rule-scope approval: %+v", a.ExecPolicy.Rules)
+			}
+			audited := false
+			for _, ev := range orgEvents(t, f.orgFixture, "action:agent.update") {
+				audited = audited || strings.Contains(string(ev.Details), fmt.Sprintf(`"approval_id":%d`, p.Approval.ID))
+			}
+			if !audited {
+				t.Error("the rule is not audited as agent.update naming the approval")
+			}
+			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": "git status --short", "wait_ms": 5000})
+			wantStatus(t, "the same command now runs without asking", r, http.StatusCreated)
+			waitFollowersIdle(t, f.e)
+		})
 	})
 }
