@@ -225,6 +225,30 @@ func TestExecApproval(t *testing.T) {
 			waitFollowersIdle(t, f.e)
 		})
 
+		t.Run("of execs racing to run one approval, one runs it", func(t *testing.T) {
+			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": push + " race"})
+			wantStatus(t, "ask", r, http.StatusAccepted)
+			var p pendingJSON
+			r.decode(t, &p)
+			wantStatus(t, "approve", decide(p.Approval.ID, "approve"), http.StatusOK)
+			tok := f.keys["member-key"]
+			answers := make(chan int, 4)
+			for range 4 {
+				go func() {
+					answers <- f.e.json(http.MethodPost, "/api/v1/orgs/acme"+f.sessionPath("/commands"), tok,
+						map[string]any{"command": push + " race", "approval_id": p.Approval.ID}).status
+				}()
+			}
+			got := map[int]int{}
+			for range 4 {
+				got[<-answers]++
+			}
+			if got[http.StatusCreated] != 1 || got[http.StatusConflict] != 3 {
+				t.Errorf("racing runs answered %v, want one 201 and three 409", got)
+			}
+			waitFollowersIdle(t, f.e)
+		})
+
 		t.Run("scope rule adds an allow rule, audited as agent.update", func(t *testing.T) {
 			// Asked by rule 3: an allow rule cannot lift it.
 			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member-key", map[string]any{"command": push + " by-rule"})
