@@ -40,6 +40,9 @@ type Principal struct {
 	UserID int64
 	// KeyID is set when an API key authenticated the request.
 	KeyID int64
+	// KeyCreatorID is the user who created that key (0: none known), who
+	// may not decide what the key asks for.
+	KeyCreatorID int64
 }
 
 // AuditActor is the principal as the audit log names it.

@@ -250,9 +250,11 @@ func (c *Console) newServer(box *sealed.Box) *handlers.Server {
 	// (approvals.WebhookAddr) but those the operator allowed; an org admin
 	// chose the address.
 	c.ApprovalWebhook = &approvals.Webhook{Allow: cfg.ApprovalWebhookNets, Box: box, Logger: logger, Counted: c.Metrics.ApprovalWebhook}
+	c.askOverApprovals()
 	return handlers.New(handlers.Deps{
 		ApprovalNotifier: c.Approvals,
 		ApprovalQueue:    c.ApprovalQueue,
+		ApprovalRule:     approvalRule,
 		Gateway:          c.Gateway, Terminal: c.Terminal, SessionsRT: c.SessionsRT, BaseURL: cfg.BaseURL,
 		Catalog: cat, Orgs: c.Orgs, Platform: c.Platform, PlatformAudit: c.Audit, Tenants: c.Tenants,
 		Throttle: c.Platform.Throttle, Sleep: sleepCtx, Logger: logger, Box: box,

@@ -125,7 +125,7 @@ func (p *processService) Start(ctx context.Context, req *connect.Request[process
 		return err
 	}
 	defer release()
-	out, err := p.s.Gateway.Exec(ctx, c.Org, c.Actor, c.meta, c.SessionID, ex)
+	out, err := p.s.startHeld(ctx, c, ex)
 	if err != nil {
 		return err
 	}

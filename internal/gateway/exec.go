@@ -31,6 +31,11 @@ type ExecRequest struct {
 	Stdin     bool              `json:"stdin,omitempty"`
 	TimeoutMS int64             `json:"timeout_ms,omitempty"`
 	WaitMS    int64             `json:"wait_ms,omitempty"`
+	// ApprovalID runs an approved request for exactly this exec, once
+	// (approval.go).
+	ApprovalID int64 `json:"approval_id,omitempty"`
+	// approved marks an exec a person approved (approval.go).
+	approved *approvedRun
 	// interactive marks the browser terminal's own shell (Interactive).
 	interactive bool
 }
@@ -108,10 +113,10 @@ func (g *Gateway) Exec(ctx context.Context, org Org, a *authz.Actor, m Meta, ses
 	// One commit: the command's record and its audit event, before agentd
 	// hears of it (two round trips on Postgres).
 	committing := time.Now()
-	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.startChecks(a, t), &cmd, func(id int64) audit.Event {
-		return event(a, m, "command.exec", cmd.Target(), map[string]any{"session_id": sessionID,
+	err = recordings.StartAudited(ctx, org.DB, org.Audit, g.approvedChecks(g.startChecks(a, t), req), &cmd, func(id int64) audit.Event {
+		return event(a, m, "command.exec", cmd.Target(), approvedDetails(map[string]any{"session_id": sessionID,
 			"command_id": id, "command": req.Command, "cwd": cmd.Cwd, "tty": req.TTY, "env_keys": envKeys(req.Env), "env_sha256": envHashes(req.Env), "timeout_ms": req.TimeoutMS,
-			"exec_policy": execPolicyDetails(t, req, decision)})
+			"exec_policy": execPolicyDetails(t, req, decision)}, req))
 	})
 	if err != nil {
 		return Output{}, durable(err)

@@ -25,6 +25,9 @@ type Output struct {
 	More         bool           `json:"more"`
 	Truncated    bool           `json:"truncated"`
 	DroppedBytes uint64         `json:"dropped_bytes"`
+	// Approval is the request an exec the rules hold for a person made,
+	// while it is pending (approval.go); nil otherwise.
+	Approval *ApprovalRef `json:"approval,omitempty"`
 
 	// firstSeq is the id of the first recorded chunk an answer from the
 	// recording read (exec records included, which it does not return): 0

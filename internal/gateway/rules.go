@@ -114,6 +114,9 @@ func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) 
 	case policy.Deny:
 		return d, a.Deny(denial, "The agent's execution policy denies this command, which was not run: "+d.Explain())
 	case policy.Ask:
+		if req.approved != nil {
+			return d, nil // a person approved exactly this exec
+		}
 		if g.Asker != nil {
 			return d, errAsked
 		}

@@ -84,8 +84,11 @@ func TestApprovalsAPI(t *testing.T) {
 				t.Fatalf("no field error: %s", r.body)
 			}
 			r = e.json(http.MethodPost, base+"/"+id+"/decision", f.tokens["owner"], map[string]string{"decision": "approve", "scope": "rule"})
-			wantStatus(t, "rule scope", r, http.StatusBadRequest)
-			if !strings.Contains(string(r.body), "not available yet") {
+			// The rule scope adds a rule to the request's agent, which this
+			// made-up request does not have: nothing is decided
+			// (TestExecApproval covers the rule scope on a real agent).
+			wantStatus(t, "rule scope without its agent", r, http.StatusNotFound)
+			if !strings.Contains(string(r.body), "agent_not_found") {
 				t.Fatalf("rule scope: %s", r.body)
 			}
 			r = e.json(http.MethodPost, base+"/"+id+"/decision", f.tokens["owner"], approve)

@@ -9,6 +9,7 @@ import (
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"mime/multipart"
 	"net"
@@ -16,6 +17,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -249,28 +251,90 @@ func TestE2BDataPlane(t *testing.T) {
 			}
 		})
 
-		t.Run("Start is decided by the execution rules: deny names the rule, ask is refused as needing a person", func(t *testing.T) {
+		t.Run("Start is decided by the execution rules: deny names the rule, ask holds the stream until decided", func(t *testing.T) {
 			r := f.call(http.MethodPatch, "/agents/"+itoa(f.agentID), "entered-admin", map[string]any{"exec_policy": map[string]any{
 				"rules": []map[string]string{{"action": "deny", "program": "shred"}, {"action": "ask", "program": "git", "args": "push *"}}}})
 			wantStatus(t, "set the execution policy", r, http.StatusOK)
 			before := f.agentd.requests.Load()
-			for _, tc := range []struct{ script, want string }{
-				{"cd /tmp && sudo shred -u x", "rule 1: deny program shred"},
-				{"git push origin main", "approvals are not yet available"},
-			} {
-				s, err := proc.Start(ctx, startCmd(tc.script, false))
-				if err == nil {
-					for s.Receive() {
+			s, err := proc.Start(ctx, startCmd("cd /tmp && sudo shred -u x", false))
+			if err == nil {
+				for s.Receive() {
+				}
+				err = s.Err()
+			}
+			wantCode(t, "shred", err, connect.CodePermissionDenied)
+			if !strings.Contains(err.Error(), "rule 1: deny program shred") {
+				t.Errorf("shred: refusal %v does not name the rule", err)
+			}
+			// An ask holds the Start until a person decides: denied, it
+			// ends PermissionDenied naming the denial; nothing reached
+			// agentd meanwhile.
+			held := func(script string) <-chan error {
+				done := make(chan error, 1)
+				go func() {
+					s, err := proc.Start(ctx, startCmd(script, false))
+					if err == nil {
+						started, ended := false, false
+						for s.Receive() {
+							started = started || s.Msg().GetEvent().GetStart() != nil
+							ended = ended || s.Msg().GetEvent().GetEnd() != nil
+						}
+						if err = s.Err(); err == nil && (!started || !ended) {
+							err = fmt.Errorf("started %v, ended %v", started, ended)
+						}
 					}
-					err = s.Err()
+					done <- err
+				}()
+				return done
+			}
+			pending := func(command string) int64 {
+				t.Helper()
+				for range 300 {
+					r := f.call(http.MethodGet, "/approvals?state=pending", "owner", nil)
+					var page struct {
+						Items []struct {
+							ID      int64  `json:"id"`
+							Command string `json:"command"`
+						} `json:"items"`
+					}
+					r.decode(t, &page)
+					for _, it := range page.Items {
+						if it.Command == command {
+							return it.ID
+						}
+					}
+					time.Sleep(50 * time.Millisecond)
 				}
-				wantCode(t, tc.script, err, connect.CodePermissionDenied)
-				if !strings.Contains(err.Error(), tc.want) {
-					t.Errorf("%s: refusal %v does not say %q", tc.script, err, tc.want)
-				}
+				t.Fatalf("no pending request for %q", command)
+				return 0
+			}
+			decide := func(id int64, decision string) {
+				t.Helper()
+				r := f.call(http.MethodPost, fmt.Sprintf("/approvals/%d/decision", id), "owner", map[string]any{"decision": decision, "scope": "once", "reason": "checked"})
+				wantStatus(t, decision, r, http.StatusOK)
+			}
+			done := held("git push origin main")
+			id := pending("git push origin main")
+			time.Sleep(300 * time.Millisecond) // the Start is still held
+			select {
+			case err := <-done:
+				t.Fatalf("Start answered %v before a decision", err)
+			default:
 			}
 			if n := f.agentd.requests.Load(); n != before {
-				t.Fatalf("agentd got %d requests for refused starts", n-before)
+				t.Fatalf("agentd got %d requests for refused and held starts", n-before)
+			}
+			decide(id, "deny")
+			err = <-done
+			wantCode(t, "denied git push", err, connect.CodePermissionDenied)
+			if !strings.Contains(err.Error(), "denied approval") {
+				t.Errorf("denied Start: %v", err)
+			}
+			// Approved, it starts and streams to its end.
+			done = held("git push origin approved")
+			decide(pending("git push origin approved"), "approve")
+			if err := <-done; err != nil {
+				t.Errorf("approved Start: %v", err)
 			}
 		})
 

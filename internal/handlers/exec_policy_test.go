@@ -104,19 +104,14 @@ func TestExecPolicyCorpusThroughTheAPI(t *testing.T) {
 	before := f.agentd.requests.Load()
 	denied := 0
 	for _, c := range corpus {
-		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": c.line, "wait_ms": 1000})
-		if r.status != http.StatusForbidden {
-			t.Errorf("line %d %q: %d %s, want 403", c.lineNo, c.line, r.status, r.body)
-			continue
-		}
-		code, want := r.envelope(t).Error.Code, "forbidden"
+		r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": c.line})
 		if c.want == "dynamic" {
-			want = "approval_required"
-		} else {
-			denied++
-		}
-		if code != want {
-			t.Errorf("line %d %q: code %s, want %s (%s)", c.lineNo, c.line, code, want, r.body)
+			// Held for a person: a pending approval request.
+			if r.status != http.StatusAccepted || !strings.Contains(string(r.body), `"state":"pending"`) {
+				t.Errorf("line %d %q: %d %s, want 202 pending", c.lineNo, c.line, r.status, r.body)
+			}
+		} else if denied++; r.status != http.StatusForbidden || r.envelope(t).Error.Code != "forbidden" {
+			t.Errorf("line %d %q: %d %s, want 403 forbidden", c.lineNo, c.line, r.status, r.body)
 		}
 		if n := f.agentd.requests.Load(); n != before {
 			t.Fatalf("line %d %q reached agentd: %v", c.lineNo, c.line, f.agentd.callsSince(int(before)))
@@ -130,10 +125,10 @@ func TestExecPolicyCorpusThroughTheAPI(t *testing.T) {
 			byRule++
 		}
 	}
-	// Every line refused, deny or ask, is an authz.deny; those rule 2
-	// decided name it, its reason and the policy's version.
-	if byRule < denied || len(evs) < len(corpus) {
-		t.Errorf("%d authz.deny events (%d naming rule 2 and version %s), want %d and %d", len(evs), byRule, version[:12], len(corpus), denied)
+	// Every line denied is an authz.deny naming rule 2, its reason and
+	// the policy's version; every line held, an approval request.
+	if asked := len(orgEvents(t, f.orgFixture, "action:approval.requested")); byRule < denied || len(evs) < denied || asked < len(corpus)-denied {
+		t.Errorf("%d authz.deny events (%d naming rule 2 and version %s), want %d; %d approval requests, want %d", len(evs), byRule, version[:12], denied, asked, len(corpus)-denied)
 	}
 }
 
@@ -178,7 +173,7 @@ func TestExecPolicyAPI(t *testing.T) {
 			}
 		})
 
-		t.Run("ask is refused as approval_required and unparsable as command_unparsable, before agentd", func(t *testing.T) {
+		t.Run("ask is held as a pending approval and unparsable refused as command_unparsable, before agentd", func(t *testing.T) {
 			r := f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo warm", "wait_ms": 5000})
 			wantStatus(t, "warm", r, http.StatusCreated)
 			waitFollowersIdle(t, f.e)
@@ -201,17 +196,17 @@ func TestExecPolicyAPI(t *testing.T) {
 			}
 			before := f.agentd.requests.Load()
 			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "git push origin main"})
-			wantStatus(t, "ask", r, http.StatusForbidden)
-			if e := r.envelope(t).Error; e.Code != "approval_required" || !strings.Contains(e.Message, "must approve") || !strings.Contains(e.Message, "rule 3") {
-				t.Errorf("ask answered %+v", e)
+			wantStatus(t, "ask", r, http.StatusAccepted)
+			if b := string(r.body); !strings.Contains(b, `"state":"pending"`) || !strings.Contains(b, "rule 3") {
+				t.Errorf("ask answered %s", b)
 			}
 			asked := false
-			for _, ev := range orgEvents(t, f.orgFixture, "action:authz.deny") {
+			for _, ev := range orgEvents(t, f.orgFixture, "action:approval.requested") {
 				d := string(ev.Details)
-				asked = asked || strings.Contains(d, `"answered":"approval_required"`) && strings.Contains(d, "rule 3: ask program git args push *") && strings.Contains(d, version[:12])
+				asked = asked || strings.Contains(d, "rule 3: ask program git args push *") && strings.Contains(d, version)
 			}
 			if !asked {
-				t.Error("the ask refusal is not audited as authz.deny answered approval_required with the rule and version")
+				t.Error("the ask is not audited as approval.requested with the rule and the policy's version")
 			}
 			r = f.call(http.MethodPost, f.sessionPath("/commands"), "member", map[string]any{"command": "echo 'unterminated"})
 			wantStatus(t, "unparsable", r, http.StatusBadRequest)

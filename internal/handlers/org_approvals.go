@@ -39,7 +39,7 @@ func (s *Server) approvalService(c echo.Context) *approvals.Service {
 	if s.ApprovalQueue != nil {
 		svc = s.ApprovalQueue(t)
 	}
-	svc.Now, svc.AddRule = s.Now, s.ApprovalRule
+	svc.Now, svc.AddRule = s.Now, s.auditedApprovalRule(t)
 	return svc
 }
 

@@ -369,6 +369,9 @@ func (s *Server) orgPrincipal(c echo.Context, t *tenant.Tenant) (*authz.Principa
 			p.UserID = owner.ID
 		}
 		p.KeyID = k.ID
+		if k.CreatedByUserID != nil {
+			p.KeyCreatorID = *k.CreatedByUserID
+		}
 		return p, nil
 	}
 	claims, err := t.Signer.Verify(tok)

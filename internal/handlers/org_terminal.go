@@ -60,14 +60,24 @@ func (s *Server) apiExec(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return jsonCall(c, http.StatusCreated, func(req gateway.ExecRequest) (gateway.Output, error) {
-		// Checked before anything is recorded: a refused exec leaves no
-		// command and no audit record, and reaches no agentd.
-		if err := req.Validate(); err != nil {
-			return gateway.Output{}, err
-		}
-		return s.Gateway.Exec(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
-	})
+	var req gateway.ExecRequest
+	if err := decodeJSON(c, &req); err != nil {
+		return err
+	}
+	// Checked before anything is recorded: a refused exec leaves no
+	// command and no audit record, and reaches no agentd.
+	if err := req.Validate(); err != nil {
+		return err
+	}
+	out, err := s.Gateway.Exec(c.Request().Context(), s.terminalOrg(c), actorOf(c), meta(c), sid, req)
+	if err != nil {
+		return err
+	}
+	if out.Approval != nil {
+		// Held for a person: nothing ran (docs/agents.md#approvals).
+		return c.JSON(http.StatusAccepted, map[string]any{"approval": out.Approval})
+	}
+	return c.JSON(http.StatusCreated, out)
 }
 
 // commandJSON is a command as the history shows it.

@@ -30,7 +30,22 @@ type StartChecks struct {
 	CountSQL  string
 	CountArgs []any
 	Judge     func(s SessionState, counts [2]int64) error
+	// Claim, when set, runs in the same commit once the command's id is
+	// known (see Claim).
+	Claim *Claim
 }
+
+// Claim is one more UPDATE an exec's commit runs: SQL (with ?
+// placeholders) gets the command's id and then Args; when it changes no
+// row the exec is refused with Refused and nothing is written. An
+// approved command claims its approval this way, so it starts once.
+type Claim struct {
+	SQL     string
+	Args    []any
+	Refused error
+}
+
+func (c *Claim) args(id int64) []any { return append([]any{id}, c.Args...) }
 
 // SessionState is the session row as an exec's commit read it.
 type SessionState struct {
@@ -89,6 +104,15 @@ func startSQLite(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartChec
 		if err := conn.QueryRowContext(ctx, insertCommand+" RETURNING id", commandArgs(c, false)...).Scan(&c.ID); err != nil {
 			return fmt.Errorf("record command: %w", err)
 		}
+		if cl := chk.Claim; cl != nil {
+			res, err := conn.ExecContext(ctx, cl.SQL, cl.args(c.ID)...)
+			if err != nil {
+				return fmt.Errorf("claim for command: %w", err)
+			}
+			if n, err := res.RowsAffected(); err != nil || n == 0 {
+				return cl.Refused
+			}
+		}
 		_, err = log.AppendTx(ctx, tx, ev(c.ID))
 		return err
 	})
@@ -134,6 +158,16 @@ func startPostgres(ctx context.Context, db *gorm.DB, log *audit.Log, chk StartCh
 		s.Closing = closing != nil
 		if err := chk.Judge(s, counts); err != nil {
 			return rollback(ctx, conn, err)
+		}
+		if cl := chk.Claim; cl != nil {
+			// A third round trip, only for the commands that claim.
+			tag, err := conn.Exec(ctx, dollars(cl.SQL), cl.args(c.ID)...)
+			if err != nil {
+				return rollback(ctx, conn, fmt.Errorf("claim for command: %w", err))
+			}
+			if tag.RowsAffected() == 0 {
+				return rollback(ctx, conn, cl.Refused)
+			}
 		}
 		e, err := log.Link(ev(c.ID), head)
 		if err != nil {
