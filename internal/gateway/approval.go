@@ -134,7 +134,7 @@ func (p *Approvals) binding(r AskRequest) (approvals.Binding, error) {
 	b := approvals.Binding{SessionID: t.Session.ID, AgentID: t.Session.AgentID, DepartmentID: t.Session.AgentDepartmentID,
 		Requester: approvals.Requester{Type: a.Kind, ID: a.ID, Name: a.Name, Via: recordings.TypistOf(&a.Principal).Via, UserID: a.UserID,
 			CreatorUserID: a.KeyCreatorID},
-		Command:   r.Request.Command, Cwd: inWorkspace(t, r.Request.Cwd), Env: r.Request.Env, TTY: r.Request.TTY, Stdin: r.Request.Stdin,
+		Command: r.Request.Command, Cwd: inWorkspace(t, r.Request.Cwd), Env: r.Request.Env, TTY: r.Request.TTY, Stdin: r.Request.Stdin,
 		Rule: r.Decision.Explain(), PolicyDigest: r.PolicyVersion}
 	// A session grant is keyed by the program and arguments that asked:
 	// only when exactly one command on the line asked, else by the whole
