@@ -1,6 +1,7 @@
 package handlers
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"slices"
@@ -157,14 +158,20 @@ func (s *Server) updateAgent(c echo.Context, req agentRequest) (agents.Agent, er
 	}
 	var after agents.Agent
 	err = s.mutate(c, func(m *orgTx) error {
-		before, updated, err := m.Agents().Update(c.Request().Context(), m.Actor(), id, req.input())
-		if err != nil {
-			return err
-		}
-		after = updated
-		return m.audit("agent.update", agentTarget(after), map[string]any{"before": toAgentJSON(before), "after": toAgentJSON(after)})
+		after, err = m.updateAgent(c.Request().Context(), id, req.input())
+		return err
 	})
 	return after, err
+}
+
+// updateAgent changes agent id inside the transaction and audits it as
+// agent.update with the agent before and after.
+func (m *orgTx) updateAgent(ctx context.Context, id int64, in agents.Input) (agents.Agent, error) {
+	before, after, err := m.Agents().Update(ctx, m.Actor(), id, in)
+	if err != nil {
+		return after, err
+	}
+	return after, m.audit("agent.update", agentTarget(after), map[string]any{"before": toAgentJSON(before), "after": toAgentJSON(after)})
 }
 
 func (s *Server) apiUpdateAgent(c echo.Context) error {

@@ -97,12 +97,8 @@ func (s *Server) changeSkills(c echo.Context, upload *agents.UploadInput, change
 		if err != nil {
 			return err
 		}
-		before, updated, err := m.Agents().Update(ctx, m.Actor(), id, agents.Input{Config: &cfg})
-		if err != nil {
-			return err
-		}
-		after = updated
-		return m.audit("agent.update", agentTarget(after), map[string]any{"before": toAgentJSON(before), "after": toAgentJSON(after)})
+		after, err = m.updateAgent(ctx, id, agents.Input{Config: &cfg})
+		return err
 	})
 	return after, err
 }
