@@ -356,6 +356,12 @@ func runsCode(name string) string {
 		return "defines a function for the shell it starts"
 	case name == "PS0" || name == "PS1" || name == "PS2" || name == "PS3" || name == "PS4" || name == "PROMPT_COMMAND":
 		return "is a prompt the shell expands, running the command substitutions it holds (PS4 with set -x; PROMPT_COMMAND runs as code)"
+	case strings.HasPrefix(name, "GIT_CONFIG") || name == "GIT_PAGER" || name == "PAGER" || name == "GIT_EDITOR" || name == "EDITOR" || name == "VISUAL" ||
+		name == "GIT_SSH" || name == "GIT_SSH_COMMAND" || name == "GIT_ASKPASS" || name == "SSH_ASKPASS" || name == "GIT_EXTERNAL_DIFF" ||
+		name == "GIT_PROXY_COMMAND" || name == "GIT_EXEC_PATH" || name == "GIT_TEMPLATE_DIR":
+		return "names a program (or configuration that names one) that git and other tools run"
+	case name == "PYTHONSTARTUP" || name == "PYTHONPATH" || name == "PERL5OPT" || name == "PERL5LIB" || name == "NODE_OPTIONS" || name == "RUBYOPT":
+		return "makes the interpreter load code it names"
 	}
 	return ""
 }
