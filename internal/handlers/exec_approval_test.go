@@ -283,5 +283,26 @@ func TestExecApproval(t *testing.T) {
 			wantStatus(t, "the same command now runs without asking", r, http.StatusCreated)
 			waitFollowersIdle(t, f.e)
 		})
+		t.Run("who created the requesting key may not decide", func(t *testing.T) {
+			// The org admin mints a service key, which asks (the default is
+			// ask by now): approving it would be deciding their own.
+			r := f.call(http.MethodPost, "/api-keys", "admin", map[string]any{"name": "admin's runtime", "service": true,
+				"roles": []map[string]string{{"role": "member", "domain": fmt.Sprintf("dept:%d", f.dept1)}}})
+			wantStatus(t, "the admin mints a service key", r, http.StatusCreated)
+			var key struct{ Secret string }
+			r.decode(t, &key)
+			r = f.e.json(http.MethodPost, "/api/v1/orgs/acme/sessions", key.Secret, map[string]any{"agent_id": f.agentID})
+			wantStatus(t, "the service key opens a session", r, http.StatusCreated)
+			var sess struct{ ID int64 }
+			r.decode(t, &sess)
+			r = f.e.json(http.MethodPost, fmt.Sprintf("/api/v1/orgs/acme/sessions/%d/commands", sess.ID), key.Secret, map[string]any{"command": "git log -1"})
+			wantStatus(t, "the service key asks", r, http.StatusAccepted)
+			var p pendingJSON
+			r.decode(t, &p)
+			r = f.call(http.MethodPost, fmt.Sprintf("/approvals/%d/decision", p.Approval.ID), "admin", map[string]any{"decision": "approve", "scope": "once"})
+			wantStatus(t, "the key's creator decides", r, http.StatusForbidden)
+			r = f.call(http.MethodPost, fmt.Sprintf("/approvals/%d/decision", p.Approval.ID), "owner", map[string]any{"decision": "deny", "scope": "once", "reason": "not now"})
+			wantStatus(t, "the department owner decides", r, http.StatusOK)
+		})
 	})
 }
