@@ -95,7 +95,7 @@ func (g *Gateway) execRules(a *authz.Actor, t sessions.Target, req ExecRequest) 
 	}
 	var d policy.CommandDecision
 	if shell {
-		d = shellDecision(c.Policy())
+		d = c.DecideInteractive()
 	} else if d, err = c.DecideCommand(req.Command, req.Env); err != nil {
 		return d, err
 	}
@@ -142,28 +142,11 @@ func shellWhy(dynamic policy.Action) string {
 		", so no shell was opened. Run commands through exec, where each line is checked."
 }
 
-// shellDecision decides an interactive shell opened, or typed into, by an
-// API key: it runs programs known only when they run, so with any rule
-// that denies or asks (text rules too: what is typed is text), or a
-// default that is not allow, the dynamic setting decides; else it is
-// allowed, as any exec would be.
-func shellDecision(p policy.Exec) policy.CommandDecision {
-	d := policy.CommandDecision{Line: "an interactive shell"}
-	d.Action, d.Rule, d.Why = policy.Allow, -1, "no rule refuses or asks about anything"
-	restrictive := p.Default != policy.Allow
-	for _, r := range p.Rules {
-		restrictive = restrictive || r.Action != policy.Allow
-	}
-	if restrictive {
-		d.Action, d.Why = p.Dynamic, "the dynamic setting ("+string(p.Dynamic)+"): what is typed is known only when it runs"
-	}
-	return d
-}
-
 // execPolicyDetails is what a command.exec audit event says of the rules
-// that let it run: the policy's version and what decided.
+// that let it run: the policy's version and what decided (for a person's
+// terminal shell, which the rules do not decide, that it was not checked).
 func execPolicyDetails(t sessions.Target, req ExecRequest, d policy.CommandDecision) map[string]any {
-	if req.interactive {
+	if req.interactive && d.Line == "" {
 		return map[string]any{"checked": false, "why": "the browser terminal's shell: what is typed into it is not a request's command line"}
 	}
 	return map[string]any{"version": t.Agent.ExecVersion(), "action": d.Action, "why": d.Why}

@@ -110,6 +110,11 @@ func TestExecRules(t *testing.T) {
 		if got := execPolicyDetails(tg, ExecRequest{Command: "sh"}.Interactive(), policy.CommandDecision{}); got["checked"] != false {
 			t.Errorf("the terminal's shell details = %v", got)
 		}
+		// An API key's shell was decided: its event says by what.
+		c, _ := rulesPolicy().Compile()
+		if got := execPolicyDetails(tg, ExecRequest{Command: "sh"}.Interactive(), c.DecideInteractive()); got["version"] != tg.Agent.ExecPolicyDigest || got["action"] != policy.Ask {
+			t.Errorf("an API key's shell details = %v", got)
+		}
 	})
 	t.Run("asker takes ask", func(t *testing.T) {
 		t.Parallel()

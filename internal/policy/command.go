@@ -220,3 +220,21 @@ func (a Action) verb() string {
 		return "is allowed"
 	}
 }
+
+// DecideInteractive decides an interactive shell an agent runtime types
+// into: it runs programs known only when they run, so with any rule that
+// denies or asks (text rules too: what is typed is text), or a default
+// that is not allow, the dynamic setting decides; else it is allowed.
+func (c *Checker) DecideInteractive() CommandDecision {
+	p := c.Policy()
+	d := CommandDecision{Line: "an interactive shell"}
+	d.Action, d.Rule, d.Why = Allow, -1, "no rule refuses or asks about anything"
+	restrictive := p.Default != Allow
+	for _, r := range p.Rules {
+		restrictive = restrictive || r.Action != Allow
+	}
+	if restrictive {
+		d.Action, d.Why = p.Dynamic, "the dynamic setting ("+string(p.Dynamic)+"): what is typed is known only when it runs"
+	}
+	return d
+}

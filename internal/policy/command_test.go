@@ -300,3 +300,30 @@ func TestEnvValuesNeverExplained(t *testing.T) {
 		}
 	}
 }
+
+// TestDecideInteractive: a shell typed into is allowed only by a policy
+// that refuses nothing; otherwise the dynamic setting decides it.
+func TestDecideInteractive(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		p    policy.Exec
+		want policy.Action
+	}{
+		{"allow everything", policy.DefaultExec(), policy.Allow},
+		{"only allow rules", policy.Exec{Default: policy.Allow, Dynamic: policy.Deny, Rules: []policy.ExecRule{{Action: policy.Allow, Program: "git"}}}, policy.Allow},
+		{"a deny rule, dynamic ask", policy.Exec{Default: policy.Allow, Dynamic: policy.Ask, Rules: []policy.ExecRule{{Action: policy.Deny, Program: "rm"}}}, policy.Ask},
+		{"a text rule, dynamic deny", policy.Exec{Default: policy.Allow, Dynamic: policy.Deny, Rules: []policy.ExecRule{{Action: policy.Deny, Text: "^shutdown"}}}, policy.Deny},
+		{"default ask, dynamic allow", policy.Exec{Default: policy.Ask, Dynamic: policy.Allow}, policy.Allow},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := tc.p.Compile()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d := c.DecideInteractive(); d.Action != tc.want || d.Line == "" {
+				t.Errorf("DecideInteractive = %+v, want %s", d.Decision, tc.want)
+			}
+		})
+	}
+}
