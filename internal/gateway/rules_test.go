@@ -111,7 +111,8 @@ func TestExecRules(t *testing.T) {
 			t.Errorf("the terminal's shell details = %v", got)
 		}
 		// An API key's shell was decided: its event says by what.
-		c, _ := rulesPolicy().Compile()
+		rp := rulesPolicy()
+		c, _ := rp.Compile()
 		if got := execPolicyDetails(tg, ExecRequest{Command: "sh"}.Interactive(), c.DecideInteractive()); got["version"] != tg.Agent.ExecPolicyDigest || got["action"] != policy.Ask {
 			t.Errorf("an API key's shell details = %v", got)
 		}
